@@ -1,0 +1,115 @@
+"""Config validation: schema errors name the key; defaults and slices are resolved once."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import default_config
+
+from clusterbench import config as cb
+
+
+def test_default_config_is_valid_and_fully_resolved():
+    cfg = cb.validate(default_config())
+    names = [r["name"] for r in cfg["runs"]]
+    assert len(names) >= 2
+    digits = [r for r in cfg["runs"] if r["dataset"] == "digits"]
+    # the demo compares worker counts on otherwise identical runs
+    assert sorted(r["workers"] for r in digits) == [1, 2]
+    a, b = digits[:2]
+    differing = {k for k in cb.TRAIN_KEYS if a[k] != b[k]} - {"name"}
+    assert differing == {"workers"}
+    for run in cfg["runs"]:
+        assert set(cb.TRAIN_KEYS) | set(cb.RESOURCE_KEYS) <= run.keys()
+    assert cfg["evaluate"]["split"] == "test"
+    assert cfg["download"]["retries"] >= 0
+
+
+def test_run_defaults_and_builtin_defaults_merge():
+    cfg = cb.validate(
+        {
+            "run_defaults": {"epochs": 3},
+            "runs": [{"name": "a", "dataset": "digits", "lr": 0.1}],
+            "report": {"title": "t"},
+        }
+    )
+    (run,) = cfg["runs"]
+    assert run["epochs"] == 3 and run["lr"] == 0.1
+    assert run["model"] == "small_cnn" and run["workers"] == 2  # schema defaults
+    assert cfg["datasets"] == {
+        "digits": {
+            "mirror": None,
+            "urls": {},
+            "val_fraction": 0.1,
+            "test_fraction": 0.2,
+            "split_seed": 0,
+        }
+    }
+
+
+def _base():
+    return {"runs": [{"name": "a", "dataset": "digits"}], "report": {"title": "t"}}
+
+
+@pytest.mark.parametrize(
+    "mutate, key, words",
+    [
+        (lambda c: c["runs"][0].update(workers=0), "runs[0].workers", "minimum"),
+        (lambda c: c["runs"][0].update(model="vgg"), "runs[0].model", "vgg"),
+        (lambda c: c["runs"][0].update(lr="fast"), "runs[0].lr", "fast"),
+        (lambda c: c["runs"][0].update(name="bad name"), "runs[0].name", "does not match"),
+        (lambda c: c["runs"][0].update(bogus=1), "runs[0]", "bogus"),
+        (lambda c: c.update(typo={}), "<top level>", "typo"),
+        (lambda c: c.pop("report"), "<top level>", "report"),
+        (lambda c: c["report"].pop("title"), "report", "title"),
+        (lambda c: c.update(datasets={"imagenet": {}}), "datasets", "imagenet"),
+        (lambda c: c.update(evaluate={"split": "train"}), "evaluate.split", "train"),
+        (lambda c: c["runs"].append({"name": "a", "dataset": "digits"}), "runs[1].name", "already"),
+        (lambda c: c["runs"][0].update(dataset="mnist"), "runs[0].dataset", "not declared"),
+        (lambda c: c["runs"][0].update(epochs=None), "runs[0]", "'epochs' or 'minutes'"),
+        (lambda c: c["runs"][0].update(batch_size=2, workers=3), "runs[0].batch_size", "workers=3"),
+        (lambda c: c["runs"][0].update(nodes=3, workers=2), "runs[0].nodes", "idle"),
+        (
+            lambda c: c.update(datasets={"digits": {"val_fraction": 0.5, "test_fraction": 0.5}}),
+            "datasets.digits",
+            "no training data",
+        ),
+    ],
+)
+def test_invalid_values_are_rejected_naming_the_key(mutate, key, words):
+    cfg = _base()
+    mutate(cfg)
+    with pytest.raises(cb.ConfigError) as err:
+        cb.validate(cfg)
+    msg = str(err.value)
+    assert f"  {key}:" in msg and words in msg, msg
+
+
+def test_validate_does_not_mutate_its_input():
+    cfg = _base()
+    before = copy.deepcopy(cfg)
+    cb.validate(cfg)
+    assert cfg == before
+
+
+def test_slices_hold_only_their_own_keys():
+    cfg = cb.validate(default_config())
+    run = cfg["runs"][0]
+    train = cb.train_slice(run)
+    assert set(train) == set(cb.TRAIN_KEYS)
+    assert not set(train) & set(cb.RESOURCE_KEYS)  # resources never trigger a retrain
+    assert cb.preprocess_slice(cfg["datasets"]["digits"]) == {
+        "val_fraction": 0.1,
+        "test_fraction": 0.2,
+        "seed": 0,
+    }
+
+
+def test_config_hash_is_deterministic_and_sensitive():
+    a = cb.validate(default_config())
+    b = cb.validate(default_config())
+    assert cb.config_hash(a) == cb.config_hash(b)
+    b["report"]["title"] = "other"
+    assert cb.config_hash(a) != cb.config_hash(b)
+    assert cb.canonical_json({"b": 1, "a": 2}) == '{"a":2,"b":1}'

@@ -1,0 +1,172 @@
+"""Configuration: JSON-schema validation, defaults, and the per-rule slices of config.
+
+Imported by the Snakefile at parse time (in every cluster job too), so it imports only the
+standard library, yaml and jsonschema.
+
+Each rule receives only its own slice of the config as ``params``; Snakemake's params rerun
+trigger then reruns exactly the stages whose slice changed. Settings that cannot change a
+result (download retries, cache location, scheduler resources) are deliberately kept out of
+the slices.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+
+#: Run keys that define what is trained: the train rule's params (and rerun trigger).
+TRAIN_KEYS = (
+    "name",
+    "dataset",
+    "model",
+    "workers",
+    "nodes",
+    "gpus_per_node",
+    "epochs",
+    "minutes",
+    "batch_size",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "warmup_epochs",
+    "seed",
+)
+#: Run keys that only size the job (scheduler resources): never part of params.
+RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime")
+#: Dataset keys that change the preprocessed arrays.
+PREPROCESS_KEYS = ("val_fraction", "test_fraction", "split_seed")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the offending key."""
+
+
+def load_schema() -> dict[str, Any]:
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _key_path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _fill_defaults(schema: Mapping[str, Any], value: Any) -> Any:
+    """Insert the schema's ``default`` values into ``value`` (objects only, recursively)."""
+    if not isinstance(value, dict):
+        return value
+    for key, sub in schema.get("properties", {}).items():
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if key in value:
+            _fill_defaults(sub, value[key])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in value.keys() - schema.get("properties", {}).keys():
+            if value[key] is None:
+                value[key] = {}
+            _fill_defaults(extra, value[key])
+    return value
+
+
+def _schema_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  {_key_path(e.absolute_path)}: {e.message}" for e in errors]
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+
+
+def validate(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` and return a resolved deep copy.
+
+    The copy has schema defaults filled in and every run merged over ``run_defaults`` and the
+    built-in run defaults, so downstream code never looks up a default itself.
+    Raises :class:`ConfigError` naming each offending key.
+    """
+    schema = load_schema()
+    _schema_errors(config, schema)
+    resolved = _fill_defaults(schema, copy.deepcopy(dict(config)))
+
+    run_schema = schema["$defs"]["run_settings"]
+    runs = []
+    for run in resolved["runs"]:
+        merged = {**resolved.get("run_defaults", {}), **run}
+        runs.append(_fill_defaults(run_schema, merged))
+    resolved["runs"] = runs
+
+    problems = []
+    seen: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        where = f"runs[{i}]"
+        if run["name"] in seen:
+            problems.append(f"{where}.name: {run['name']!r} is already used by runs[{seen[run['name']]}]")
+        seen.setdefault(run["name"], i)
+        if run["dataset"] not in resolved["datasets"]:
+            problems.append(
+                f"{where}.dataset: {run['dataset']!r} is not declared under 'datasets' "
+                f"(declared: {', '.join(sorted(resolved['datasets'])) or 'none'})"
+            )
+        if run["epochs"] is None and run["minutes"] is None:
+            problems.append(f"{where}: set 'epochs' or 'minutes' (both are null)")
+        if run["batch_size"] < run["workers"]:
+            problems.append(
+                f"{where}.batch_size: global batch {run['batch_size']} is smaller than "
+                f"workers={run['workers']}: every worker needs at least one sample per step"
+            )
+        if run["nodes"] > run["workers"]:
+            problems.append(
+                f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
+            )
+    for name, ds in resolved["datasets"].items():
+        if ds["val_fraction"] + ds["test_fraction"] >= 1:
+            problems.append(
+                f"datasets.{name}: val_fraction + test_fraction = "
+                f"{ds['val_fraction'] + ds['test_fraction']:g} leaves no training data"
+            )
+    if problems:
+        raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+    return resolved
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a YAML config file."""
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    try:
+        return validate(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: the form every params slice is passed in."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """Short content hash of a (resolved) config, shown in the report for provenance."""
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:12]
+
+
+def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: run[k] for k in TRAIN_KEYS}
+
+
+def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "val_fraction": dataset_cfg["val_fraction"],
+        "test_fraction": dataset_cfg["test_fraction"],
+        "seed": dataset_cfg["split_seed"],
+    }
