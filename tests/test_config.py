@@ -113,3 +113,23 @@ def test_config_hash_is_deterministic_and_sensitive():
     b["report"]["title"] = "other"
     assert cb.config_hash(a) != cb.config_hash(b)
     assert cb.canonical_json({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+
+
+def test_download_slice_maps_overrides_and_leaves_out_operational_settings():
+    cfg = cb.validate(
+        {
+            "download": {"retries": 9, "cache_dir": "/somewhere"},
+            "datasets": {
+                "mnist": {"mirror": "http://m/", "urls": {"t10k-labels-idx1-ubyte.gz": "file:///x"}}
+            },
+            "runs": [{"name": "a", "dataset": "mnist"}],
+            "report": {"title": "t"},
+        }
+    )
+    assert cb.download_slice(cfg["datasets"]["mnist"]) == {
+        "source": {
+            "mirror": "http://m/",
+            "files": {"t10k-labels-idx1-ubyte.gz": {"url": "file:///x"}},
+        }
+    }
+    assert cb.download_slice({"mirror": None, "urls": {}}) == {"source": {}}

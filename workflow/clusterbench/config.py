@@ -170,3 +170,17 @@ def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
         "test_fraction": dataset_cfg["test_fraction"],
         "seed": dataset_cfg["split_seed"],
     }
+
+
+def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a dataset's files come from (``clusterbench.download``'s ``source``).
+
+    Retries, timeouts and the cache location are left out on purpose: they cannot change the
+    (checksum-pinned) bytes, so changing them must not make anything stale.
+    """
+    source: dict[str, Any] = {}
+    if dataset_cfg.get("mirror"):
+        source["mirror"] = dataset_cfg["mirror"]
+    if dataset_cfg.get("urls"):
+        source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
+    return {"source": source}

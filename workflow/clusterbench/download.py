@@ -1,0 +1,428 @@
+"""Stage 1: fetch a dataset's files into the shared cache, verify them, place them by the manifest.
+
+Files are fetched into ``<cache>/<dataset>/<file>``: the body goes to ``<file>.part``, an
+interrupted transfer is resumed with an HTTP ``Range`` request, and only a file whose size and
+pinned digests match is renamed to its final name. A verified cached file is reused without any
+network access. Connection errors, 5xx answers and truncated bodies are retried with exponential
+back-off; a 4xx answer or a checksum mismatch fails at once.
+
+``main`` fetches every file first, then hard-links (or copies) them next to ``MANIFEST.json`` and
+writes the manifest last, so a failed run leaves no manifest and no unverified file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import hashlib
+import http.client
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tqdm import tqdm
+
+from clusterbench import __version__
+from clusterbench.atomic import atomic_path, write_json
+from clusterbench.datasets import DatasetError, FileSpec, get_dataset, resolve_urls
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 1 << 16
+#: HTTP statuses worth retrying besides 5xx.
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+
+
+class DownloadError(Exception):
+    """A file could not be fetched; the message names the URL and the problem."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ChecksumError(DownloadError):
+    """The bytes are not the pinned ones (digest or size mismatch). Never retried."""
+
+
+class HTTPStatusError(DownloadError):
+    """The server answered with an error status that retrying will not fix (404, 403, ...)."""
+
+    def __init__(self, message: str, url: str, status: int) -> None:
+        super().__init__(message, url)
+        self.status = status
+
+
+class TransientError(DownloadError):
+    """A failure worth retrying: connection error, 5xx, truncated or dropped body."""
+
+
+class ParamsError(ValueError):
+    """Malformed ``--params``."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retries: int = 3
+    backoff_seconds: float = 1.0
+    timeout_seconds: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        """Back-off before retry number ``attempt`` (0-based): backoff * 2**attempt."""
+        return self.backoff_seconds * 2**attempt
+
+
+@dataclass(frozen=True)
+class DownloadParams:
+    cache_dir: str | None = None
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def file_digests(path: Path, algorithms: tuple[str, ...] = ("sha256",)) -> dict[str, str]:
+    """Hex digests of ``path`` for each ``hashlib`` algorithm, in one pass."""
+    hashers = {name: hashlib.new(name) for name in algorithms}
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            for h in hashers.values():
+                h.update(chunk)
+    return {name: h.hexdigest() for name, h in hashers.items()}
+
+
+def verify(path: Path, spec: FileSpec) -> tuple[str, str, str] | None:
+    """``None`` if ``path`` has the pinned size and digests, else (what, expected, actual)."""
+    size = path.stat().st_size
+    if spec.size is not None and size != spec.size:
+        return "size", f"{spec.size} bytes", f"{size}"
+    pinned = spec.digests()
+    actual = file_digests(path, tuple(pinned))
+    for name, expected in pinned.items():
+        if actual[name] != expected.lower():
+            return name, expected, actual[name]
+    return None
+
+
+# --------------------------------------------------------------------------- transfer
+
+
+def _progress(total: int | None, initial: int, desc: str) -> tqdm:
+    """A byte progress bar on stderr, shown only when stderr is a terminal."""
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
+
+
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """(first byte, total size) of a ``Content-Range`` header; ``None`` for unknown parts."""
+    match = _CONTENT_RANGE.fullmatch((value or "").strip())
+    if not match:
+        return None, None
+    start, _end, total = match.groups()
+    return (
+        None if start is None else int(start),
+        None if total == "*" else int(total),
+    )
+
+
+def _http_attempt(url: str, part: Path, expected_size: int | None, timeout: float) -> None:
+    """One request: append the rest of ``url`` to ``part``; raise TransientError to retry."""
+    offset = part.stat().st_size if part.exists() else 0
+    if expected_size is not None and offset > expected_size:
+        log.warning("%s is larger than %s should be; starting over", part, url)
+        part.unlink()
+        offset = 0
+    if offset and offset == expected_size:
+        return  # complete already; verification decides whether it is right
+    headers = {"User-Agent": f"clusterbench/{__version__}", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+        log.info("resuming %s at byte %d", url, offset)
+    try:
+        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            status, reason = exc.code, exc.reason
+            content_range = exc.headers.get("Content-Range")
+        if status == 416 and offset:
+            _start, total = _content_range(content_range)
+            if total == offset:
+                return  # the part file holds the whole body already
+            log.warning("%s rejected the range of %s; starting over", url, part)
+            part.unlink()
+            return _http_attempt(url, part, expected_size, timeout)
+        if status >= 500 or status in RETRYABLE_STATUSES:
+            raise TransientError(f"HTTP {status} {reason} from {url}", url) from exc
+        part.unlink(missing_ok=True)
+        raise HTTPStatusError(f"HTTP {status} {reason} for {url}", url, status) from exc
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TransientError(f"cannot fetch {url}: {reason}", url) from exc
+
+    with resp:
+        length_header = resp.headers.get("Content-Length")
+        length = int(length_header) if length_header and length_header.isdigit() else None
+        if resp.status == 206:
+            start, total = _content_range(resp.headers.get("Content-Range"))
+            if start != offset:
+                part.unlink(missing_ok=True)
+                raise TransientError(
+                    f"{url} answered a range starting at {start}, asked for {offset}", url
+                )
+            mode = "ab"
+        elif resp.status == 200:
+            if offset:
+                log.warning("%s ignored the Range request; downloading from the start", url)
+                offset = 0
+            total = length
+            mode = "wb"
+        else:
+            raise HTTPStatusError(f"unexpected HTTP {resp.status} for {url}", url, resp.status)
+        if total is None and length is not None:
+            total = offset + length
+        if expected_size is not None and total is not None and total != expected_size:
+            part.unlink(missing_ok=True)
+            raise ChecksumError(
+                f"size mismatch for {url}: expected {expected_size} bytes, "
+                f"the server reports {total}",
+                url,
+            )
+        received = 0
+        with (
+            open(part, mode) as fh,
+            _progress(total, offset, part.name.removesuffix(".part")) as bar,
+        ):
+            try:
+                while chunk := resp.read(CHUNK_SIZE):
+                    fh.write(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
+            except (OSError, http.client.HTTPException) as exc:
+                raise TransientError(
+                    f"connection to {url} dropped after {offset + received} bytes: {exc!r}", url
+                ) from exc
+        if length is not None and received < length:
+            raise TransientError(
+                f"truncated body from {url}: received {received} of {length} bytes", url
+            )
+
+
+def _http_download(url: str, part: Path, expected_size: int | None, policy: RetryPolicy) -> None:
+    attempts = policy.retries + 1
+    for attempt in range(attempts):
+        try:
+            _http_attempt(url, part, expected_size, policy.timeout_seconds)
+            return
+        except TransientError as exc:
+            if attempt + 1 == attempts:
+                raise TransientError(
+                    f"giving up on {url} after {attempts} attempts: {exc}", url
+                ) from exc
+            delay = policy.delay(attempt)
+            log.warning("%s; retry %d/%d in %.2fs", exc, attempt + 1, policy.retries, delay)
+            time.sleep(delay)
+
+
+def _copy_local(url: str, part: Path) -> None:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise DownloadError(f"cannot fetch {url}: file URLs must be local", url)
+    src = Path(urllib.request.url2pathname(parts.path))
+    try:
+        shutil.copyfile(src, part)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"cannot read {url}: {exc.strerror or exc}", url) from exc
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """Exclusive lock on ``<path>.lock`` so concurrent runs sharing a cache do not collide."""
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def fetch(spec: FileSpec, url: str, dest: Path, policy: RetryPolicy | None = None) -> Path:
+    """Make ``dest`` a verified copy of ``spec`` fetched from ``url`` (a no-op if cached).
+
+    Raises a :class:`DownloadError` subclass; nothing is ever left under ``dest`` unverified.
+    The ``.part`` file of a transfer that failed transiently is kept so the next run resumes it.
+    """
+    policy = policy or RetryPolicy()
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(dest):
+        if dest.exists():
+            mismatch = verify(dest, spec)
+            if mismatch is None:
+                log.info("using cached %s", dest)
+                return dest
+            log.warning("cached %s has the wrong %s; fetching it again", dest, mismatch[0])
+            dest.unlink()
+        part = dest.with_name(dest.name + ".part")
+        if urlsplit(url).scheme == "file":
+            _copy_local(url, part)
+        else:
+            _http_download(url, part, spec.size, policy)
+        mismatch = verify(part, spec)
+        if mismatch is not None:
+            part.unlink(missing_ok=True)
+            what, expected, actual = mismatch
+            raise ChecksumError(
+                f"{what} mismatch for {url}: expected {expected}, got {actual}", url
+            )
+        with open(part, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(part, dest)
+        log.info("fetched %s -> %s", url, dest)
+    return dest
+
+
+# --------------------------------------------------------------------------- stage
+
+
+def default_cache_dir() -> Path:
+    """``$CLUSTERBENCH_CACHE/datasets``, else ``~/.cache/clusterbench/datasets``."""
+    root = os.environ.get("CLUSTERBENCH_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "clusterbench"
+    return base / "datasets"
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParamsError(f"--params is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ParamsError(f"--params must be a JSON object, got {raw!r}")
+    return raw
+
+
+def parse_params(text: str) -> DownloadParams:
+    """Validate the ``--params`` JSON (see docs/ARCHITECTURE.md); missing keys take defaults."""
+    raw = _json_object(text)
+    allowed = {"cache_dir", "retries", "backoff_seconds", "timeout_seconds", "source"}
+    if unknown := set(raw) - allowed:
+        raise ParamsError(f"unknown --params keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+
+    def number(key: str, default: float, *, integer: bool = False, positive: bool = False) -> float:
+        value = raw.get(key, default)
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+            raise ParamsError(f"{key} must be a non-negative {kinds[-1].__name__}, got {value!r}")
+        if positive and value == 0:
+            raise ParamsError(f"{key} must be positive, got {value!r}")
+        return value
+
+    defaults = RetryPolicy()
+    policy = RetryPolicy(
+        retries=number("retries", defaults.retries, integer=True),
+        backoff_seconds=float(number("backoff_seconds", defaults.backoff_seconds)),
+        timeout_seconds=float(number("timeout_seconds", defaults.timeout_seconds, positive=True)),
+    )
+    cache_dir = raw.get("cache_dir")
+    if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir):
+        raise ParamsError(f"cache_dir must be a non-empty string or null, got {cache_dir!r}")
+    source = raw.get("source") or {}
+    if not isinstance(source, dict):
+        raise ParamsError(f"source must be a JSON object, got {source!r}")
+    return DownloadParams(cache_dir=cache_dir, policy=policy, source=source)
+
+
+def _place(src: Path, dest: Path) -> None:
+    """Put ``src`` at ``dest``: a hard link, or a copy where linking is impossible."""
+    dest.unlink(missing_ok=True)  # renaming onto another link of the same inode is a no-op
+    with atomic_path(dest) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+            shutil.copyfile(src, tmp)
+
+
+def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[str, Any]:
+    """Fetch every file of dataset ``name``, place them next to ``manifest``, write it last."""
+    spec = get_dataset(name)
+    urls = resolve_urls(name, params.source)
+    cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
+    manifest = Path(manifest)
+    manifest.unlink(missing_ok=True)
+    cached = {
+        f.name: fetch(f, urls[f.name], cache / name / f.name, params.policy) for f in spec.files
+    }
+    for file_name, path in cached.items():
+        _place(path, manifest.parent / file_name)
+    content = {
+        "dataset": name,
+        "files": {
+            f.name: {"sha256": f.sha256, "size": cached[f.name].stat().st_size, "url": urls[f.name]}
+            for f in spec.files
+        },
+    }
+    write_json(manifest, content)
+    return content
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="download", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="dataset name: digits, mnist, cifar10")
+    parser.add_argument("--params", required=True, help="the rule's config slice as JSON")
+    parser.add_argument("--out", required=True, type=Path, help="MANIFEST.json to write")
+    # Settings that cannot change the downloaded bytes. The workflow passes them as flags rather
+    # than in --params (its rerun trigger): more retries must not make every stage stale.
+    parser.add_argument("--cache-dir", help="overrides params cache_dir")
+    parser.add_argument("--retries", type=int, help="overrides params retries")
+    parser.add_argument("--backoff", type=float, help="overrides params backoff_seconds")
+    parser.add_argument("--timeout", type=float, help="overrides params timeout_seconds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    overrides = {
+        key: value
+        for key, value in (
+            ("cache_dir", args.cache_dir),
+            ("retries", args.retries),
+            ("backoff_seconds", args.backoff),
+            ("timeout_seconds", args.timeout),
+        )
+        if value is not None
+    }
+    try:
+        params = parse_params(json.dumps({**_json_object(args.params), **overrides}))
+        content = download_dataset(args.dataset, args.out, params)
+    except (ParamsError, DatasetError) as exc:
+        print(f"download: error: {exc}", file=sys.stderr)
+        return 2
+    except DownloadError as exc:
+        print(f"download: error: {exc}", file=sys.stderr)
+        return 1
+    log.info("%s: %d file(s) -> %s", args.dataset, len(content["files"]), args.out)
+    return 0
