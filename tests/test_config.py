@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import default_config
-
 from clusterbench import config as cb
+from conftest import default_config
 
 
 def test_default_config_is_valid_and_fully_resolved():

@@ -37,10 +37,18 @@ else
     say "torch $TORCH_VERSION already installed"
 fi
 
-say "installing pinned requirements (snakemake, executor plugins, pandas, seaborn, ...)"
-pip install -q -r requirements.txt
-say "installing clusterbench (editable, source root workflow/)"
-pip install -q --no-deps --no-build-isolation -e .
+# Requirements and the editable package: skipped when nothing changed since the last set-up.
+stamp="$VENV/.clusterbench-requirements"
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing pinned requirements (snakemake, executor plugins, pandas, seaborn, ...)"
+    pip install -q -r requirements.txt
+    say "installing clusterbench (editable, source root workflow/)"
+    pip install -q --no-deps --no-build-isolation -e .
+    echo "$want" > "$stamp"
+else
+    say "requirements and clusterbench already installed"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # horovod

@@ -111,7 +111,9 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     for i, run in enumerate(runs):
         where = f"runs[{i}]"
         if run["name"] in seen:
-            problems.append(f"{where}.name: {run['name']!r} is already used by runs[{seen[run['name']]}]")
+            problems.append(
+                f"{where}.name: {run['name']!r} is already used by runs[{seen[run['name']]}]"
+            )
         seen.setdefault(run["name"], i)
         if run["dataset"] not in resolved["datasets"]:
             problems.append(
@@ -127,7 +129,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             )
         if run["nodes"] > run["workers"]:
             problems.append(
-                f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
+                f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers "
+                "leaves a node idle"
             )
     for name, ds in resolved["datasets"].items():
         if ds["val_fraction"] + ds["test_fraction"] >= 1:
