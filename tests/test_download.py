@@ -577,3 +577,17 @@ def test_main_flags_override_params(tmp_path: Path):
     assert rc == 0
     assert (flag_cache / "digits" / "digits.csv.gz").is_file()
     assert not (tmp_path / "param-cache").exists()
+
+
+def test_main_reads_settings_from_environment(tmp_path: Path, monkeypatch):
+    """The workflow passes download settings in $CLUSTERBENCH_DOWNLOAD (not a rerun trigger)."""
+    env_cache = tmp_path / "env-cache"
+    monkeypatch.setenv(download.SETTINGS_ENV, json.dumps({"cache_dir": str(env_cache)}))
+    out = tmp_path / "out"
+    rc = download.main(
+        ["--dataset", "digits", "--params", params(tmp_path / "p"), "--out", f"{out}/MANIFEST.json"]
+    )
+    assert rc == 0
+    assert (env_cache / "digits" / "digits.csv.gz").is_file()
+    monkeypatch.setenv(download.SETTINGS_ENV, "[1]")
+    assert download.main(["--dataset", "digits", "--params", "{}", "--out", str(out / "M")]) == 2

@@ -315,13 +315,19 @@ def default_cache_dir() -> Path:
     return base / "datasets"
 
 
-def _json_object(text: str) -> dict[str, Any]:
+#: Environment variable with a JSON object of download settings (cache_dir, retries,
+#: backoff_seconds, timeout_seconds). The workflow sets it from the config instead of passing the
+#: settings in --params, its rerun trigger: more retries must not make every stage stale.
+SETTINGS_ENV = "CLUSTERBENCH_DOWNLOAD"
+
+
+def _json_object(text: str, what: str = "--params") -> dict[str, Any]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ParamsError(f"--params is not valid JSON: {exc}") from exc
+        raise ParamsError(f"{what} is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
-        raise ParamsError(f"--params must be a JSON object, got {raw!r}")
+        raise ParamsError(f"{what} must be a JSON object, got {raw!r}")
     return raw
 
 
@@ -397,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", required=True, help="dataset name: digits, mnist, cifar10")
     parser.add_argument("--params", required=True, help="the rule's config slice as JSON")
     parser.add_argument("--out", required=True, type=Path, help="MANIFEST.json to write")
-    # Settings that cannot change the downloaded bytes. The workflow passes them as flags rather
-    # than in --params (its rerun trigger): more retries must not make every stage stale.
+    # Settings that cannot change the downloaded bytes; precedence: flags, $CLUSTERBENCH_DOWNLOAD,
+    # --params.
     parser.add_argument("--cache-dir", help="overrides params cache_dir")
     parser.add_argument("--retries", type=int, help="overrides params retries")
     parser.add_argument("--backoff", type=float, help="overrides params backoff_seconds")
@@ -416,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None
     }
     try:
-        params = parse_params(json.dumps({**_json_object(args.params), **overrides}))
+        env = _json_object(os.environ.get(SETTINGS_ENV, "{}"), SETTINGS_ENV)
+        params = parse_params(json.dumps({**_json_object(args.params), **env, **overrides}))
         content = download_dataset(args.dataset, args.out, params)
     except (ParamsError, DatasetError) as exc:
         print(f"download: error: {exc}", file=sys.stderr)

@@ -1,0 +1,44 @@
+# clusterbench: the two commands are `make demo` and `make test`; both do all set-up first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PROFILE ?= profiles/local
+SNAKEMAKE_ARGS ?=
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help setup demo test lint format report-html clean
+
+help:
+	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
+	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
+	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
+	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
+
+setup:
+	@tools/setup.sh
+
+demo: setup
+	snakemake --profile $(PROFILE) $(SNAKEMAKE_ARGS)
+	snakemake --profile $(PROFILE) --report results/report/report.html
+	@echo "PDF report:  results/report/report.pdf"
+	@echo "HTML report: results/report/report.html"
+
+test: setup
+	python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	snakemake --lint
+	snakefmt --check Snakefile rules/
+	ruff check workflow scripts tests benchmarks
+	ruff format --check workflow scripts tests benchmarks
+
+format: setup
+	snakefmt Snakefile rules/
+	ruff format workflow scripts tests benchmarks
+	ruff check --fix workflow scripts tests benchmarks
+
+report-html: setup
+	snakemake --profile $(PROFILE) --report results/report/report.html
+
+clean:
+	rm -rf results .snakemake

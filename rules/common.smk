@@ -1,0 +1,70 @@
+# Shared set-up: config validation, run lookup, helpers. Imports nothing heavy: this file is
+# parsed again in every cluster job.
+import os
+import sys
+from pathlib import Path
+
+# Make the package importable even from a snakemake that is not the project's venv.
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from clusterbench import config as cbconfig
+from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
+from snakemake.exceptions import WorkflowError
+
+try:
+    CFG = cbconfig.validate(config)
+except cbconfig.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
+RUNS = {run["name"]: run for run in CFG["runs"]}
+DATASETS = sorted({run["dataset"] for run in CFG["runs"]})
+
+# Jobs (local, and cluster jobs, which parse this file again) run `python` and the package of
+# this Snakemake's own environment, as if it were activated. Download settings cannot change the
+# checksum-pinned bytes, so they are no params (a rerun trigger): bumping `retries` must not make
+# every stage stale; clusterbench.download reads them from CLUSTERBENCH_DOWNLOAD.
+os.environ.update(
+    PATH=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    ),
+    PYTHONPATH=os.pathsep.join(
+        [str(Path(workflow.basedir) / "workflow"), os.environ.get("PYTHONPATH", "")]
+    ),
+    CLUSTERBENCH_HOME=str(Path(workflow.basedir)),
+    CLUSTERBENCH_DOWNLOAD=cbconfig.canonical_json(CFG["download"]),
+)
+#: Every rule runs in this software environment (see tools/setup.sh for the venv equivalent).
+SOFTWARE = "../workflow/envs/clusterbench.yaml"
+
+
+def script(stage):
+    """The entry point ``scripts/<stage>.py``: an input, so editing it reruns the stage."""
+    return str(Path(workflow.basedir) / "scripts" / f"{stage}.py")
+
+
+wildcard_constraints:
+    dataset="|".join(DATASETS),
+    run="|".join(RUNS),
+
+
+def run_of(wildcards):
+    return RUNS[wildcards.run]
+
+
+def data_dir(dataset):
+    return f"results/data/{dataset}"
+
+
+ARRAY_FILES = [
+    f"{split}_{kind}.npy" for split in ("train", "val", "test") for kind in "xy"
+]
+
+
+def data_files(dataset):
+    """Every file of a preprocessed dataset; meta.json (written last) comes last."""
+    return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
+
+
+def train_resource(key):
+    """Resource ``key`` of the train job of ``wildcards.run`` (see clusterbench.resources)."""
+    return lambda wildcards: train_resources(RUNS[wildcards.run]).get(key)

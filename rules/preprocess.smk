@@ -1,0 +1,21 @@
+rule preprocess:
+    input:
+        script=script("preprocess"),
+        manifest=rules.download.output.manifest,
+    output:
+        data_files("{dataset}"),
+    log:
+        "results/logs/preprocess/{dataset}.log",
+    benchmark:
+        "results/benchmarks/preprocess/{dataset}.tsv"
+    conda:
+        SOFTWARE
+    params:
+        split=lambda wc: cbconfig.canonical_json(
+            cbconfig.preprocess_slice(CFG["datasets"][wc.dataset])
+        ),
+        out_dir=lambda wc: data_dir(wc.dataset),
+    shell:
+        "python {input.script} --dataset {wildcards.dataset} "
+        "--manifest {input.manifest} --params {params.split:q} "
+        "--out-dir {params.out_dir} > {log} 2>&1"

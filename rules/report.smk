@@ -1,0 +1,64 @@
+REPORT_DIR = "results/report"
+
+
+rule report:
+    input:
+        script=script("report"),
+        runs=expand(
+            "results/runs/{run}/{name}", run=RUNS, name=["run.json", "metrics.jsonl"]
+        ),
+        evals=expand(
+            "results/eval/{run}/{name}",
+            run=RUNS,
+            name=["metrics.json", "confusion.csv"],
+        ),
+        benchmarks=expand(
+            "results/benchmarks/download/{dataset}.tsv", dataset=DATASETS
+        )
+        + expand("results/benchmarks/preprocess/{dataset}.tsv", dataset=DATASETS)
+        + expand(
+            "results/benchmarks/{rule}/{run}.tsv", rule=["train", "evaluate"], run=RUNS
+        ),
+    output:
+        runs=report(
+            f"{REPORT_DIR}/runs.csv",
+            caption="../workflow/report/runs.rst",
+            category="Tables",
+        ),
+        epochs=report(
+            f"{REPORT_DIR}/epochs.csv",
+            caption="../workflow/report/epochs.rst",
+            category="Tables",
+        ),
+        benchmarks=report(
+            f"{REPORT_DIR}/benchmarks.csv",
+            caption="../workflow/report/benchmarks.rst",
+            category="Tables",
+        ),
+        figures=report(
+            directory(f"{REPORT_DIR}/figures"),
+            patterns=["{name}.png"],
+            caption="../workflow/report/figures.rst",
+            category="Figures",
+        ),
+        pdf=report(
+            f"{REPORT_DIR}/report.pdf",
+            caption="../workflow/report/report.rst",
+            category="Report",
+        ),
+    log:
+        "results/logs/report/report.log",
+    benchmark:
+        "results/benchmarks/report/report.tsv"
+    conda:
+        SOFTWARE
+    params:
+        settings=cbconfig.canonical_json(
+            {**CFG["report"], "config_hash": cbconfig.config_hash(CFG)}
+        ),
+        run_dirs=[f"results/runs/{run}" for run in RUNS],
+        eval_dirs=[f"results/eval/{run}" for run in RUNS],
+    shell:
+        "python {input.script} --params {params.settings:q} "
+        "--run-dirs {params.run_dirs} --eval-dirs {params.eval_dirs} "
+        "--benchmarks {input.benchmarks} --out-dir $(dirname {output.pdf}) > {log} 2>&1"

@@ -1,0 +1,30 @@
+# One Horovod rank per worker, started by clusterbench.launch in whatever allocation the job runs
+# in (local subprocesses, srun steps, qrsh -inherit). The command is the same in every profile;
+# resources (clusterbench.resources) size the job for each executor and are no rerun trigger.
+rule train:
+    input:
+        script=script("train"),
+        data=lambda wc: data_files(run_of(wc)["dataset"]),
+    output:
+        info="results/runs/{run}/run.json",
+        metrics="results/runs/{run}/metrics.jsonl",
+        tensorboard=directory("results/runs/{run}/tensorboard"),
+        model="results/runs/{run}/model.pt",
+    log:
+        "results/logs/train/{run}.log",
+    benchmark:
+        "results/benchmarks/train/{run}.tsv"
+    conda:
+        SOFTWARE
+    threads: lambda wc: run_of(wc)["workers"] * run_of(wc)["cpus_per_worker"]
+    resources:
+        **{key: train_resource(key) for key in TRAIN_RESOURCE_KEYS},
+    params:
+        run=lambda wc: cbconfig.canonical_json(cbconfig.train_slice(run_of(wc))),
+        workers=lambda wc: run_of(wc)["workers"],
+        data_dir=lambda wc: data_dir(run_of(wc)["dataset"]),
+        out_dir=lambda wc: f"results/runs/{wc.run}",
+    shell:
+        "python -m clusterbench.launch --np {params.workers} -- "
+        "python {input.script} --data-dir {params.data_dir} --run {params.run:q} "
+        "--out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,93 @@
+"""Shared fixtures: the repository, running the workflow in a scratch directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env=None):
+    """Run this repository's Snakefile with ``workdir`` as working directory."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        *args,
+    ]
+    full_env = {**os.environ, **(env or {})}
+    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+    if check and proc.returncode != 0:
+        logs = "\n".join(
+            f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted(workdir.glob("results/logs/*/*"))
+        )
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{logs}"
+        )
+    return proc
+
+
+def write_config(workdir: Path, cfg: dict) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A scratch working directory whose dataset cache is private to the test."""
+    return tmp_path / "work"
+
+
+@pytest.fixture(scope="session")
+def dataset_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("dataset-cache")
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)

@@ -1,0 +1,186 @@
+"""The whole pipeline, end to end on the local profile, and Snakemake's staleness behaviour.
+
+One real run of the default configuration (digits, 1 and 2 Horovod workers) is shared by the
+tests of this module, which then change one setting at a time and check which stages reran.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, default_config, snakemake, write_config
+
+pytestmark = pytest.mark.slow
+
+STAGE_DIRS = {
+    "raw": "download",
+    "data": "preprocess",
+    "runs": "train",
+    "eval": "evaluate",
+    "report": "report",
+}
+
+
+def stage_mtimes(workdir: Path) -> dict[tuple[str, str], dict[str, int]]:
+    """{(stage, wildcard): {file: mtime_ns}} for every output under results/."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    results = workdir / "results"
+    for top, stage in STAGE_DIRS.items():
+        base = results / top
+        if not base.exists():
+            continue
+        for f in base.rglob("*"):
+            if f.is_file():
+                rel = f.relative_to(base)
+                key = (stage, rel.parts[0] if stage != "report" else "")
+                out.setdefault(key, {})[str(rel)] = f.stat().st_mtime_ns
+    return out
+
+
+def rerun_stages(before, after) -> set[tuple[str, str]]:
+    return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+
+
+def run_local(workdir: Path, *extra: str):
+    return snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), *extra)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """The default configuration, run to the end on the local profile."""
+    workdir = tmp_path_factory.mktemp("pipeline")
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    write_config(workdir, cfg)
+    run_local(workdir)
+    return workdir
+
+
+def test_full_pipeline_produces_every_output(finished: Path):
+    res = finished / "results"
+    runs = [r["name"] for r in default_config()["runs"]]
+    assert (res / "raw" / "digits" / "MANIFEST.json").is_file()
+    meta = json.loads((res / "data" / "digits" / "meta.json").read_text())
+    assert meta["num_classes"] == 10
+    for run in runs:
+        metrics = [
+            json.loads(line)
+            for line in (res / "runs" / run / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert len(metrics) == default_config()["run_defaults"]["epochs"]
+        assert (res / "runs" / run / "model.pt").stat().st_size > 0
+        assert any((res / "runs" / run / "tensorboard").iterdir())
+        assert (res / "eval" / run / "metrics.json").is_file()
+        assert (res / "benchmarks" / "train" / f"{run}.tsv").is_file()
+    pdf = res / "report" / "report.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
+    for table in ("runs.csv", "epochs.csv", "benchmarks.csv"):
+        assert (res / "report" / table).stat().st_size > 0
+
+
+def test_two_worker_run_reaches_target_accuracy(finished: Path):
+    acc = {
+        run["name"]: json.loads(
+            (finished / "results" / "eval" / run["name"] / "metrics.json").read_text()
+        )["accuracy"]
+        for run in default_config()["runs"]
+    }
+    two_workers = [r["name"] for r in default_config()["runs"] if r.get("workers") == 2]
+    assert max(acc[name] for name in two_workers) >= 0.95, acc
+    info = json.loads((finished / "results" / "runs" / two_workers[0] / "run.json").read_text())
+    assert info["world"]["size"] == 2
+
+
+def test_html_report_builds(finished: Path):
+    html = finished / "report.html"
+    run_local(finished, "--report", str(html))
+    text = html.read_text(errors="replace")
+    assert "report.pdf" in text and "runs.csv" in text
+
+
+def test_second_invocation_does_nothing(finished: Path):
+    before = stage_mtimes(finished)
+    proc = run_local(finished, "--dry-run")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    run_local(finished)
+    assert rerun_stages(before, stage_mtimes(finished)) == set()
+
+
+def _change(workdir: Path, mutate) -> set[tuple[str, str]]:
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    mutate(cfg)
+    write_config(workdir, cfg)
+    before = stage_mtimes(workdir)
+    run_local(workdir)
+    return rerun_stages(before, stage_mtimes(workdir))
+
+
+def test_report_title_reruns_only_the_report(finished: Path):
+    reran = _change(finished, lambda c: c["report"].update(title="A new title"))
+    assert reran == {("report", "")}
+
+
+def test_evaluation_setting_reruns_evaluate_and_report(finished: Path):
+    reran = _change(
+        finished,
+        lambda c: (c["report"].update(title="A new title"), c["evaluate"].update(batch_size=97)),
+    )
+    runs = {r["name"] for r in default_config()["runs"]}
+    assert reran == {("evaluate", run) for run in runs} | {("report", "")}
+
+
+def test_download_retries_rerun_nothing(finished: Path):
+    reran = _change(
+        finished,
+        lambda c: (
+            c["report"].update(title="A new title"),
+            c["evaluate"].update(batch_size=97),
+            c["download"].update(retries=9),
+        ),
+    )
+    assert reran == set()
+
+
+def test_one_runs_lr_reruns_that_run_and_the_report(finished: Path):
+    target = default_config()["runs"][0]["name"]
+
+    def mutate(c):
+        c["report"].update(title="A new title")
+        c["evaluate"].update(batch_size=97)
+        c["download"].update(retries=9)
+        c["runs"][0]["lr"] = 0.02
+
+    reran = _change(finished, mutate)
+    assert reran == {("train", target), ("evaluate", target), ("report", "")}
+
+
+def test_snakefile_parses_without_torch(finished: Path):
+    """Every cluster job re-parses the Snakefile: it must not import torch & co."""
+    code = (
+        "import sys\n"
+        "for m in ('torch', 'horovod', 'matplotlib', 'seaborn', 'pandas', 'numpy'):\n"
+        "    sys.modules[m] = None  # any import of these now raises ImportError\n"
+        "from snakemake.cli import main\n"
+        f"sys.argv = ['snakemake', '--snakefile', {str(REPO / 'Snakefile')!r},\n"
+        f"    '--directory', {str(finished)!r}, '--configfile', {str(finished / 'config.yaml')!r},\n"
+        "    '--dry-run', '--forceall', '--cores', '1']\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train" in proc.stdout
+
+
+def test_invalid_config_stops_before_any_job(tmp_path: Path):
+    cfg = default_config()
+    cfg["runs"][1]["workers"] = 0
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "local"), check=False)
+    assert proc.returncode != 0
+    assert "runs[1].workers" in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()

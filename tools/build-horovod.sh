@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Install horovod into the environment of $PYTHON (default: python3 on PATH), with PyTorch + Gloo,
+# and NCCL when nvcc is present and torch is a CUDA build.
+#
+# Horovod 0.28.1 (newest release) does not build against torch >= 2.1 as shipped: both of its
+# CMakeLists.txt pin CMAKE_CXX_STANDARD 14 while torch's headers need C++17. We patch that in a
+# copy of the sdist and build a wheel once; the wheel is cached outside any environment, keyed by
+# the horovod, torch and python versions (and NCCL or not), so the next set-up takes seconds.
+# Used by tools/setup.sh (the venv) and workflow/envs/clusterbench.post-deploy.sh (conda).
+set -euo pipefail
+
+py=${PYTHON:-python3}
+HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+CACHE=${CLUSTERBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clusterbench}
+WHEELS="$CACHE/wheels"
+bindir=$(dirname "$("$py" -c 'import sys; print(sys.executable)')")
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+pip() { "$py" -m pip --disable-pip-version-check "$@"; }
+
+TORCH_VERSION=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
+pyver=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+torch_cuda=$("$py" -c 'import torch; print(torch.version.cuda or "")')
+gpu_ops=""
+if command -v nvcc >/dev/null 2>&1; then
+    if [ -n "$torch_cuda" ]; then
+        gpu_ops=NCCL
+        say "nvcc found and torch is built for CUDA $torch_cuda: horovod gets NCCL"
+    else
+        say "nvcc found but torch is a CPU build: building horovod without NCCL"
+    fi
+fi
+key="horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
+wheel_dir="$WHEELS/$key"
+
+if "$py" -c "import horovod, horovod.torch, sys; sys.exit(horovod.__version__ != '$HOROVOD_VERSION')" 2>/dev/null; then
+    say "horovod $HOROVOD_VERSION with PyTorch already installed"
+else
+    if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+        say "building horovod $HOROVOD_VERSION from its sdist (C++17 patch, Gloo${gpu_ops:+, $gpu_ops}); takes ~6 min on 2 cores"
+        build=$(mktemp -d)
+        trap 'rm -rf "$build"' EXIT
+        pip download -q --no-deps --no-binary :all: -d "$build" "horovod==$HOROVOD_VERSION"
+        tar -xzf "$build"/horovod-"$HOROVOD_VERSION".tar.gz -C "$build"
+        src="$build/horovod-$HOROVOD_VERSION"
+        for f in "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"; do
+            grep -q 'CMAKE_CXX_STANDARD 14' "$f" || { echo "unexpected $f: no C++14 pin to patch" >&2; exit 1; }
+            sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$f"
+        done
+        pip install -q "cloudpickle" "psutil" "pyyaml" "packaging" "wheel" "setuptools<81"
+        env HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+            HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+            ${gpu_ops:+HOROVOD_GPU_OPERATIONS=$gpu_ops} \
+            MAKEFLAGS="-j$(nproc)" \
+            "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$build/dist" "$src"
+        mkdir -p "$wheel_dir"
+        whl=$(basename "$build"/dist/horovod-*.whl)
+        cp "$build/dist/$whl" "$wheel_dir/.$whl.part"     # publish atomically
+        mv "$wheel_dir/.$whl.part" "$wheel_dir/$whl"
+        say "cached $(ls "$wheel_dir")"
+    else
+        say "using cached wheel $(ls "$wheel_dir"/horovod-*.whl)"
+    fi
+    pip install -q --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+fi
+
+check=$("$bindir/horovodrun" --check-build)
+echo "$check" | sed 's/^/    /'
+for fw in PyTorch Gloo; do
+    echo "$check" | grep -q "\[X\] $fw" || { echo "horovod was built without $fw" >&2; exit 1; }
+done
+if [ -n "$gpu_ops" ]; then
+    echo "$check" | grep -q "\[X\] NCCL" || { echo "horovod was built without NCCL" >&2; exit 1; }
+fi
