@@ -24,6 +24,7 @@ demo: setup
 	@echo "HTML report: results/report/report.html"
 
 test: setup
+	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
 
 lint: setup

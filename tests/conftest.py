@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.clusters.fixtures import sge_cluster, slurm_cluster  # noqa: F401
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
 

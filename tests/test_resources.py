@@ -1,0 +1,211 @@
+"""clusterbench.resources: the resource dicts, and the sbatch/qsub lines the real plugins build.
+
+The executor plugins' own command builders (snakemake-executor-plugin-slurm's
+``get_submit_command``, the SGE plugin's ``get_submit_command``) are called with a job carrying
+our resources, so a plugin upgrade that changes the mapping fails here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from clusterbench.resources import (
+    SGE_MPI_PE,
+    TRAIN_RESOURCE_KEYS,
+    plain_resources,
+    train_resources,
+)
+from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
+from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+
+def run_config(**overrides):
+    run = {
+        "name": "r",
+        "workers": 1,
+        "nodes": 1,
+        "gpus_per_node": 0,
+        "cpus_per_worker": 1,
+        "mem_mb": 2000,
+        "runtime": 30,
+    }
+    run.update(overrides)
+    return run
+
+
+class _Resources(dict):
+    """What the plugins see as ``job.resources``: ``.get`` and attribute access."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def fake_job(resources: dict, threads: int = 1):
+    return SimpleNamespace(
+        resources=_Resources(resources), threads=threads, name="train", is_group=lambda: False
+    )
+
+
+def sbatch_line(resources: dict, threads: int = 1) -> list[str]:
+    job = fake_job(resources, threads)
+    validate_slurm_extra(job)
+    params = {
+        "run_uuid": "u",
+        "slurm_logfile": "log",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": "/w",
+    }
+    return shlex.split(slurm_submit(job, params))
+
+
+def qsub_line(resources: dict, tmp_path: Path) -> list[str]:
+    settings = SimpleNamespace(pe="smp")  # what profiles/sge sets as sge-pe
+    cmd = sge_submit(
+        fake_job(resources),
+        {"run_uuid": "u", "log_dir": str(tmp_path / "logs")},
+        settings,
+        script_path="/job.sh",
+    )
+    return shlex.split(cmd)
+
+
+def last_l(argv: list[str], name: str) -> str | None:
+    """The value qsub applies for ``-l name=...``: the last one given wins."""
+    values = [
+        a.split("=", 1)[1]
+        for i, a in enumerate(argv)
+        if i and argv[i - 1] == "-l" and a.startswith(f"{name}=")
+    ]
+    return values[-1] if values else None
+
+
+def option(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag:
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# the dicts
+
+
+def test_single_worker_is_not_an_mpi_job() -> None:
+    res = train_resources(run_config(cpus_per_worker=2))
+    assert "mpi" not in res and "tasks" not in res and "sge_pe" not in res
+    assert res["cpus_per_task"] == 2
+    assert res["threads"] == 2  # SGE slots in the profile's smp PE
+    assert set(res) <= set(TRAIN_RESOURCE_KEYS)
+
+
+def test_multi_worker_is_an_mpi_job_with_one_slot_per_worker() -> None:
+    res = train_resources(run_config(workers=4, nodes=2, cpus_per_worker=2, mem_mb=3000))
+    assert res["mpi"] == "srun"
+    assert res["tasks"] == 4
+    assert res["threads"] == 4
+    assert res["sge_pe"] == SGE_MPI_PE
+    assert res["mem_mb"] == 3000
+    assert res["mem_mb_per_cpu"] == 375  # 3000 MB over 4 ranks x 2 CPUs
+    assert set(res) <= set(TRAIN_RESOURCE_KEYS)
+
+
+def test_memory_per_cpu_rounds_up() -> None:
+    res = train_resources(run_config(workers=3, mem_mb=1000))
+    assert res["mem_mb_per_cpu"] == 334
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"workers": 0}, "workers must be an integer >= 1, got 0"),
+        ({"nodes": 2}, r"nodes \(2\) > workers \(1\)"),
+        ({"gpus_per_node": -1}, "gpus_per_node must be an integer >= 0"),
+        ({"cpus_per_worker": 1.5}, "cpus_per_worker must be an integer"),
+        ({"mem_mb": True}, "mem_mb must be an integer"),
+        ({"runtime": None}, "runtime must be an integer >= 1, got None"),
+    ],
+)
+def test_bad_run_is_rejected_naming_the_field(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        train_resources(run_config(**overrides))
+
+
+def test_missing_field_is_named() -> None:
+    run = run_config()
+    del run["nodes"]
+    with pytest.raises(ValueError, match="run 'r': nodes must be"):
+        train_resources(run)
+
+
+def test_plain_resources() -> None:
+    res = plain_resources(threads=2, mem_mb=1000, runtime=5)
+    assert res == {
+        "mem_mb": 1000,
+        "runtime": 5,
+        "threads": 2,
+        "sge_resources": "h_vmem=INFINITY,tmem=500M",
+    }
+    with pytest.raises(ValueError, match="threads must be"):
+        plain_resources(threads=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# what the Slurm plugin makes of them
+
+
+def test_sbatch_two_workers_two_nodes_with_gpus() -> None:
+    argv = sbatch_line(train_resources(run_config(workers=2, nodes=2, gpus_per_node=2)))
+    assert option(argv, "--nodes") == "2"
+    assert option(argv, "--ntasks") == "2"
+    assert option(argv, "--ntasks-per-node") == "1"
+    assert option(argv, "--gpus-per-node") == "2"
+    assert option(argv, "--cpus-per-task") == "1"
+    assert option(argv, "--mem-per-cpu") == "1000"
+    assert option(argv, "-t") == "30"
+    # The traps: no per-job --gpus and no --ntasks-per-gpu, no whole-node --mem.
+    assert not any(a.startswith(("--ntasks-per-gpu", "--gpus=", "--gres")) for a in argv)
+    assert "--mem" not in argv
+
+
+def test_sbatch_uneven_workers_have_no_per_node_count() -> None:
+    argv = sbatch_line(train_resources(run_config(workers=3, nodes=2)))
+    assert option(argv, "--ntasks") == "3"
+    assert option(argv, "--ntasks-per-node") is None
+
+
+def test_sbatch_single_worker() -> None:
+    res = train_resources(run_config(cpus_per_worker=2, gpus_per_node=1))
+    argv = sbatch_line(res, threads=2)
+    assert option(argv, "--ntasks") == "1"
+    assert option(argv, "--cpus-per-task") == "2"
+    assert option(argv, "--gpus-per-node") == "1"
+    assert option(argv, "--mem-per-cpu") == "1000"
+
+
+# ------------------------------------------------------------------------------------------------
+# what the SGE plugin makes of them
+
+
+def test_qsub_multi_worker_uses_mpi_pe_and_lifts_h_vmem(tmp_path: Path) -> None:
+    argv = qsub_line(train_resources(run_config(workers=2, nodes=2, mem_mb=3000)), tmp_path)
+    assert argv[argv.index("-pe") + 1 : argv.index("-pe") + 3] == ["mpi", "2"]
+    assert last_l(argv, "h_vmem") == "INFINITY"
+    assert last_l(argv, "tmem") == "1500M"
+    assert last_l(argv, "h_rt") == "00:30:00"
+
+
+def test_qsub_single_worker_uses_profile_pe(tmp_path: Path) -> None:
+    argv = qsub_line(train_resources(run_config(cpus_per_worker=2)), tmp_path)
+    assert argv[argv.index("-pe") + 1 : argv.index("-pe") + 3] == ["smp", "2"]
+    assert last_l(argv, "h_vmem") == "INFINITY"
