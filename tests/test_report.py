@@ -1,0 +1,526 @@
+"""Tests of stage 5 (clusterbench.report, clusterbench.provenance) on a realistic fake result set
+written to disk in the formats of the train and evaluate stages (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from clusterbench import provenance
+from clusterbench.report import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: The default fake result set: digits on 1 and 2 workers, on 4 workers over 2 nodes, and MNIST.
+FAKE_RUNS = [
+    {"name": "digits-1w", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 2400, "acc": 0.962},
+    {"name": "digits-2w", "dataset": "digits", "workers": 2, "nodes": 1, "ips": 4300, "acc": 0.971},
+    {
+        "name": "digits-4w-2n",
+        "dataset": "digits",
+        "workers": 4,
+        "nodes": 2,
+        "ips": 6900,
+        "acc": 0.958,
+    },
+    {"name": "mnist-2w", "dataset": "mnist", "workers": 2, "nodes": 1, "ips": 1800, "acc": 0.987},
+]
+TRAIN_SIZE = {"digits": 1150, "mnist": 54000}
+TEST_SIZE = {"digits": 360, "mnist": 10000}
+CLASSES = {"digits": [str(i) for i in range(10)], "mnist": [str(i) for i in range(10)]}
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
+
+
+def _hms(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def write_bench(path: Path, seconds: float, rss: float | None, rng) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rss_cols = (
+        ["NA"] * 4
+        if rss is None
+        else [f"{rss:.2f}", f"{rss * 3.1:.2f}", f"{rss * 0.9:.2f}", f"{rss * 0.95:.2f}"]
+    )
+    row = [f"{seconds:.4f}", _hms(seconds), *rss_cols]
+    row += [
+        f"{rng.uniform(0, 50):.2f}",
+        f"{rng.uniform(0, 20):.2f}",
+        "87.50",
+        f"{seconds * 0.9:.2f}",
+    ]
+    path.write_text(BENCH_HEADER + "\n" + "\t".join(row) + "\n")
+
+
+def make_confusion(n: int, acc: float, k: int, rng) -> np.ndarray:
+    """A k-class confusion matrix with ``n`` samples and accuracy exactly round(n*acc)/n."""
+    support = np.full(k, n // k)
+    support[: n % k] += 1
+    cm = np.zeros((k, k), dtype=np.int64)
+    errors = n - round(n * acc)
+    err_per_class = rng.multinomial(errors, support / n)
+    for i in range(k):
+        e = min(err_per_class[i], support[i])
+        cm[i, i] = support[i] - e
+        wrong = rng.multinomial(e, np.full(k - 1, 1 / (k - 1)))
+        cm[i, [j for j in range(k) if j != i]] = wrong
+    return cm
+
+
+def make_fake_results(
+    root: Path, runs: list[dict] | None = None, epochs: int = 15, benchmarks: bool = True
+) -> dict:
+    """Write run/eval/benchmark files for ``runs`` (default FAKE_RUNS) under ``root/results``.
+
+    Returns the command-line lists (``run_dirs``, ``eval_dirs``, ``benchmarks``) and the
+    expected per-run values (``expected``: name -> dict).
+    """
+    rng = np.random.default_rng(42)
+    runs = FAKE_RUNS if runs is None else runs
+    res = root / "results"
+    out = {"run_dirs": [], "eval_dirs": [], "benchmarks": [], "expected": {}}
+    t0 = 1_760_000_000.0
+    for spec in runs:
+        name, ds, workers = spec["name"], spec["dataset"], spec["workers"]
+        cfg = {
+            "name": name,
+            "dataset": ds,
+            "model": spec.get("model", "small_cnn"),
+            "workers": workers,
+            "nodes": spec["nodes"],
+            "gpus_per_node": 0,
+            "epochs": epochs,
+            "minutes": None,
+            "batch_size": 64 * workers,
+            "lr": 0.05,
+            "momentum": 0.9,
+            "weight_decay": 0.0005,
+            "warmup_epochs": 1,
+            "seed": 1,
+        }
+        run_dir, eval_dir = res / "runs" / name, res / "eval" / name
+        run_dir.mkdir(parents=True)
+        eval_dir.mkdir(parents=True)
+        lines, seconds, ips_all = [], [], []
+        rate, floor = 0.6 / workers**0.3, (1 - spec["acc"]) * 0.8  # bigger batches learn slower
+        for e in range(1, epochs + 1):
+            ips = spec["ips"] * rng.normal(1.0, 0.03) * (0.75 if e == 1 else 1.0)
+            sec = TRAIN_SIZE[ds] / ips
+            seconds.append(sec)
+            ips_all.append(ips)
+            t0 += sec
+            lines.append(
+                {
+                    "epoch": e,
+                    "train_loss": 2.3 * np.exp(-rate * e) + floor + rng.uniform(0, 0.01),
+                    "val_loss": 2.0 * np.exp(-rate * e) + 2 * floor,
+                    "val_accuracy": min(0.999, spec["acc"] - 0.6 * np.exp(-1.1 * rate * e)),
+                    "epoch_seconds": sec,
+                    "images_per_second": ips,
+                    "workers": workers,
+                    "lr": 0.05 * workers * min(1.0, e / 1),
+                    "time": datetime.fromtimestamp(t0, UTC).isoformat(timespec="milliseconds"),
+                }
+            )
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        hosts = ["node01", "node02"][: spec["nodes"]]
+        run_json = {
+            "run": cfg,
+            "world": {
+                "size": workers,
+                "hosts": [hosts[i % len(hosts)] for i in range(workers)],
+                "device": "cpu",
+                "gpus": 0,
+                "launcher": "slurm" if spec["nodes"] > 1 else "local",
+            },
+            "epochs_completed": epochs,
+            "train_seconds": sum(seconds) + 4.0,
+            "versions": {"torch": "2.13.0", "horovod": "0.28.1", "python": "3.11.7"},
+        }
+        (run_dir / "run.json").write_text(json.dumps(run_json))
+        (run_dir / "model.pt").write_bytes(b"not read by the report")
+
+        names = CLASSES[ds]
+        cm = make_confusion(TEST_SIZE[ds], spec["acc"], len(names), rng)
+        tp = np.diag(cm)
+        precision, recall = tp / cm.sum(0), tp / cm.sum(1)
+        f1 = 2 * precision * recall / (precision + recall)
+        pd.DataFrame(cm, index=pd.Index(names, name="true"), columns=names).to_csv(
+            eval_dir / "confusion.csv"
+        )
+        pd.DataFrame(
+            {
+                "class": names,
+                "precision": precision,
+                "recall": recall,
+                "f1": f1,
+                "support": cm.sum(1),
+            }
+        ).to_csv(eval_dir / "per_class.csv", index=False)
+        n = int(cm.sum())
+        metrics = {
+            "run": name,
+            "dataset": ds,
+            "split": "test",
+            "n": n,
+            "accuracy": float(np.trace(cm) / n),
+            "loss": float(0.05 + (1 - spec["acc"]) * 3),
+            "macro_precision": float(precision.mean()),
+            "macro_recall": float(recall.mean()),
+        }
+        (eval_dir / "metrics.json").write_text(json.dumps(metrics))
+        out["run_dirs"].append(str(run_dir))
+        out["eval_dirs"].append(str(eval_dir))
+        out["expected"][name] = {
+            "accuracy": metrics["accuracy"],
+            "workers": workers,
+            "nodes": spec["nodes"],
+            "mean_epoch_seconds": float(np.mean(seconds)),
+            "images_per_second": float(np.mean(ips_all)),
+            "train_seconds": run_json["train_seconds"],
+        }
+        if benchmarks:
+            bench = res / "benchmarks"
+            write_bench(bench / "train" / f"{name}.tsv", sum(seconds) + 9, 310 * workers, rng)
+            write_bench(bench / "evaluate" / f"{name}.tsv", rng.uniform(3, 9), 420, rng)
+    if benchmarks:
+        bench = res / "benchmarks"
+        for ds in dict.fromkeys(spec["dataset"] for spec in runs):
+            size = TRAIN_SIZE[ds] / 1000
+            write_bench(bench / "download" / f"{ds}.tsv", 0.4 + size * 0.2, None, rng)
+            write_bench(bench / "preprocess" / f"{ds}.tsv", 1.2 + size * 0.3, 95 + size * 4, rng)
+        out["benchmarks"] = [str(p) for p in sorted(bench.rglob("*.tsv"))]
+    return out
+
+
+PARAMS = {
+    "title": "Cluster benchmark: digits and MNIST",
+    "author": "QA",
+    "config_hash": "3fa9c01d2e7b",
+}
+
+
+def run_report(fake: dict, out_dir: Path, params: dict = PARAMS, benchmarks=None) -> int:
+    bench = fake["benchmarks"] if benchmarks is None else benchmarks
+    argv = ["--params", json.dumps(params), "--run-dirs", *fake["run_dirs"]]
+    argv += ["--eval-dirs", *fake["eval_dirs"], "--benchmarks", *bench, "--out-dir", str(out_dir)]
+    return main(argv)
+
+
+def pdf_pages(path: Path) -> int:
+    """Page count from the PDF's page objects (matplotlib writes them uncompressed)."""
+    return len(re.findall(rb"/Type\s*/Page\b", path.read_bytes()))
+
+
+def pdf_text(path: Path) -> str:
+    if shutil.which("pdftotext") is None:
+        pytest.skip("pdftotext (poppler-utils) not installed")
+    return subprocess.run(
+        ["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> dict:
+    """A fresh fake result set for a test that modifies it."""
+    return make_fake_results(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def default_report(tmp_path_factory) -> tuple[dict, Path]:
+    """The report of the default fake result set, rendered once for the read-only tests."""
+    root = tmp_path_factory.mktemp("default")
+    fake = make_fake_results(root)
+    out = root / "report"
+    assert run_report(fake, out) == 0
+    return fake, out
+
+
+EXPECTED_FIGURES = {
+    "epoch_time.png",
+    "throughput.png",
+    "scaling.png",
+    "training_curves.png",
+    "confusion_best.png",
+    "benchmarks.png",
+}
+
+
+def test_report_writes_all_outputs(default_report):
+    _, out = default_report
+    assert {p.name for p in out.iterdir()} == {
+        "report.pdf",
+        "runs.csv",
+        "epochs.csv",
+        "benchmarks.csv",
+        "figures",
+    }
+    assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
+    for png in (out / "figures").iterdir():
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # title, runs table, 6 sections
+    assert pdf_pages(out / "report.pdf") == 8
+    if shutil.which("pdfinfo"):
+        info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)
+        assert re.search(r"Pages:\s+8\b", info.stdout)
+        assert "Cluster benchmark: digits and MNIST" in info.stdout
+        assert re.search(r"Page size:\s+841\.\d+ x 595\.\d+ pts", info.stdout)  # A4 landscape
+
+
+def test_runs_csv_sorted_by_accuracy_with_values(default_report):
+    fake, out = default_report
+    runs = pd.read_csv(out / "runs.csv")
+    exp = fake["expected"]
+    assert list(runs["run"]) == sorted(exp, key=lambda n: -exp[n]["accuracy"])
+    assert list(runs["run"]) == ["mnist-2w", "digits-2w", "digits-1w", "digits-4w-2n"]
+    runs = runs.set_index("run")
+    for name, e in exp.items():
+        row = runs.loc[name]
+        assert row["accuracy"] == pytest.approx(e["accuracy"])
+        assert row["workers"] == e["workers"] and row["nodes"] == e["nodes"]
+        assert row["epochs"] == 15
+        assert row["mean_epoch_seconds"] == pytest.approx(e["mean_epoch_seconds"])
+        assert row["images_per_second"] == pytest.approx(e["images_per_second"])
+        assert row["train_seconds"] == pytest.approx(e["train_seconds"])
+    # speed-up against the 1-worker run of the same dataset/model; none for MNIST (no 1-worker run)
+    base = exp["digits-1w"]["images_per_second"]
+    assert runs.loc["digits-1w", "speedup"] == pytest.approx(1.0)
+    assert runs.loc["digits-4w-2n", "speedup"] == pytest.approx(
+        exp["digits-4w-2n"]["images_per_second"] / base
+    )
+    assert runs.loc["digits-4w-2n", "efficiency"] == pytest.approx(
+        runs.loc["digits-4w-2n", "speedup"] / 4
+    )
+    assert runs.loc["digits-2w", "baseline_run"] == "digits-1w"
+    assert pd.isna(runs.loc["mnist-2w", "speedup"]) and pd.isna(
+        runs.loc["mnist-2w", "baseline_run"]
+    )
+    assert runs.loc["digits-4w-2n", "hosts"] == "node01 node02"
+
+
+def test_epochs_and_benchmarks_csv(default_report):
+    _, out = default_report
+    epochs = pd.read_csv(out / "epochs.csv")
+    assert len(epochs) == 4 * 15
+    assert list(epochs.columns[:6]) == ["run", "dataset", "model", "workers", "nodes", "epoch"]
+    one = epochs[epochs["run"] == "digits-2w"]
+    assert list(one["epoch"]) == list(range(1, 16))
+    assert (one["workers"] == 2).all()
+
+    bench = pd.read_csv(out / "benchmarks.csv")
+    assert len(bench) == 4 * 2 + 2 * 2  # train+evaluate per run, download+preprocess per dataset
+    assert set(bench["rule"]) == {"download", "preprocess", "train", "evaluate"}
+    train = bench[(bench["rule"] == "train") & (bench["job"] == "digits-4w-2n")]
+    assert train["max_rss"].item() == pytest.approx(1240.0)
+    assert bench.loc[bench["rule"] == "download", "max_rss"].isna().all()  # "NA" in the TSV
+
+
+def test_title_page_provenance(default_report):
+    _, out = default_report
+    text = pdf_text(out / "report.pdf")
+    first = text.split("\f")[0]
+    prov = provenance.collect()
+    for expected in (
+        "Cluster benchmark: digits and MNIST",
+        "3fa9c01d2e7b",
+        "Best run: mnist-2w",
+        "98.70 %",
+        prov["host"],
+        prov["cpu_model"],
+        prov["versions"]["torch"],
+        prov["versions"]["snakemake"],
+        prov["versions"]["horovod"],
+        prov["versions"]["python"],
+        "Workflow commit",
+        provenance.describe_commit(prov["git"]),
+        "GPUs",
+    ):
+        assert expected in first, expected
+    # every page carries the footer with the config hash and its page number
+    assert len(re.findall(r"config 3fa9c01d2e7b +page \d of 8", text)) == 8
+
+
+def test_pdf_written_last_and_no_temp_files(default_report):
+    _, out = default_report
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.name.endswith(".tmp")]
+    pdf_mtime = (out / "report.pdf").stat().st_mtime_ns
+    assert all(p.stat().st_mtime_ns <= pdf_mtime for p in files)
+
+
+def test_single_run_single_epoch_without_benchmarks(tmp_path: Path):
+    spec = [{"name": "solo", "dataset": "digits", "workers": 2, "nodes": 1, "ips": 900, "acc": 0.5}]
+    fake = make_fake_results(tmp_path, runs=spec, epochs=1, benchmarks=False)
+    out = tmp_path / "report"
+    unmatched = str(tmp_path / "results" / "benchmarks" / "**" / "*.tsv")  # an unexpanded glob
+    assert run_report(fake, out, benchmarks=[unmatched]) == 0
+    assert pdf_pages(out / "report.pdf") == 8
+    assert len(pd.read_csv(out / "runs.csv")) == 1
+    assert len(pd.read_csv(out / "epochs.csv")) == 1
+    bench = pd.read_csv(out / "benchmarks.csv")
+    assert bench.empty and {"rule", "job", "s", "max_rss"} <= set(bench.columns)
+    pages = pdf_text(out / "report.pdf").split("\f")
+    assert "No Snakemake benchmark records were found" in pages[7]
+    assert "No dataset/model has a" in pages[4]  # scaling: no 1-worker baseline
+
+
+def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
+    specs = [
+        {"name": f"digits-run-{i:02d}", "dataset": "digits", "workers": 1 + i % 4, "nodes": 1,
+         "ips": 1000 + 100 * i, "acc": 0.9 + i / 1000}
+        for i in range(20)
+    ]  # fmt: skip
+    fake = make_fake_results(tmp_path, runs=specs, epochs=3)
+    out = tmp_path / "report"
+    assert run_report(fake, out) == 0
+    # 20 runs: the table takes two pages; 42 benchmarked jobs take two pages as well
+    assert pdf_pages(out / "report.pdf") == 10
+    assert (out / "figures" / "benchmarks-2.png").is_file()
+    assert pd.read_csv(out / "runs.csv")["run"].iloc[0] == "digits-run-19"
+
+
+@pytest.mark.parametrize(
+    ("victim", "error", "message"),
+    [
+        ("runs/digits-2w/metrics.jsonl", FileNotFoundError, r"digits-2w/metrics\.jsonl: missing"),
+        ("runs/digits-2w/run.json", FileNotFoundError, r"digits-2w/run\.json: missing"),
+        ("eval/mnist-2w/metrics.json", FileNotFoundError, r"mnist-2w/metrics\.json: missing"),
+        ("eval/mnist-2w/confusion.csv", FileNotFoundError, r"mnist-2w/confusion\.csv: missing"),
+        ("eval/mnist-2w/per_class.csv", FileNotFoundError, r"mnist-2w/per_class\.csv: missing"),
+    ],
+)
+def test_missing_required_file(fake: dict, tmp_path: Path, victim, error, message):
+    (tmp_path / "results" / victim).unlink()
+    out = tmp_path / "report"
+    with pytest.raises(error, match=message):
+        run_report(fake, out)
+    assert not out.exists()
+
+
+def test_malformed_inputs(fake: dict, tmp_path: Path):
+    res, out = tmp_path / "results", tmp_path / "report"
+    jsonl = res / "runs" / "digits-1w" / "metrics.jsonl"
+    good = jsonl.read_text()
+    jsonl.write_text(good + '{"epoch": 16, "train_loss": 0.1}\n')
+    with pytest.raises(
+        ValueError, match=r"metrics\.jsonl: missing field\(s\) \['val_loss'.* line 16"
+    ):
+        run_report(fake, out)
+    jsonl.write_text(good + "{truncated\n")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:16: not valid JSON"):
+        run_report(fake, out)
+    jsonl.write_text("")
+    with pytest.raises(ValueError, match="no epochs recorded"):
+        run_report(fake, out)
+    jsonl.write_text(good)
+
+    cm = res / "eval" / "digits-1w" / "confusion.csv"
+    cm.write_text("true,a,b\na,1,2\n")
+    with pytest.raises(ValueError, match="square confusion matrix"):
+        run_report(fake, out)
+    assert not out.exists()
+
+
+def test_eval_must_match_runs(fake: dict, tmp_path: Path):
+    out = tmp_path / "report"
+    fake["eval_dirs"] = fake["eval_dirs"][:-1]
+    with pytest.raises(ValueError, match=r"no --eval-dirs entry for run\(s\) \['mnist-2w'\]"):
+        run_report(fake, out)
+    metrics = Path(fake["eval_dirs"][0]) / "metrics.json"
+    m = json.loads(metrics.read_text())
+    metrics.write_text(json.dumps({**m, "run": "other"}))
+    fake["eval_dirs"].append(fake["run_dirs"][-1].replace("/runs/", "/eval/"))
+    with pytest.raises(ValueError, match="evaluates run 'other'"):
+        run_report(fake, out)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"author": "x", "config_hash": "abc"}, r"title must be a non-empty string"),
+        ({"title": "t"}, r"config_hash must be a non-empty string"),
+        ({**PARAMS, "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+    ],
+)
+def test_bad_params(fake: dict, tmp_path: Path, params, message):
+    with pytest.raises(ValueError, match=message):
+        run_report(fake, tmp_path / "report", params=params)
+
+
+def test_corrupt_benchmark_file(fake: dict, tmp_path: Path):
+    Path(fake["benchmarks"][0]).write_text("time\tmemory\n1\t2\n")
+    with pytest.raises(ValueError, match="no 's' column"):
+        run_report(fake, tmp_path / "report")
+
+
+def test_script_entry_point_with_benchmark_dir(fake: dict, tmp_path: Path):
+    """The thin script; --benchmarks given a directory (searched) and a file that is missing."""
+    out = tmp_path / "report"
+    bench_dir = tmp_path / "results" / "benchmarks"
+    cmd = [sys.executable, str(REPO / "scripts" / "report.py"), "--params", json.dumps(PARAMS)]
+    cmd += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
+    cmd += ["--benchmarks", str(bench_dir), str(tmp_path / "gone.tsv"), "--out-dir", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 pages" in proc.stdout
+    assert len(pd.read_csv(out / "benchmarks.csv")) == 12
+    assert "not found: " in pdf_text(out / "report.pdf").split("\f")[7]
+
+
+# ------------------------------------------------------------------------------------------------
+# provenance
+
+
+def test_provenance_fields():
+    prov = provenance.collect()
+    assert set(prov) >= {"date", "host", "cpu_model", "cpu_cores", "gpus", "git", "versions"}
+    assert {"python", "torch", "horovod", "snakemake"} <= set(prov["versions"])
+    assert prov["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert prov["cpu_cores"]["logical"] >= 1
+    assert isinstance(prov["gpus"], list)
+    json.dumps(prov)  # serialisable
+
+
+def test_missing_package_and_no_git(tmp_path: Path):
+    assert provenance.package_version("surely-not-a-real-distribution") == "not installed"
+    assert provenance.git_info(tmp_path) == {"commit": "unknown", "dirty": None}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_commit_and_dirty_flag(tmp_path: Path):
+    def git(*args):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path, check=True, capture_output=True,
+        )  # fmt: skip
+
+    git("init", "-q")
+    assert provenance.git_info(tmp_path)["commit"] == "unknown"  # no commit yet
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "init")
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout.strip()
+    assert provenance.git_info(tmp_path) == {"commit": sha, "dirty": False}
+    (tmp_path / "untracked.txt").write_text("results do not make it dirty")
+    assert provenance.git_info(tmp_path)["dirty"] is False
+    (tmp_path / "f.txt").write_text("b")
+    info = provenance.git_info(tmp_path)
+    assert info == {"commit": sha, "dirty": True}
+    assert provenance.describe_commit(info) == f"{sha} (dirty)"
+
+
+def test_provenance_import_does_not_import_torch():
+    code = "import sys, clusterbench.provenance; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,0 +1,300 @@
+"""Stage 4: evaluate a trained model on a held-out split.
+
+```
+python scripts/evaluate.py --data-dir results/data/NAME --model results/runs/RUN/model.pt \
+    --params '{"batch_size": 512, "split": "test"}' --out-dir results/eval/RUN
+```
+
+Only reads the model (``torch.load(..., weights_only=True)``: a checkpoint holding anything but
+tensors and plain containers is refused, nothing in it is executed), rebuilds it with
+:func:`clusterbench.models.build_model` and runs it in one process on the GPU when there is one,
+else on the CPU. Writes ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json``.
+
+Every input is checked (params, ``meta.json``, the split's arrays, the model file, the model's
+architecture against the data) before any inference runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterbench.atomic import atomic_open, write_json
+
+SPLITS = ("test", "val")
+ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    batch_size: int
+    split: str
+
+
+@dataclass(frozen=True)
+class SplitData:
+    x: np.ndarray  # uint8 (N, H, W, C)
+    y: np.ndarray  # int64 (N,)
+    meta: dict[str, Any]
+
+
+def parse_params(text: str) -> EvalParams:
+    """Validate the ``--params`` JSON: ``{"batch_size": int >= 1, "split": "test"|"val"}``."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--params is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"--params must be a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - {"batch_size", "split"})
+    if unknown:
+        raise ValueError(f"--params: unknown key(s) {unknown}; allowed: batch_size, split")
+    batch_size = raw.get("batch_size", 512)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--params.batch_size must be an integer >= 1, got {batch_size!r}")
+    split = raw.get("split", "test")
+    if split not in SPLITS:
+        raise ValueError(f"--params.split must be one of {list(SPLITS)}, got {split!r}")
+    return EvalParams(batch_size=batch_size, split=split)
+
+
+def load_split(data_dir: Path, split: str) -> SplitData:
+    """Read ``meta.json`` and ``{split}_x.npy`` / ``{split}_y.npy``, checked against each other."""
+    meta_path = data_dir / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path}: missing (is {data_dir} a preprocessed data dir?)")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{meta_path}: not valid JSON: {exc}") from None
+    missing = [k for k in ("image_shape", "num_classes", "class_names") if k not in meta]
+    if missing:
+        raise ValueError(f"{meta_path}: missing field(s) {missing}")
+    if len(meta["image_shape"]) != 3:
+        raise ValueError(f"{meta_path}: image_shape must be [H, W, C], got {meta['image_shape']}")
+    num_classes = meta["num_classes"]
+    if len(meta["class_names"]) != num_classes:
+        raise ValueError(
+            f"{meta_path}: {len(meta['class_names'])} class_names for num_classes={num_classes}"
+        )
+
+    arrays = {}
+    for part in ("x", "y"):
+        path = data_dir / f"{split}_{part}.npy"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
+        try:
+            arrays[part] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
+    x, y = arrays["x"], arrays["y"]
+    shape = tuple(meta["image_shape"])
+    if x.ndim != 4 or x.shape[1:] != shape:
+        raise ValueError(
+            f"{data_dir / f'{split}_x.npy'}: shape {x.shape}, expected (N, *{list(shape)}) "
+            "from meta.json image_shape"
+        )
+    if y.ndim != 1 or len(y) != len(x):
+        raise ValueError(
+            f"{data_dir / f'{split}_y.npy'}: shape {y.shape}, expected ({len(x)},) to match "
+            f"{split}_x.npy"
+        )
+    if len(y) == 0:
+        raise ValueError(f"{data_dir / f'{split}_y.npy'}: split {split!r} is empty")
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes:
+        raise ValueError(
+            f"{data_dir / f'{split}_y.npy'}: labels must be integers in [0, {num_classes}), "
+            f"got dtype {y.dtype}, range [{y.min()}, {y.max()}]"
+        )
+    return SplitData(x=x, y=y.astype(np.int64), meta=meta)
+
+
+def load_model_file(path: Path) -> dict[str, Any]:
+    """``torch.load(path, weights_only=True)`` with the checkpoint's structure checked."""
+    import pickle
+
+    import torch
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: model file missing")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # Raised for a refused global and for some garbage; torch's long message names the
+        # offending global on its "WeightsUnpickler error:" line.
+        why = re.search(r"WeightsUnpickler error: (.*?)(?:\. |$)", str(exc), re.MULTILINE)
+        raise ValueError(
+            f"{path}: refused by torch.load(weights_only=True), which accepts only tensors and "
+            f"plain containers: {why.group(1) if why else exc}"
+        ) from None
+    except Exception as exc:  # truncated/garbage files fail anywhere inside torch's unpickler
+        raise ValueError(
+            f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})"
+        ) from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}")
+    missing = [k for k in ("arch", "state_dict", "mean", "std") if k not in ckpt]
+    if missing:
+        raise ValueError(
+            f"{path}: checkpoint lacks key(s) {missing} (is it a training checkpoint?)"
+        )
+    arch = ckpt["arch"]
+    if not isinstance(arch, dict) or any(k not in arch for k in ARCH_KEYS):
+        raise ValueError(f"{path}: 'arch' must be a dict with keys {list(ARCH_KEYS)}, got {arch!r}")
+    return ckpt
+
+
+def check_compatible(ckpt: dict[str, Any], meta: dict[str, Any], model_path: Path) -> None:
+    """Reject a model whose architecture does not fit the data described by ``meta``."""
+    arch = ckpt["arch"]
+    height, width, channels = meta["image_shape"]
+    problems = []
+    if arch["num_classes"] != meta["num_classes"]:
+        problems.append(f"num_classes {arch['num_classes']} != data's {meta['num_classes']}")
+    if arch["in_channels"] != channels:
+        problems.append(f"in_channels {arch['in_channels']} != data's {channels} channels")
+    size = arch["image_size"]
+    sizes = list(size) if isinstance(size, list | tuple) else [size, size]
+    if sizes != [height, width]:
+        problems.append(f"image_size {size} != data's {height}x{width} images")
+    for key in ("mean", "std"):
+        if len(ckpt[key]) != channels:
+            problems.append(f"{key} has {len(ckpt[key])} values for {channels} channels")
+    if any(s <= 0 for s in ckpt["std"]):
+        problems.append(f"std {list(ckpt['std'])} has a value <= 0")
+    if problems:
+        raise ValueError(
+            f"{model_path} does not fit dataset {meta.get('dataset', '?')!r}: "
+            + "; ".join(problems)
+        )
+
+
+def build(ckpt: dict[str, Any], model_path: Path):
+    """Rebuild the network from ``arch`` and load its weights (strictly)."""
+    from clusterbench.models import build_model
+
+    try:
+        model = build_model(**ckpt["arch"])
+        model.load_state_dict(ckpt["state_dict"], strict=True)
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{model_path}: weights do not match arch {ckpt['arch']}: {exc}") from None
+    return model
+
+
+def predict(model, data: SplitData, mean, std, batch_size: int, device) -> tuple[np.ndarray, float]:
+    """Predicted classes for every image and the summed cross-entropy loss."""
+    import torch
+    import torch.nn.functional as F
+
+    from clusterbench.models import normalize_images
+
+    model.to(device).eval()
+    preds, loss_sum = [], 0.0
+    with torch.inference_mode():
+        for start in range(0, len(data.y), batch_size):
+            xb = torch.from_numpy(np.ascontiguousarray(data.x[start : start + batch_size]))
+            xb = normalize_images(xb.to(device), mean, std)
+            yb = torch.from_numpy(data.y[start : start + batch_size]).to(device)
+            logits = model(xb)
+            loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+            preds.append(logits.argmax(dim=1).cpu().numpy())
+    return np.concatenate(preds), loss_sum
+
+
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """``cm[i, j]`` = number of samples of true class i predicted as class j."""
+    flat = y_true.astype(np.int64) * num_classes + y_pred.astype(np.int64)
+    return np.bincount(flat, minlength=num_classes**2).reshape(num_classes, num_classes)
+
+
+def per_class_metrics(cm: np.ndarray) -> dict[str, np.ndarray]:
+    """Precision, recall, F1 and support per class; 0 where undefined (nothing predicted/true)."""
+    tp = np.diag(cm).astype(float)
+    predicted = cm.sum(axis=0).astype(float)
+    support = cm.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(predicted > 0, tp / predicted, 0.0)
+        recall = np.where(support > 0, tp / support, 0.0)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": support}
+
+
+def write_outputs(
+    out_dir: Path,
+    run: str,
+    split: str,
+    meta: dict[str, Any],
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    loss_sum: float,
+) -> dict[str, Any]:
+    """Write ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json``; return metrics."""
+    import pandas as pd
+
+    names = [str(n) for n in meta["class_names"]]
+    cm = confusion_matrix(y_true, y_pred, len(names))
+    pc = per_class_metrics(cm)
+    n = int(len(y_true))
+    loss = loss_sum / n
+    if not math.isfinite(loss):
+        print(
+            f"evaluate: warning: run {run}: loss is {loss} (diverged model?); recorded as null",
+            file=sys.stderr,
+        )
+    per_class = pd.DataFrame({"class": names, **pc})
+    confusion = pd.DataFrame(cm, index=pd.Index(names, name="true"), columns=names)
+    with atomic_open(out_dir / "per_class.csv", newline="") as fh:
+        per_class.to_csv(fh, index=False)
+    with atomic_open(out_dir / "confusion.csv", newline="") as fh:
+        confusion.to_csv(fh)
+    metrics = {
+        "run": run,
+        "dataset": meta.get("dataset"),
+        "split": split,
+        "n": n,
+        "accuracy": float(np.trace(cm) / n),
+        "loss": loss if math.isfinite(loss) else None,
+        "macro_precision": float(pc["precision"].mean()),
+        "macro_recall": float(pc["recall"].mean()),
+        "macro_f1": float(pc["f1"].mean()),
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="results/data/NAME")
+    parser.add_argument("--model", type=Path, required=True, help="results/runs/RUN/model.pt")
+    parser.add_argument(
+        "--params", required=True, help='{"batch_size": int, "split": "test"|"val"}'
+    )
+    parser.add_argument("--out-dir", type=Path, required=True, help="results/eval/RUN")
+    args = parser.parse_args(argv)
+
+    params = parse_params(args.params)
+    data = load_split(args.data_dir, params.split)
+    ckpt = load_model_file(args.model)
+    check_compatible(ckpt, data.meta, args.model)
+    model = build(ckpt, args.model)
+
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    y_pred, loss_sum = predict(model, data, ckpt["mean"], ckpt["std"], params.batch_size, device)
+    run = args.model.absolute().parent.name
+    metrics = write_outputs(args.out_dir, run, params.split, data.meta, data.y, y_pred, loss_sum)
+    loss = "n/a" if metrics["loss"] is None else f"{metrics['loss']:.4f}"
+    print(
+        f"evaluate: {run} on {metrics['dataset']}/{params.split} (n={metrics['n']}, {device}): "
+        f"accuracy {metrics['accuracy']:.4f}, loss {loss}"
+    )
+    return 0
