@@ -10,7 +10,7 @@ rule report:
         evals=expand(
             "results/eval/{run}/{name}",
             run=RUNS,
-            name=["metrics.json", "confusion.csv"],
+            name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
         benchmarks=expand(
             "results/benchmarks/download/{dataset}.tsv", dataset=DATASETS
