@@ -120,18 +120,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"{where}.dataset: {run['dataset']!r} is not declared under 'datasets' "
                 f"(declared: {', '.join(sorted(resolved['datasets'])) or 'none'})"
             )
-        if run["epochs"] is None and run["minutes"] is None:
-            problems.append(f"{where}: set 'epochs' or 'minutes' (both are null)")
-        if run["batch_size"] < run["workers"]:
-            problems.append(
-                f"{where}.batch_size: global batch {run['batch_size']} is smaller than "
-                f"workers={run['workers']}: every worker needs at least one sample per step"
-            )
-        if run["nodes"] > run["workers"]:
-            problems.append(
-                f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers "
-                "leaves a node idle"
-            )
+        problems += run_problems(run, where)
     for name, ds in resolved["datasets"].items():
         if ds["val_fraction"] + ds["test_fraction"] >= 1:
             problems.append(
@@ -141,6 +130,23 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
+
+
+def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
+    """Checks across the keys of one resolved run that the schema cannot express."""
+    problems = []
+    if run["epochs"] is None and run["minutes"] is None:
+        problems.append(f"{where}: set 'epochs' or 'minutes' (both are null)")
+    if run["batch_size"] < run["workers"]:
+        problems.append(
+            f"{where}.batch_size: global batch {run['batch_size']} is smaller than "
+            f"workers={run['workers']}: every worker needs at least one sample per step"
+        )
+    if run["nodes"] > run["workers"]:
+        problems.append(
+            f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
+        )
+    return problems
 
 
 def load(path: str | Path) -> dict[str, Any]:

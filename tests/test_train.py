@@ -1,0 +1,406 @@
+"""Stage 3: data-parallel training with real Horovod ranks (horovodrun --gloo) and one process.
+
+The end-to-end runs use a small synthetic dataset in the preprocess stage's format: 8x8
+single-channel images whose class is the bright quadrant, plus noise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from clusterbench.config import ConfigError
+from clusterbench.models import build_model
+from clusterbench.train import (
+    epoch_permutation,
+    global_batches,
+    learning_rate,
+    main,
+    shard_bounds,
+    shard_sizes,
+    validate_run,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+HOROVODRUN = Path(sys.executable).parent / "horovodrun"
+METRIC_FIELDS = {
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "epoch_seconds",
+    "images_per_second",
+    "workers",
+    "lr",
+    "time",
+}
+
+
+def make_dataset(path: Path, n_train: int = 205, n_val: int = 40, seed: int = 0) -> Path:
+    """A preprocessed data dir (``{split}_{x,y}.npy`` + ``meta.json``) of 4-class 8x8 images."""
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    splits = {}
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_val)):
+        y = rng.integers(0, 4, size=n)
+        x = rng.normal(60, 30, size=(n, 8, 8, 1))
+        for i, label in enumerate(y):
+            r, c = divmod(int(label), 2)
+            x[i, 4 * r : 4 * r + 4, 4 * c : 4 * c + 4] += 120
+        splits[split] = x.clip(0, 255).astype(np.uint8)
+        np.save(path / f"{split}_x.npy", splits[split])
+        np.save(path / f"{split}_y.npy", y.astype(np.int64))
+    train = splits["train"] / 255.0
+    meta = {
+        "dataset": "digits",
+        "image_shape": [8, 8, 1],
+        "num_classes": 4,
+        "class_names": ["nw", "ne", "sw", "se"],
+        "mean": [float(train.mean())],
+        "std": [float(train.std())],
+        "counts": {"train": n_train, "val": n_val, "test": n_val},
+    }
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def run_config(**overrides) -> dict:
+    run = {
+        "name": "test",
+        "dataset": "digits",
+        "model": "small_cnn",
+        "workers": 2,
+        "nodes": 1,
+        "gpus_per_node": 0,
+        "epochs": 2,
+        "minutes": None,
+        "batch_size": 25,  # 2 ranks: 13 + 12 per step; the last global batch of 205 is 5: 3 + 2
+        "lr": 0.05,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "warmup_epochs": 0,
+        "seed": 3,
+    }
+    return {**run, **overrides}
+
+
+def train_cmd(data: Path, run: dict, out: Path, *extra: str) -> list[str]:
+    script = str(REPO / "scripts" / "train.py")
+    args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out), *extra]
+    if run["workers"] == 1:
+        return [sys.executable, script, *args]
+    np_ = str(run["workers"])
+    return [
+        str(HOROVODRUN),
+        "-np",
+        np_,
+        "-H",
+        f"localhost:{np_}",
+        "--gloo",
+        sys.executable,
+        script,
+        *args,
+    ]
+
+
+def run_training(data: Path, run: dict, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        train_cmd(data, run, out, *extra), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+def read_metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+@pytest.mark.parametrize(
+    "batch, workers, sizes",
+    [(10, 3, [4, 3, 3]), (11, 3, [4, 4, 3]), (9, 3, [3, 3, 3]), (2, 2, [1, 1]), (5, 1, [5])],
+)
+def test_shard_sizes_spread_the_remainder_over_the_first_ranks(batch, workers, sizes):
+    assert shard_sizes(batch, workers) == sizes
+    bounds = [shard_bounds(batch, workers, r) for r in range(workers)]
+    assert [hi - lo for lo, hi in bounds] == sizes
+    assert bounds[0][0] == 0 and bounds[-1][1] == batch
+    assert all(bounds[r][1] == bounds[r + 1][0] for r in range(workers - 1))  # contiguous
+
+
+def test_global_batches_drop_only_a_last_batch_smaller_than_the_workers():
+    assert global_batches(10, 4, 2) == [(0, 4), (4, 8), (8, 10)]
+    assert global_batches(10, 4, 3) == [(0, 4), (4, 8)]  # 2 samples cannot feed 3 ranks
+    assert global_batches(8, 4, 3) == [(0, 4), (4, 8)]
+    assert global_batches(2, 4, 3) == []
+
+
+def test_epoch_permutation_reproducible_by_seed_and_different_per_epoch():
+    a = epoch_permutation(100, seed=5, epoch=0)
+    assert sorted(a) == list(range(100))
+    np.testing.assert_array_equal(a, epoch_permutation(100, seed=5, epoch=0))
+    assert not np.array_equal(a, epoch_permutation(100, seed=5, epoch=1))
+    assert not np.array_equal(a, epoch_permutation(100, seed=6, epoch=0))
+
+
+def test_learning_rate_warms_up_linearly_per_step_to_lr_times_workers():
+    def lr(epoch, step, workers=4, warmup=2.0):
+        return learning_rate(0.1, workers, warmup, epoch, step, steps_per_epoch=10)
+
+    assert lr(0, 0) == pytest.approx(0.1)
+    assert lr(0, 5) == pytest.approx(0.1 + 0.3 * 0.25)  # a quarter of the way
+    assert lr(1, 0) == pytest.approx(0.25)
+    assert lr(1, 9) == pytest.approx(0.1 + 0.3 * 0.95)
+    assert lr(2, 0) == lr(7, 3) == pytest.approx(0.4)
+    steps = [lr(e, s) for e in range(2) for s in range(10)]
+    assert all(b > a for a, b in zip(steps, steps[1:], strict=False))
+    assert lr(0, 0, warmup=0) == pytest.approx(0.4)  # no warm-up
+    assert lr(0, 3, workers=1) == pytest.approx(0.1)
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks: clear errors before any training
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"lr": None}, r"run\.lr"),
+        ({"model": "vgg"}, r"run\.model"),
+        ({"batch_size": 1, "workers": 2}, r"run\.batch_size.*smaller than workers=2"),
+        ({"epochs": None, "minutes": None}, "'epochs' or 'minutes'"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_validate_run_names_the_bad_key(change, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_run(run_config(**change))
+
+
+def test_validate_run_names_a_missing_key():
+    run = run_config()
+    del run["momentum"]
+    with pytest.raises(ConfigError, match="'momentum' is a required property"):
+        validate_run(run)
+
+
+def test_main_rejects_bad_run_config_before_training(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="batch_size"):
+        main(
+            [
+                "--data-dir",
+                str(data),
+                "--run",
+                json.dumps(run_config(batch_size=1)),
+                "--out-dir",
+                str(out),
+            ]
+        )
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        main(["--data-dir", str(data), "--run", "{nope", "--out-dir", str(out)])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "damage, error, match",
+    [
+        (lambda d: (d / "meta.json").unlink(), FileNotFoundError, "meta.json"),
+        (lambda d: (d / "val_y.npy").unlink(), FileNotFoundError, "val_y.npy"),
+        (lambda d: np.save(d / "train_y.npy", np.zeros(3, np.int64)), ValueError, "train_y.npy"),
+        (
+            lambda d: (d / "meta.json").write_text(
+                json.dumps({**json.loads((d / "meta.json").read_text()), "dataset": "mnist"})
+            ),
+            ValueError,
+            "run.dataset",
+        ),
+    ],
+    ids=["no-meta", "no-val-labels", "short-labels", "other-dataset"],
+)
+def test_main_rejects_missing_or_bad_data_before_training(tmp_path, damage, error, match):
+    data = make_dataset(tmp_path / "data")
+    damage(data)
+    out = tmp_path / "out"
+    with pytest.raises(error, match=match):
+        main(["--data-dir", str(data), "--run", json.dumps(run_config()), "--out-dir", str(out)])
+    assert not out.exists()
+
+
+def test_main_refuses_fewer_processes_than_run_workers(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["--data-dir", str(data), "--run", json.dumps(run_config()), "--out-dir", str(out)]
+    with pytest.raises(RuntimeError, match="run.workers=2 but Horovod started 1 process"):
+        main(args)  # plain python: one process
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# End to end with real ranks
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """One 2-rank horovodrun training; every rank dumps its final weights."""
+    root = tmp_path_factory.mktemp("train2")
+    data = make_dataset(root / "data")
+    run = run_config()
+    proc = run_training(data, run, root / "out", "--dump-final-weights", str(root / "dump"))
+    return {"root": root, "data": data, "run": run, "out": root / "out", "proc": proc}
+
+
+@pytest.mark.slow
+def test_two_workers_end_with_identical_weights(two_workers):
+    dump = two_workers["root"] / "dump"
+    assert sorted(p.name for p in dump.iterdir()) == ["rank-0.pt", "rank-1.pt"]
+    w0 = torch.load(dump / "rank-0.pt", weights_only=True)
+    w1 = torch.load(dump / "rank-1.pt", weights_only=True)
+    assert w0.keys() == w1.keys() and any("running_var" in k for k in w0)
+    for key in w0:
+        assert torch.equal(w0[key], w1[key]), key
+    final = torch.load(two_workers["out"] / "model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(final[k], w0[k]) for k in w0)
+
+
+@pytest.mark.slow
+def test_two_workers_rank0_writes_the_outputs(two_workers):
+    out, run = two_workers["out"], two_workers["run"]
+    # exactly these files, no temporaries, one TensorBoard event file: rank 0 alone wrote them
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    events = [f for f in files if f.startswith("tensorboard/")]
+    assert len(events) == 1 and "events.out.tfevents" in events[0]
+    assert [f for f in files if f not in events] == [
+        "checkpoints/epoch-001.pt",
+        "checkpoints/epoch-002.pt",
+        "metrics.jsonl",
+        "model.pt",
+        "run.json",
+    ]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard")).Reload()
+    assert {"loss/train", "loss/val", "accuracy/val", "lr"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("accuracy/val")] == [1, 2]
+
+    metrics = read_metrics(out)
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert [e.value for e in events.Scalars("accuracy/val")] == pytest.approx(
+        [m["val_accuracy"] for m in metrics]
+    )
+    for m in metrics:
+        assert set(m) == METRIC_FIELDS
+        assert m["workers"] == 2 and m["lr"] == pytest.approx(0.1)
+        assert m["images_per_second"] > 0 and 0 <= m["val_accuracy"] <= 1
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
+    assert metrics[-1]["val_accuracy"] >= 0.9  # the quadrant task is easy
+
+    info = json.loads((out / "run.json").read_text())
+    assert info["run"] == run and info["epochs_completed"] == 2
+    assert info["world"]["size"] == 2 and info["world"]["device"] == "cpu"
+    assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
+
+    ckpt = torch.load(out / "checkpoints" / "epoch-002.pt", weights_only=True)
+    assert ckpt["epoch"] == 2 and ckpt["config"] == run
+    assert ckpt["optimizer"]["state"]  # momentum buffers
+
+    model_file = torch.load(out / "model.pt", weights_only=True)
+    assert model_file["arch"] == {
+        "model": "small_cnn",
+        "in_channels": 1,
+        "num_classes": 4,
+        "image_size": [8, 8],
+    }
+    net = build_model(**model_file["arch"])
+    net.load_state_dict(model_file["state_dict"])  # strict: same keys as a plain model
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in model_file["state_dict"].items())
+
+
+@pytest.mark.slow
+def test_one_worker_matches_two_workers_at_the_same_effective_lr(two_workers, tmp_path):
+    """Plain ``python`` (size 1) with lr 2x == 2 ranks with lr x: the split global batch, the
+    loss scaling and the synchronised BatchNorm reproduce full-batch training."""
+    run = run_config(workers=1, lr=2 * two_workers["run"]["lr"])
+    run_training(two_workers["data"], run, tmp_path / "out")
+    one = torch.load(tmp_path / "out" / "model.pt", weights_only=True)["state_dict"]
+    two = torch.load(two_workers["out"] / "model.pt", weights_only=True)["state_dict"]
+    for key in one:
+        torch.testing.assert_close(one[key], two[key], rtol=1e-4, atol=1e-4, msg=key)
+    m1, m2 = read_metrics(tmp_path / "out"), read_metrics(two_workers["out"])
+    assert [m["workers"] for m in m1] == [1, 1]
+    for a, b in zip(m1, m2, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["val_accuracy"] == b["val_accuracy"]
+
+
+@pytest.mark.slow
+def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    run = run_config(workers=1, epochs=50, minutes=1e-5)
+    finals = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        # in this process (one worker): hvd.init() and hvd.shutdown() inside main()
+        args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
+        assert main(args) == 0
+        assert [m["epoch"] for m in read_metrics(out)] == [1]
+        assert json.loads((out / "run.json").read_text())["epochs_completed"] == 1
+        finals.append(torch.load(out / "model.pt", weights_only=True)["state_dict"])
+    # same seed, same result, bit for bit
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_newest_checkpoint_as_if_never_interrupted(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    run = run_config(workers=1, epochs=3)
+
+    def train(out: Path, *extra: str) -> int:
+        return main(
+            ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out), *extra]
+        )
+
+    assert train(tmp_path / "full") == 0
+    # a run that "died" during epoch 3: its last checkpoint is epoch 2, no model.pt
+    out = tmp_path / "resumed"
+    assert train(out) == 0
+    for path in (out / "checkpoints" / "epoch-003.pt", out / "model.pt", out / "metrics.jsonl"):
+        path.unlink()
+    assert train(out, "--resume") == 0
+
+    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)["state_dict"]
+    resumed = torch.load(out / "model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
+    metrics = read_metrics(out)
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert [m["train_loss"] for m in metrics] == [
+        m["train_loss"] for m in read_metrics(tmp_path / "full")
+    ]
+    assert json.loads((out / "run.json").read_text())["epochs_completed"] == 3
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard")).Reload()  # epoch 3 logged twice: purged
+    assert [e.step for e in events.Scalars("loss/train")] == [1, 2, 3]
+
+    # a checkpoint of another config is not resumed
+    other = json.dumps({**run, "lr": 0.01})
+    with pytest.raises(ConfigError, match="differs in lr"):
+        main(["--data-dir", str(data), "--run", other, "--out-dir", str(out), "--resume"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_single_gpu_training(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    run_training(data, run_config(workers=1), tmp_path / "out")
+    info = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert info["world"]["device"] == "cuda" and info["world"]["gpus"] == 1
