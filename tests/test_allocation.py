@@ -1,0 +1,367 @@
+"""Unit tests of clusterbench.allocation: scheduler text in, hosts/slots/interfaces out.
+
+The sample texts are real output of Slurm 22.05.8 (`scontrol show job -d`, `scontrol show
+node`, `squeue --steps`) from the two-node test cluster (node1 and node2 on one machine).
+"""
+
+from __future__ import annotations
+
+import pytest
+from clusterbench.allocation import (
+    Allocation,
+    AllocationError,
+    Host,
+    choose_iface,
+    expand_hostlist,
+    expand_ranges,
+    horovod_hosts,
+    local_nodes,
+    node_devices,
+    parse_pe_hostfile,
+    parse_scontrol_job,
+    parse_scontrol_nodes,
+    rank_device,
+    running_steps,
+    select_launcher,
+    spread_ranks,
+)
+
+# `sbatch -N2 -n3 -c2`: node1 got 4 CPUs, node2 2 CPUs, 2 CPUs per task.
+SCONTROL_JOB_UNEVEN = """\
+JobId=1 JobName=job.sh
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   Priority=4294901759 Nice=0 Account=root QOS=normal
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   DerivedExitCode=0:0
+   RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A
+   SubmitTime=2026-11-22T14:25:15 EligibleTime=2026-11-22T14:25:15
+   AccrueTime=2026-11-22T14:25:15
+   StartTime=2026-11-22T14:25:16 EndTime=Unknown Deadline=N/A
+   SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-22T14:25:16 Scheduler=Main
+   Partition=debug AllocNode:Sid=localhost:5722
+   ReqNodeList=(null) ExcNodeList=(null)
+   NodeList=node[1-2]
+   BatchHost=node1
+   NumNodes=2 NumCPUs=6 NumTasks=3 CPUs/Task=2 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=6,mem=3000M,node=2,billing=6
+   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
+   JOB_GRES=(null)
+     Nodes=node1 CPU_IDs=0-3 Mem=2000 GRES=
+     Nodes=node2 CPU_IDs=0-1 Mem=1000 GRES=
+   MinCPUsNode=2 MinMemoryCPU=500M MinTmpDiskNode=0
+   Features=(null) DelayBoot=00:00:00
+   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)
+   Command=/tmp/lt/job.sh
+   WorkDir=/tmp/lt
+   StdErr=/tmp/lt/job-1.out
+   StdIn=/dev/null
+   StdOut=/tmp/lt/job-1.out
+   Power=
+
+"""
+
+# `sbatch -N2 -n4 --gpus-per-node=2` (excerpt): 3 tasks on node1, 1 on node2, 2 GPUs each.
+SCONTROL_JOB_GPUS = """\
+JobId=11 JobName=wrap
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=node[1-2]
+   BatchHost=node1
+   NumNodes=2 NumCPUs=4 NumTasks=4 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=4,mem=2000M,node=2,billing=4,gres/gpu=4
+   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
+   JOB_GRES=gpu:fake:4
+     Nodes=node1 CPU_IDs=0-2 Mem=1500 GRES=gpu:fake:2(IDX:0-1)
+     Nodes=node2 CPU_IDs=0 Mem=500 GRES=gpu:fake:2(IDX:0-1)
+   MinCPUsNode=1 MinMemoryCPU=500M MinTmpDiskNode=0
+"""
+
+# `sbatch -N2 -n2 --ntasks-per-node=1` (excerpt): one detail line for both nodes.
+SCONTROL_JOB_PER_NODE = """\
+JobId=12 JobName=wrap
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=node[1-2]
+   NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   Socks/Node=* NtasksPerN:B:S:C=1:0:*:* CoreSpec=*
+   JOB_GRES=(null)
+     Nodes=node[1-2] CPU_IDs=0 Mem=500 GRES=
+   MinCPUsNode=1 MinMemoryCPU=500M MinTmpDiskNode=0
+"""
+
+SCONTROL_NODE = """\
+NodeName=node1 Arch=x86_64 CoresPerSocket=1
+   CPUAlloc=4 CPUEfctv=4 CPUTot=4 CPULoad=3.20
+   Gres=gpu:fake:2
+   NodeAddr=127.0.0.1 NodeHostName=vm Port=28916 Version=22.05.8
+   RealMemory=4000 AllocMem=2000 FreeMem=21387 Sockets=4 Boards=1
+
+NodeName=node2 Arch=x86_64 CoresPerSocket=1
+   CPUAlloc=2 CPUEfctv=4 CPUTot=4 CPULoad=3.20
+   NodeAddr=10.1.2.3 NodeHostName=vm2 Port=28917 Version=22.05.8
+
+"""
+
+
+# ------------------------------------------------------------------------------------------
+# Slurm hostlists
+
+
+@pytest.mark.parametrize(
+    ("expr", "hosts"),
+    [
+        ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+        ("a[1-2],b3", ["a1", "a2", "b3"]),
+        ("gpu-[001-002]-x", ["gpu-001-x", "gpu-002-x"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+        ("node[08-10]", ["node08", "node09", "node10"]),
+        ("node[8-10]", ["node8", "node9", "node10"]),
+        ("n1,n[3-4],m", ["n1", "n3", "n4", "m"]),
+        ("single", ["single"]),
+        ("host.example.org", ["host.example.org"]),
+    ],
+)
+def test_expand_hostlist(expr: str, hosts: list[str]) -> None:
+    assert expand_hostlist(expr) == hosts
+
+
+@pytest.mark.parametrize("expr", ["node[1-2", "node1-2]", "node[a-b]", "node[3-1]"])
+def test_expand_hostlist_rejects_malformed(expr: str) -> None:
+    with pytest.raises(AllocationError, match="hostlist"):
+        expand_hostlist(expr)
+
+
+def test_expand_ranges() -> None:
+    assert expand_ranges("0-3,6") == [0, 1, 2, 3, 6]
+    assert expand_ranges("") == []
+
+
+# ------------------------------------------------------------------------------------------
+# scontrol show job -d
+
+
+def test_scontrol_job_uneven_cpus_gives_cpus_per_task_slots() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
+    assert alloc.launcher == "slurm"
+    assert alloc.job_id == "1"
+    assert alloc.cpus_per_task == 2
+    assert [(h.name, h.slots, h.cpus, h.mem_mb, h.gpus) for h in alloc.hosts] == [
+        ("node1", 2, 4, 2000, None),
+        ("node2", 1, 2, 1000, None),
+    ]
+    assert alloc.slots == 3
+
+
+def test_scontrol_job_gres_indices_per_node() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_GPUS)
+    assert [(h.name, h.slots, h.gpus) for h in alloc.hosts] == [
+        ("node1", 3, ("0", "1")),
+        ("node2", 1, ("0", "1")),
+    ]
+
+
+def test_scontrol_job_hostlist_detail_line_and_tasks_per_node() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_PER_NODE)
+    assert [(h.name, h.slots) for h in alloc.hosts] == [("node1", 1), ("node2", 1)]
+
+
+def test_scontrol_job_num_tasks_caps_slots_one_per_node_first() -> None:
+    # Exclusive nodes: 4 CPUs each, but the job asked for 3 tasks.
+    text = SCONTROL_JOB_UNEVEN.replace("CPUs/Task=2", "CPUs/Task=1").replace(
+        "CPU_IDs=0-1", "CPU_IDs=0-3"
+    )
+    alloc = parse_scontrol_job(text)
+    assert [(h.name, h.slots) for h in alloc.hosts] == [("node1", 2), ("node2", 1)]
+
+
+def test_scontrol_job_not_running_is_an_error() -> None:
+    with pytest.raises(AllocationError, match="PENDING"):
+        parse_scontrol_job(SCONTROL_JOB_UNEVEN.replace("JobState=RUNNING", "JobState=PENDING"))
+
+
+def test_scontrol_job_without_node_details_is_an_error() -> None:
+    text = "\n".join(line for line in SCONTROL_JOB_UNEVEN.splitlines() if "CPU_IDs" not in line)
+    with pytest.raises(AllocationError, match="CPU_IDs"):
+        parse_scontrol_job(text)
+
+
+def test_scontrol_heterogeneous_job_is_rejected() -> None:
+    with pytest.raises(AllocationError, match="heterogeneous"):
+        parse_scontrol_job(SCONTROL_JOB_UNEVEN + "\n" + SCONTROL_JOB_GPUS)
+
+
+def test_scontrol_nodes_addresses() -> None:
+    assert parse_scontrol_nodes(SCONTROL_NODE) == {"node1": "127.0.0.1", "node2": "10.1.2.3"}
+
+
+def test_running_steps_skips_batch_and_extern_and_filters_names() -> None:
+    text = "11.batch batch\n11.extern extern\n11.0 cb-1234.0\n11.1 cb-1234.1\n11.2 other\n"
+    assert running_steps(text, "11") == ["11.0", "11.1", "11.2"]
+    assert running_steps(text, "11", name="cb-1234.1") == ["11.1"]
+    assert running_steps(text, "11", name_prefix="cb-1234.") == ["11.0", "11.1"]
+    assert running_steps(text, "12") == []
+
+
+# ------------------------------------------------------------------------------------------
+# SGE
+
+
+def test_pe_hostfile_several_hosts_uneven_slots() -> None:
+    text = (
+        "hostA.example.org 4 all.q@hostA.example.org UNDEFINED\n"
+        "hostB.example.org 1 all.q@hostB.example.org UNDEFINED\n"
+        "hostC.example.org 2 all.q@hostC.example.org 0,1\n"
+        "hostA.example.org 2 gpu.q@hostA.example.org UNDEFINED\n"
+    )
+    alloc = parse_pe_hostfile(text)
+    assert alloc.launcher == "sge"
+    assert [(h.name, h.slots) for h in alloc.hosts] == [
+        ("hostA.example.org", 6),
+        ("hostB.example.org", 1),
+        ("hostC.example.org", 2),
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "hostA\n", "hostA two all.q@hostA UNDEFINED\n"])
+def test_pe_hostfile_malformed(text: str) -> None:
+    with pytest.raises(AllocationError, match="PE_HOSTFILE"):
+        parse_pe_hostfile(text)
+
+
+# ------------------------------------------------------------------------------------------
+# ranks on hosts
+
+
+def test_spread_ranks_one_per_host_first_then_fill() -> None:
+    caps = [("a", 2), ("b", 1), ("c", 3)]
+    assert spread_ranks(caps, 6) == [("a", 2), ("b", 1), ("c", 3)]
+    assert spread_ranks(caps, 4) == [("a", 2), ("b", 1), ("c", 1)]
+    assert spread_ranks(caps, 3) == [("a", 1), ("b", 1), ("c", 1)]
+    assert spread_ranks(caps, 2) == [("a", 1), ("b", 1)]
+
+
+def test_spread_ranks_too_many_names_both_numbers() -> None:
+    with pytest.raises(AllocationError, match=r"--np 7 .* 6 slot\(s\).*a:2, b:1, c:3"):
+        spread_ranks([("a", 2), ("b", 1), ("c", 3)], 7)
+    with pytest.raises(AllocationError, match="at least 1"):
+        spread_ranks([("a", 2)], 0)
+
+
+def test_host_assignment_for_uneven_slots() -> None:
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+    alloc = Allocation("sge", (Host("a", 3), Host("b", 1), Host("c", 2)))
+    hosts = horovod_hosts(alloc, 6)
+    assert hosts == "a:3,b:1,c:2"
+    slots = get_host_assignments(parse_hosts(hosts), 6)
+    got = [
+        (s.hostname, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size, s.size)
+        for s in slots
+    ]
+    assert got == [
+        ("a", 0, 0, 3, 0, 3, 6),
+        ("a", 1, 1, 3, 0, 2, 6),
+        ("a", 2, 2, 3, 0, 1, 6),
+        ("b", 3, 0, 1, 1, 3, 6),
+        ("c", 4, 0, 2, 2, 3, 6),
+        ("c", 5, 1, 2, 1, 2, 6),
+    ]
+
+
+def test_host_assignment_for_fewer_ranks_than_slots() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)  # node1:2, node2:1
+    assert horovod_hosts(alloc, 2) == "node1:1,node2:1"
+    assert horovod_hosts(alloc, 3) == "node1:2,node2:1"
+    with pytest.raises(AllocationError, match=r"--np 4 .* 3 slot"):
+        horovod_hosts(alloc, 4)
+
+
+# ------------------------------------------------------------------------------------------
+# launcher selection
+
+
+@pytest.mark.parametrize(
+    ("requested", "env", "launcher"),
+    [
+        (None, {"SLURM_JOB_ID": "7"}, "slurm"),
+        (None, {"SLURM_JOBID": "7"}, "slurm"),
+        (None, {"PE_HOSTFILE": "/x", "JOB_ID": "3"}, "sge"),
+        (None, {"PE_HOSTFILE": "/x"}, "local"),
+        (None, {}, "local"),
+        ("auto", {"SLURM_JOB_ID": "7"}, "slurm"),
+        ("local", {"SLURM_JOB_ID": "7"}, "local"),
+        (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_LAUNCHER": "local"}, "local"),
+        ("SGE", {}, "sge"),
+    ],
+)
+def test_select_launcher(requested, env, launcher) -> None:
+    assert select_launcher(requested, env) == launcher
+
+
+def test_select_launcher_unknown_name() -> None:
+    with pytest.raises(AllocationError, match="unknown launcher 'mpi'"):
+        select_launcher("mpi", {})
+    with pytest.raises(AllocationError, match="unknown launcher 'pbs'"):
+        select_launcher(None, {"CLUSTERBENCH_LAUNCHER": "pbs"})
+
+
+# ------------------------------------------------------------------------------------------
+# GPUs
+
+
+def test_node_devices_never_widens_the_inherited_list() -> None:
+    assert node_devices(None, None) is None
+    assert node_devices(("0", "1"), None) == ("0", "1")
+    assert node_devices(None, ("3", "5")) == ("3", "5")
+    assert node_devices(("0", "1", "2"), ("1", "2", "7")) == ("1", "2")
+    assert node_devices(("0", "1"), ()) == ()
+
+
+def test_rank_device_is_the_local_rank_th_entry() -> None:
+    assert rank_device(("3", "5"), 0, 2, "h") == "3"
+    assert rank_device(("3", "5"), 1, 2, "h") == "5"
+    assert rank_device(None, 1, 2, "h") is None
+    assert rank_device((), 0, 2, "h") == ""
+    with pytest.raises(AllocationError, match=r"node1 runs 3 rank\(s\) but has only 2 GPU"):
+        rank_device(("0", "1"), 0, 3, "node1")
+
+
+# ------------------------------------------------------------------------------------------
+# network interface
+
+IFACES = {"lo": ["127.0.0.1"], "eth0": ["10.1.2.1"], "ib0": ["192.168.5.1"]}
+
+
+def test_iface_loopback_when_every_node_is_on_this_machine() -> None:
+    choice = choose_iface({"node1": "127.0.0.1", "node2": "10.1.2.1"}, IFACES, "vm", "127.0.1.1")
+    assert (choice.iface, choice.address) == ("lo", "127.0.0.1")
+    assert "node1=127.0.0.1" in choice.reason and "on this machine" in choice.reason
+
+
+def test_iface_of_the_host_name_address_when_a_node_is_remote() -> None:
+    choice = choose_iface({"node1": "10.1.2.1", "node2": "10.1.2.9"}, IFACES, "head", "10.1.2.1")
+    assert (choice.iface, choice.address) == ("eth0", "10.1.2.1")
+    assert "node2=10.1.2.9" in choice.reason and "'head' resolves to 10.1.2.1" in choice.reason
+
+
+def test_iface_unresolved_node_counts_as_remote() -> None:
+    choice = choose_iface({"node1": None}, IFACES, "head", "192.168.5.1")
+    assert choice.iface == "ib0"
+    assert "node1=unresolved" in choice.reason
+
+
+def test_iface_error_when_host_name_resolves_to_loopback_and_nodes_are_remote() -> None:
+    with pytest.raises(AllocationError, match=r"node2=10\.1\.2\.9.*--iface"):
+        choose_iface({"node2": "10.1.2.9"}, IFACES, "head", "127.0.1.1")
+
+
+def test_iface_requested_wins_and_must_exist() -> None:
+    choice = choose_iface({"node1": "127.0.0.1"}, IFACES, "vm", "127.0.0.1", requested="eth0")
+    assert (choice.iface, choice.address) == ("eth0", "10.1.2.1")
+    assert "requested" in choice.reason
+    with pytest.raises(AllocationError, match="'eth9'.*eth0, ib0, lo"):
+        choose_iface({"node1": "127.0.0.1"}, IFACES, "vm", "127.0.0.1", requested="eth9")
+
+
+def test_local_nodes() -> None:
+    addrs = {"a": "127.0.0.1", "b": "10.1.2.1", "c": "10.9.9.9", "d": None, "e": "127.0.1.1"}
+    assert local_nodes(addrs, IFACES) == {"a", "b", "e"}

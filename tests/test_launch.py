@@ -1,0 +1,607 @@
+"""clusterbench.launch: argument and allocation errors (in-process), then real Horovod ranks.
+
+The slow tests start the launcher as a subprocess with real ranks (hvd.init + allreduce over
+Gloo) and check what each rank sees and how a failing rank ends the run. The ``slurm`` / ``sge``
+tests submit jobs to the test clusters (``slurm_cluster`` / ``sge_cluster`` fixtures from
+``tests.clusters.fixtures``) that run the launcher inside a 2-node allocation / a ``-pe mpi``
+job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from clusterbench import launch
+from clusterbench.allocation import Allocation, Host, parse_scontrol_job
+from test_allocation import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
+
+PY = sys.executable
+TIMEOUT = 90  # seconds: a hanging launcher fails the test instead of hanging it
+
+needs_two_cpus = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the local launcher offers one slot per CPU"
+)
+
+# Prints one RESULT line per rank with what Horovod and the environment say.
+CHECK = r"""
+import json, os, sys
+import psutil
+import torch
+import horovod.torch as hvd
+
+hvd.init()
+total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+keys = ["HOROVOD_HOSTNAME", "HOROVOD_GLOO_IFACE", "HOROVOD_GLOO_TIMEOUT_SECONDS",
+        "HOROVOD_LOG_LEVEL", "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS",
+        "CUDA_VISIBLE_DEVICES", "SLURMD_NODENAME", "JOB_ID"]
+print("RESULT " + json.dumps({
+    "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
+    "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
+    "cross_size": hvd.cross_size(), "sum": total, "argv": sys.argv[1:], "cwd": os.getcwd(),
+    "env": {k: os.environ.get(k) for k in keys},
+    "ancestors": [p.name() for p in psutil.Process().parents()],
+}), flush=True)
+"""
+
+# Rank 1 prints 25 numbered lines, then exits 3 after a delay; rank 0 waits in an allreduce.
+EXIT_3 = r"""
+import os, sys, time
+import torch
+import horovod.torch as hvd
+
+hvd.init()
+for i in range(25):
+    print(f"rank {hvd.rank()} line {i}", flush=True)
+if hvd.rank() == 1:
+    time.sleep(1)
+    print("rank 1 about to fail", file=sys.stderr, flush=True)
+    os._exit(3)
+hvd.allreduce(torch.zeros(1))
+time.sleep(300)
+"""
+
+# Rank 1 is killed by SIGKILL while rank 0 loops over allreduce.
+SIGKILLED = r"""
+import os, signal, time
+import torch
+import horovod.torch as hvd
+
+hvd.init()
+if hvd.rank() == 1:
+    time.sleep(1)
+    print("rank 1 killing itself", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+while True:
+    hvd.allreduce(torch.zeros(1))
+    time.sleep(0.05)
+"""
+
+# Rank 0 sleeps forever outside any collective (reporting SIGTERM); rank 1 exits 5.
+SLEEPER = r"""
+import os, signal, sys, time
+import horovod.torch as hvd
+
+hvd.init()
+if hvd.rank() == 0:
+    def on_term(sig, frame):
+        print("rank 0 got SIGTERM", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("rank 0 sleeping", flush=True)
+    while True:
+        time.sleep(1)
+time.sleep(1)
+print("rank 1 failing", flush=True)
+sys.exit(5)
+"""
+
+# Rank 0 ignores SIGTERM (so only SIGKILL stops it) and records its pid; rank 1 exits 7.
+STUBBORN = r"""
+import os, signal, sys, time
+from pathlib import Path
+import horovod.torch as hvd
+
+hvd.init()
+if hvd.rank() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(sys.argv[1]).write_text(str(os.getpid()))
+    while True:
+        time.sleep(1)
+time.sleep(1)
+sys.exit(7)
+"""
+
+# Every rank records its pid, then sleeps.
+IDLE = r"""
+import os, sys, time
+from pathlib import Path
+import horovod.torch as hvd
+
+hvd.init()
+Path(sys.argv[1], f"rank{hvd.rank()}.pid").write_text(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTERBENCH_")}
+    env.update(extra)
+    return env
+
+
+def _launch_cmd(np: int, script: Path, *args: str, options: tuple[str, ...] = ()) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "clusterbench.launch",
+        "--np",
+        str(np),
+        *options,
+        "--",
+        PY,
+        str(script),
+        *args,
+    ]
+
+
+def _run_local(
+    tmp_path: Path,
+    code: str,
+    *args: str,
+    np: int = 2,
+    options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "rank.py"
+    script.write_text(code)
+    return subprocess.run(
+        _launch_cmd(np, script, *args, options=("--launcher", "local", *options)),
+        cwd=tmp_path,
+        env=env or _clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _results(stdout: str) -> dict[int, dict]:
+    """RESULT lines by rank; each must come from the rank its ``[rank]`` prefix names."""
+    results = {}
+    for m in re.finditer(r"^\[(\d+)\]<stdout>:RESULT (.*)$", stdout, re.M):
+        data = json.loads(m.group(2))
+        assert data["rank"] == int(m.group(1))
+        results[data["rank"]] = data
+    return results
+
+
+def _failure_report(stderr: str, rank: int, code: int) -> tuple[str, list[str]]:
+    """The launcher's failure message for ``rank`` and the log lines it quotes."""
+    m = re.search(rf"rank {rank} of \d+ on host (\S+) exited with code {code};.*", stderr)
+    assert m, stderr
+    quoted = re.findall(r"^    (.*)$", stderr[m.end() :], re.M)
+    return m.group(1), quoted
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# ------------------------------------------------------------------------------------------
+# errors before any rank starts (in-process)
+
+
+def _main(monkeypatch, argv: list[str], **env: str) -> int:
+    for key in list(os.environ):
+        if key.startswith(("CLUSTERBENCH_", "SLURM_")) or key in ("PE_HOSTFILE", "JOB_ID"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return launch.main(argv)
+
+
+def _fake_slurm(tmp_path: Path, job_text: str, tools: tuple[str, ...] = ("srun", "squeue")) -> str:
+    """A PATH holding only a fake ``scontrol`` (printing ``job_text`` for ``show job`` and both
+    nodes at 127.0.0.1 for ``show node``) and ``tools`` that print nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "job.txt").write_text(job_text)
+    nodes = "NodeName=node1 NodeAddr=127.0.0.1\n\nNodeName=node2 NodeAddr=127.0.0.1\n"
+    scripts = {
+        "scontrol": f'#!/bin/sh\nif [ "$2" = job ]; then exec /bin/cat {bin_dir}/job.txt; fi\n'
+        f"printf '{nodes}'\n",
+        **{tool: "#!/bin/sh\n" for tool in tools},
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+def test_np_larger_than_local_cpus_names_both_numbers(monkeypatch, capsys) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    assert _main(monkeypatch, ["--launcher", "local", "--np", str(cpus + 1), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert f"--np {cpus + 1} is more than the {cpus} slot(s)" in err
+
+
+def test_np_larger_than_slurm_allocation(monkeypatch, capsys, tmp_path) -> None:
+    path = _fake_slurm(tmp_path, SCONTROL_JOB_UNEVEN)
+    rc = _main(monkeypatch, ["--np", "4", "--", "true"], SLURM_JOB_ID="1", PATH=path)
+    assert rc == 2
+    assert "--np 4 is more than the 3 slot(s) of the allocation (node1:2, node2:1)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_too_few_gpus_for_the_ranks_of_a_node(monkeypatch, capsys, tmp_path) -> None:
+    path = _fake_slurm(tmp_path, SCONTROL_JOB_GPUS)
+    rc = _main(monkeypatch, ["--np", "4", "--", "true"], SLURM_JOB_ID="11", PATH=path)
+    assert rc == 2
+    assert "node1 runs 3 rank(s) but has only 2 GPU(s) (0,1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "missing"),
+    [
+        ({"SLURM_JOB_ID": "1"}, "scontrol"),
+        ({"PE_HOSTFILE": "/nonexistent", "JOB_ID": "3"}, "qrsh"),
+    ],
+)
+def test_missing_scheduler_tool(monkeypatch, capsys, tmp_path, env, missing) -> None:
+    rc = _main(monkeypatch, ["--np", "1", "--", "true"], PATH=str(tmp_path), **env)
+    assert rc == 2
+    assert f"needs `{missing}`, which is not on PATH" in capsys.readouterr().err
+
+
+def test_missing_srun(monkeypatch, capsys, tmp_path) -> None:
+    path = _fake_slurm(tmp_path, SCONTROL_JOB_UNEVEN, tools=())
+    assert _main(monkeypatch, ["--np", "1", "--", "true"], SLURM_JOB_ID="1", PATH=path) == 2
+    assert "needs `srun`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--np", "1", "true"], {}, "missing '--'"),
+        (["--np", "1", "--"], {}, "no command after '--'"),
+        (["--launcher", "mpi", "--np", "1", "--", "true"], {}, "unknown launcher 'mpi'"),
+        (["--np", "1", "--", "true"], {"CLUSTERBENCH_LAUNCHER": "pbs"}, "unknown launcher 'pbs'"),
+        (["--np", "1", "--timeout", "soon", "--", "true"], {}, "positive number of seconds"),
+        (["--np", "1", "--", "true"], {"CLUSTERBENCH_GLOO_TIMEOUT": "0"}, "positive number"),
+        (["--np", "1", "--log-level", "loud", "--", "true"], {}, "unknown log level 'loud'"),
+        (["--launcher", "slurm", "--np", "1", "--", "true"], {}, "needs SLURM_JOB_ID"),
+        (["--launcher", "sge", "--np", "1", "--", "true"], {}, "needs PE_HOSTFILE"),
+        (
+            ["--launcher", "local", "--np", "1", "--iface", "nosuch0", "--", "true"],
+            {},
+            "network interface 'nosuch0' has no IPv4 address",
+        ),
+    ],
+)
+def test_bad_arguments(monkeypatch, capsys, argv, env, message) -> None:
+    assert _main(monkeypatch, argv, **env) == 2
+    err = capsys.readouterr().err
+    assert "clusterbench-launch: error:" in err and message in err
+
+
+# ------------------------------------------------------------------------------------------
+# how one slot's command is run (no scheduler needed)
+
+
+class _Slot:
+    def __init__(self, hostname: str, rank: int, local_rank: int, local_size: int):
+        self.hostname, self.rank = hostname, rank
+        self.local_rank, self.local_size = local_rank, local_size
+
+
+def test_srun_step_takes_its_share_without_overlap(monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    monkeypatch.setenv("SLURM_CONF", "/etc/x/slurm.conf")
+    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
+    executor = launch.SlurmExecutor(alloc, "cb-test", overlap=False)
+    argv = shlex.split(executor.shell_command("env A=1 python x.py 'a b'", _Slot("node1", 1, 1, 2)))
+    assert argv[:7] == [
+        "srun",
+        "--jobid=1",
+        "--job-name=cb-test.1",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=node1",
+        "--cpus-per-task=2",
+    ]
+    assert {"--exact", "--mem=1000M", "--gres=none", "--input=none"} <= set(argv)
+    assert "--overlap" not in argv
+    assert argv[-3:] == ["bash", "-c", "env A=1 python x.py 'a b'"]
+    # srun must not see the batch step's SLURM_* values (they would override its options).
+    assert "SLURM_NTASKS" not in executor.env and executor.env["SLURM_CONF"] == "/etc/x/slurm.conf"
+
+
+def test_srun_step_asks_one_gpu_or_overlaps_when_told() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_GPUS)
+    gpu = shlex.split(
+        launch.SlurmExecutor(alloc, "t", overlap=False).shell_command("x", _Slot("node2", 3, 0, 1))
+    )
+    assert "--gres=gpu:1" in gpu and "--mem=500M" in gpu
+    over = shlex.split(
+        launch.SlurmExecutor(alloc, "t", overlap=True).shell_command("x", _Slot("node1", 0, 0, 3))
+    )
+    assert "--overlap" in over and not any(a.startswith(("--mem", "--gres")) for a in over)
+
+
+def test_qrsh_command_survives_qrsh_joining_its_arguments(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    executor = launch.SgeExecutor(local_hosts=set())
+    rank_cmd = "env HOROVOD_RANK=1 python x.py 'a b' 'q\"uote'"
+    argv = shlex.split(executor.shell_command(rank_cmd, _Slot("hostB", 1, 0, 1)))
+    assert argv[:5] == ["qrsh", "-inherit", "-nostdin", "-V", "hostB"]
+    # qrsh joins the rest with spaces; the remote shell parses that string again.
+    remote = shlex.split(" ".join(argv[5:]))
+    assert remote[:2] == ["bash", "-c"] and len(remote) == 3
+    assert remote[2].startswith(f"cd {shlex.quote(str(tmp_path))} || exit 1; {rank_cmd} & ")
+    # The rank announces its pid, which the executor takes out of the output.
+    assert executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stderr>:" + launch._PID_MARK + "4242\n")
+    assert executor.pids == {1: 4242}
+    assert not executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stdout>:hello\n")
+
+
+def test_local_allocation_is_this_host_one_slot_per_cpu() -> None:
+    alloc = launch.local_allocation()
+    assert alloc == Allocation("local", (Host(socket.gethostname(), len(os.sched_getaffinity(0))),))
+
+
+# ------------------------------------------------------------------------------------------
+# real ranks, local launcher
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_local_ranks_see_a_consistent_world(tmp_path) -> None:
+    env = _clean_env(CLUSTERBENCH_GLOO_TIMEOUT="45", CUDA_VISIBLE_DEVICES="5,7")
+    proc = _run_local(
+        tmp_path, CHECK, "two words", 'q"uote', options=("--log-level", "info"), env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = _results(proc.stdout)
+    assert sorted(results) == [0, 1], proc.stdout
+    for rank, r in results.items():
+        assert (r["size"], r["local_rank"], r["local_size"]) == (2, rank, 2)
+        assert (r["cross_rank"], r["cross_size"]) == (0, 1)
+        assert r["sum"] == 3.0  # the allreduce really ran across both ranks
+        assert r["argv"] == ["two words", 'q"uote']
+        assert r["cwd"] == str(tmp_path)
+        assert r["env"]["HOROVOD_HOSTNAME"] == socket.gethostname()
+        assert r["env"]["HOROVOD_GLOO_IFACE"] == "lo"
+        assert r["env"]["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
+        assert r["env"]["HOROVOD_LOG_LEVEL"] == "info"
+        assert r["env"]["HOROVOD_CONTROLLER"] == r["env"]["HOROVOD_CPU_OPERATIONS"] == "gloo"
+    # GPU pinned by local rank, within the inherited list.
+    assert [results[r]["env"]["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["5", "7"]
+    assert "Gloo interface lo" in proc.stderr and "on this machine" in proc.stderr
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_rank_exit_code_and_last_lines_are_reported(tmp_path) -> None:
+    proc = _run_local(tmp_path, EXIT_3)
+    assert proc.returncode == 3, proc.stderr
+    host, quoted = _failure_report(proc.stderr, rank=1, code=3)
+    assert host == socket.gethostname()
+    assert len(quoted) == 20
+    assert quoted[-1] == "[1]<stderr>:rank 1 about to fail"
+    assert quoted[-2] == "[1]<stdout>:rank 1 line 24"
+    assert "[1]<stdout>:rank 1 line 5" not in quoted  # only the last 20 lines
+    assert all(line.startswith("[1]") for line in quoted)
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_rank_killed_by_sigkill_during_allreduce(tmp_path) -> None:
+    proc = _run_local(tmp_path, SIGKILLED)
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+    _, quoted = _failure_report(proc.stderr, rank=1, code=137)
+    assert "[1]<stdout>:rank 1 killing itself" in quoted
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_sleeping_rank_gets_sigterm_when_another_fails(tmp_path) -> None:
+    proc = _run_local(tmp_path, SLEEPER)
+    assert proc.returncode == 5, proc.stderr
+    _, quoted = _failure_report(proc.stderr, rank=1, code=5)
+    assert quoted == ["[1]<stdout>:rank 1 failing"]
+    assert "[0]<stdout>:rank 0 got SIGTERM" in proc.stdout
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_rank_ignoring_sigterm_is_killed(tmp_path) -> None:
+    pid_file = tmp_path / "rank0.pid"
+    proc = _run_local(tmp_path, STUBBORN, str(pid_file))
+    assert proc.returncode == 7, proc.stderr
+    _failure_report(proc.stderr, rank=1, code=7)
+    assert not _alive(int(pid_file.read_text()))
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(IDLE)
+    proc = subprocess.Popen(
+        _launch_cmd(2, script, str(tmp_path), options=("--launcher", "local")),
+        cwd=tmp_path,
+        env=_clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(list(tmp_path.glob("rank*.pid"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "received SIGINT or SIGTERM" in stderr
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+# ------------------------------------------------------------------------------------------
+# real clusters
+
+
+def _sbatch(cluster, tmp_path: Path, *args: str, script: str) -> tuple[str, str]:
+    """Submit ``script`` with ``sbatch --wait``; return (job id, its output)."""
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/bash\n" + script + "\n")
+    res = cluster.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--wait",
+            f"--chdir={tmp_path}",
+            "--output=slurm-%j.out",
+            "--time=5",
+            *args,
+            str(path),
+        ],
+        check=False,
+        timeout=240,
+    )
+    job = res.stdout.strip().split(";")[0]
+    assert job.isdigit(), res
+    return job, (tmp_path / f"slurm-{job}.out").read_text()
+
+
+def _jobstep_like(np: int, script: Path, *args: str) -> str:
+    """The launcher as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id."""
+    launcher = shlex.join(_launch_cmd(np, script, *args))
+    return (
+        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"{launcher}\necho launcher-exit=$?"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_ranks_on_two_nodes_uneven(slurm_cluster, tmp_path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(CHECK)
+    _, out = _sbatch(slurm_cluster, tmp_path, "-N2", "-n3", "-c2", script=_jobstep_like(3, script))
+    assert "launcher-exit=0" in out, out
+    results = _results(out)
+    got = {
+        rank: (
+            r["env"]["HOROVOD_HOSTNAME"],
+            r["env"]["SLURMD_NODENAME"],
+            r["local_rank"],
+            r["local_size"],
+            r["cross_rank"],
+            r["cross_size"],
+            r["size"],
+            r["sum"],
+        )
+        for rank, r in results.items()
+    }
+    for r in results.values():  # each rank is a task of a step, not a child of the launcher
+        assert "slurmstepd" in r["ancestors"], r
+    assert got == {
+        0: ("node1", "node1", 0, 2, 0, 2, 3, 6.0),
+        1: ("node1", "node1", 1, 2, 0, 1, 3, 6.0),
+        2: ("node2", "node2", 0, 1, 1, 2, 3, 6.0),
+    }, out
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_failing_rank_stops_the_other_step(slurm_cluster, tmp_path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(SLEEPER)
+    check_steps = 'squeue --steps --noheader --format="%i %j" --jobs="$SLURM_JOB_ID"'
+    job, out = _sbatch(
+        slurm_cluster,
+        tmp_path,
+        "-N2",
+        "-n2",
+        script=_jobstep_like(2, script) + f"\necho steps-left:\n{check_steps}",
+    )
+    assert "launcher-exit=5" in out, out
+    host, quoted = _failure_report(out, rank=1, code=5)
+    assert host == "node2"
+    assert "[1]<stdout>:rank 1 failing" in quoted
+    assert "[0]<stdout>:rank 0 got SIGTERM" in out  # SIGTERM reached the task through Slurm
+    steps = out.split("steps-left:", 1)[1].split()
+    assert steps == [f"{job}.batch", "batch"], out
+
+
+def _qsub(cluster, tmp_path: Path, *args: str, script: str) -> str:
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/bash\n" + script + "\n")
+    out = tmp_path / "job.out"
+    res = cluster.run(
+        ["qsub", "-sync", "y", "-wd", str(tmp_path), "-j", "y", "-o", str(out), *args, str(path)],
+        check=False,
+        timeout=240,
+    )
+    assert out.exists(), res
+    return out.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.sge
+def test_sge_ranks_through_qrsh_inherit(sge_cluster, tmp_path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(CHECK)
+    launcher = shlex.join(_launch_cmd(2, script, "two words"))
+    out = _qsub(
+        sge_cluster, tmp_path, "-pe", "mpi", "2", script=f"{launcher}\necho launcher-exit=$?"
+    )
+    assert "launcher-exit=0" in out, out
+    results = _results(out)
+    assert sorted(results) == [0, 1], out
+    host = sge_cluster.nodes[0]
+    for rank, r in results.items():
+        assert (r["size"], r["local_rank"], r["local_size"], r["sum"]) == (2, rank, 2, 3.0)
+        assert r["env"]["HOROVOD_HOSTNAME"] == host
+        assert "sge_shepherd" in r["ancestors"], r  # a task started through qrsh -inherit
+        assert r["argv"] == ["two words"] and r["cwd"] == str(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.sge
+def test_sge_failing_rank_stops_the_other_and_the_job_survives(sge_cluster, tmp_path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(SLEEPER)
+    launcher = shlex.join(_launch_cmd(2, script))
+    out = _qsub(
+        sge_cluster,
+        tmp_path,
+        "-pe",
+        "mpi",
+        "2",
+        script=f"{launcher}\necho launcher-exit=$?\necho job-still-running",
+    )
+    assert "launcher-exit=5" in out, out
+    _, quoted = _failure_report(out, rank=1, code=5)
+    assert "[1]<stdout>:rank 1 failing" in quoted
+    assert "[0]<stdout>:rank 0 got SIGTERM" in out
+    # SGE kills the whole job when a task's qrsh is killed; the launcher must not do that.
+    assert "job-still-running" in out
