@@ -39,9 +39,9 @@ def repo() -> Path:
     return REPO
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env=None):
-    """Run this repository's Snakefile with ``workdir`` as working directory."""
-    cmd = [
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    """Command line running this repository's Snakefile in ``workdir`` on its config.yaml."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -53,10 +53,23 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 90
         str(workdir / "config.yaml"),
         *args,
     ]
+
+
+def snakemake_env(env=None) -> dict[str, str]:
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    return full_env
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env=None):
+    """Run this repository's Snakefile with ``workdir`` as working directory."""
     proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env
+        snakemake_cmd(workdir, *args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=snakemake_env(env),
     )
     if check and proc.returncode != 0:
         logs = "\n".join(

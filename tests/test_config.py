@@ -109,8 +109,14 @@ def test_config_hash_is_deterministic_and_sensitive():
     a = cb.validate(default_config())
     b = cb.validate(default_config())
     assert cb.config_hash(a) == cb.config_hash(b)
-    b["report"]["title"] = "other"
+    b["download"]["retries"] += 1
+    b["runs"][0]["mem_mb"] += 1
+    assert cb.config_hash(a) == cb.config_hash(b)  # changes no result
+    b["runs"][0]["lr"] *= 2
     assert cb.config_hash(a) != cb.config_hash(b)
+    c = cb.validate(default_config())
+    c["report"]["title"] = "other"
+    assert cb.config_hash(a) != cb.config_hash(c)
     assert cb.canonical_json({"b": 1, "a": 2}) == '{"a":2,"b":1}'
 
 

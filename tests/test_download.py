@@ -396,7 +396,7 @@ def test_unknown_dataset():
         ('{"retries": 1.5}', "retries must be a non-negative int"),
         ('{"timeout_seconds": 0}', "timeout_seconds must be positive"),
         ('{"cache_dir": 3}', "cache_dir must be"),
-        ('{"bogus": 1}', "unknown --params keys"),
+        ('{"bogus": 1}', "unknown key"),
     ],
 )
 def test_parse_params_rejects(params, message):

@@ -269,7 +269,7 @@ def test_cifar10_truncated_archive(tmp_path, capsys):
         ({"val_fraction": 0.1, "seed": 1}, "lacks 'test_fraction'"),
         ({**DIGITS_PARAMS, "seed": -1}, "seed must be a non-negative integer"),
         ({**DIGITS_PARAMS, "seed": 1.5}, "seed must be a non-negative integer"),
-        ({**DIGITS_PARAMS, "shuffle": True}, "unknown --params keys"),
+        ({**DIGITS_PARAMS, "shuffle": True}, "unknown key"),
         ("[1]", "must be a JSON object"),
     ],
 )

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, default_config, snakemake, write_config
+from conftest import REPO, default_config, snakemake, snakemake_cmd, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -161,14 +161,13 @@ def test_one_runs_lr_reruns_that_run_and_the_report(finished: Path):
 
 def test_snakefile_parses_without_torch(finished: Path):
     """Every cluster job re-parses the Snakefile: it must not import torch & co."""
+    argv = ["snakemake", *snakemake_cmd(finished, "--dry-run", "--forceall", "--cores", "1")[3:]]
     code = (
         "import sys\n"
         "for m in ('torch', 'horovod', 'matplotlib', 'seaborn', 'pandas', 'numpy'):\n"
         "    sys.modules[m] = None  # any import of these now raises ImportError\n"
         "from snakemake.cli import main\n"
-        f"sys.argv = ['snakemake', '--snakefile', {str(REPO / 'Snakefile')!r},\n"
-        f"    '--directory', {str(finished)!r}, '--configfile', {str(finished / 'config.yaml')!r},\n"
-        "    '--dry-run', '--forceall', '--cores', '1']\n"
+        f"sys.argv = {argv!r}\n"
         "main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

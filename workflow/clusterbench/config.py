@@ -165,8 +165,21 @@ def canonical_json(obj: Any) -> str:
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
-    """Short content hash of a (resolved) config, shown in the report for provenance."""
-    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:12]
+    """Short hash of everything in a resolved config that can change a result.
+
+    Shown in the report for provenance. Download settings and job resources are left out, like
+    from the rules' params: changing them changes no result, so it must not rerun the report.
+    """
+    relevant = {
+        "datasets": {
+            name: {**preprocess_slice(ds), **download_slice(ds)}
+            for name, ds in config["datasets"].items()
+        },
+        "runs": [train_slice(run) for run in config["runs"]],
+        "evaluate": config["evaluate"],
+        "report": config["report"],
+    }
+    return hashlib.sha256(canonical_json(relevant).encode()).hexdigest()[:12]
 
 
 def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from clusterbench import __version__
 from clusterbench.atomic import atomic_path, write_json
 from clusterbench.datasets import DatasetError, FileSpec, get_dataset, resolve_urls
+from clusterbench.params import json_object
 
 log = logging.getLogger(__name__)
 
@@ -319,24 +320,12 @@ def default_cache_dir() -> Path:
 #: backoff_seconds, timeout_seconds). The workflow sets it from the config instead of passing the
 #: settings in --params, its rerun trigger: more retries must not make every stage stale.
 SETTINGS_ENV = "CLUSTERBENCH_DOWNLOAD"
-
-
-def _json_object(text: str, what: str = "--params") -> dict[str, Any]:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParamsError(f"{what} is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ParamsError(f"{what} must be a JSON object, got {raw!r}")
-    return raw
+SETTINGS = {"cache_dir", "retries", "backoff_seconds", "timeout_seconds"}
 
 
 def parse_params(text: str) -> DownloadParams:
     """Validate the ``--params`` JSON (see docs/ARCHITECTURE.md); missing keys take defaults."""
-    raw = _json_object(text)
-    allowed = {"cache_dir", "retries", "backoff_seconds", "timeout_seconds", "source"}
-    if unknown := set(raw) - allowed:
-        raise ParamsError(f"unknown --params keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    raw = json_object(text, allowed=SETTINGS | {"source"}, error=ParamsError)
 
     def number(key: str, default: float, *, integer: bool = False, positive: bool = False) -> float:
         value = raw.get(key, default)
@@ -422,8 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None
     }
     try:
-        env = _json_object(os.environ.get(SETTINGS_ENV, "{}"), SETTINGS_ENV)
-        params = parse_params(json.dumps({**_json_object(args.params), **env, **overrides}))
+        env = json_object(
+            os.environ.get(SETTINGS_ENV, "{}"),
+            allowed=SETTINGS,
+            what=SETTINGS_ENV,
+            error=ParamsError,
+        )
+        given = json_object(args.params, error=ParamsError)
+        params = parse_params(json.dumps({**given, **env, **overrides}))
         content = download_dataset(args.dataset, args.out, params)
     except (ParamsError, DatasetError) as exc:
         print(f"download: error: {exc}", file=sys.stderr)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from clusterbench.atomic import atomic_open, write_json
+from clusterbench.params import json_object
 
 SPLITS = ("test", "val")
 ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
@@ -48,15 +49,7 @@ class SplitData:
 
 def parse_params(text: str) -> EvalParams:
     """Validate the ``--params`` JSON: ``{"batch_size": int >= 1, "split": "test"|"val"}``."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--params is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"--params must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"batch_size", "split"})
-    if unknown:
-        raise ValueError(f"--params: unknown key(s) {unknown}; allowed: batch_size, split")
+    raw = json_object(text, allowed=("batch_size", "split"))
     batch_size = raw.get("batch_size", 512)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--params.batch_size must be an integer >= 1, got {batch_size!r}")

@@ -32,6 +32,7 @@ import numpy as np
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.download import file_digests
+from clusterbench.params import json_object
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +67,9 @@ class Decoded:
 
 def parse_params(text: str, spec: DatasetSpec) -> SplitParams:
     """Validate ``--params`` = ``{"val_fraction", "test_fraction", "seed"}`` for ``spec``."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PreprocessError(f"--params is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise PreprocessError(f"--params must be a JSON object, got {raw!r}")
-    allowed = {"val_fraction", "test_fraction", "seed"}
-    if unknown := set(raw) - allowed:
-        raise PreprocessError(
-            f"unknown --params keys {sorted(unknown)}; allowed: {sorted(allowed)}"
-        )
+    raw = json_object(
+        text, allowed=("val_fraction", "test_fraction", "seed"), error=PreprocessError
+    )
 
     def fraction(key: str) -> float:
         if key not in raw:

@@ -34,6 +34,7 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
+from clusterbench.params import json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
 TABLE_ROWS_PER_PAGE = 14
@@ -91,15 +92,7 @@ class RunData:
 
 def parse_params(text: str) -> ReportParams:
     """Validate ``--params``: ``{"title": str, "author": str (optional), "config_hash": str}``."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--params is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"--params must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"title", "author", "config_hash"})
-    if unknown:
-        raise ValueError(f"--params: unknown key(s) {unknown}; allowed: title, author, config_hash")
+    raw = json_object(text, allowed=("title", "author", "config_hash"))
     for key in ("title", "config_hash"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ValueError(f"--params.{key} must be a non-empty string, got {raw.get(key)!r}")

@@ -1,0 +1,312 @@
+"""The real workflow on the real test clusters: `snakemake --profile profiles/slurm|sge`.
+
+The clusters are started by the session fixtures of tests/clusters (Debian's Slurm 22.05 with two
+nodes and slurmdbd, SGE 8.1.9). Nothing here is faked: jobs go through the executor plugins,
+training ranks are started by clusterbench.launch with srun / qrsh -inherit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 3
+TWO = "digits-cnn-2w"  # the default config's 2-worker run
+POLL = ["--seconds-between-status-checks", "5"]
+SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "3"]
+SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "3"]
+
+
+def cluster_config(workdir: Path, *, nodes: int) -> dict:
+    """The demo config, shortened, with its 2-worker run spread over ``nodes`` nodes."""
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    cfg["run_defaults"]["epochs"] = EPOCHS
+    cfg["run_defaults"]["runtime"] = 15
+    for run in cfg["runs"]:
+        if run["workers"] == 2:
+            run["nodes"] = nodes
+    write_config(workdir, cfg)
+    return cfg
+
+
+def rank_lines(log: Path) -> dict[int, dict]:
+    """The identity line each rank prints at start (see clusterbench.train)."""
+    ranks = {}
+    for line in log.read_text().splitlines():
+        if "train: horovod rank " in line:
+            info = json.loads(line.split("train: horovod rank ", 1)[1].split(" ", 1)[1])
+            ranks[info["rank"]] = info
+    return ranks
+
+
+def assert_identical_weights(weights: Path) -> None:
+    import torch
+
+    files = sorted(weights.glob("rank-*.pt"))
+    assert [f.name for f in files] == ["rank-0.pt", "rank-1.pt"], files
+    a, b = (torch.load(f, weights_only=True) for f in files)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def assert_pipeline_outputs(workdir: Path) -> None:
+    res = workdir / "results"
+    for run in (r["name"] for r in default_config()["runs"]):
+        assert len((res / "runs" / run / "metrics.jsonl").read_text().splitlines()) == EPOCHS
+        assert json.loads((res / "eval" / run / "metrics.json").read_text())["accuracy"] > 0.5
+    assert (res / "report" / "report.pdf").read_bytes().startswith(b"%PDF")
+
+
+def run_on(cluster, workdir: Path, profile: str, *extra: str, check=True, timeout=1500):
+    env = {**cluster.environ(), "CLUSTERBENCH_DUMP_WEIGHTS": str(workdir / "weights")}
+    return snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles" / profile),
+        "--envvars",
+        "CLUSTERBENCH_DUMP_WEIGHTS",
+        *extra,
+        env=env,
+        check=check,
+        timeout=timeout,
+    )
+
+
+# --------------------------------------------------------------------------------- Slurm
+
+
+@pytest.fixture(scope="module")
+def slurm_finished(slurm_cluster, tmp_path_factory) -> Path:
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    workdir = tmp_path_factory.mktemp("slurm-pipeline")
+    cluster_config(workdir, nodes=2)
+    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL)
+    return workdir
+
+
+@pytest.mark.slurm
+def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slurm_finished):
+    workdir = slurm_finished
+    assert_pipeline_outputs(workdir)
+
+    ranks = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO}.log")
+    assert sorted(ranks) == [0, 1]
+    assert {r["size"] for r in ranks.values()} == {2}
+    assert sorted(r["cross_rank"] for r in ranks.values()) == [0, 1]
+    assert {r["cross_size"] for r in ranks.values()} == {2}
+    assert {r["local_size"] for r in ranks.values()} == {1}
+    assert sorted(r["hostname"] for r in ranks.values()) == ["node1", "node2"]
+    assert_identical_weights(workdir / "weights")
+
+    # sacct (slurmdbd) saw every job of this workflow, the training one on two nodes
+    deadline = time.time() + 60
+    while True:
+        out = slurm_cluster.run(
+            [
+                "sacct",
+                "-a",
+                "-X",
+                "-P",
+                "-n",
+                "-S",
+                "now-2hours",
+                "-o",
+                "JobID,NNodes,State,WorkDir%300",
+            ]
+        ).stdout
+        jobs = [line.split("|") for line in out.splitlines() if line.endswith(str(workdir))]
+        if len(jobs) >= 7 or time.time() > deadline:
+            break
+        time.sleep(2)
+    # download, preprocess, 2x train, 2x evaluate, report
+    assert len(jobs) == 7, out
+    assert {state for _, _, state, _ in jobs} == {"COMPLETED"}, out
+    assert sorted(int(nodes) for _, nodes, _, _ in jobs).count(2) == 1, out
+
+
+@pytest.mark.slurm
+def test_switching_profile_reruns_nothing(slurm_cluster, sge_cluster, slurm_finished):
+    for profile, cluster in (("local", None), ("sge", sge_cluster)):
+        env = cluster.environ() if cluster else None
+        proc = snakemake(
+            slurm_finished, "--profile", str(REPO / "profiles" / profile), "--dry-run", env=env
+        )
+        assert "Nothing to be done" in proc.stdout + proc.stderr, (profile, proc.stdout)
+    # and no profile setting leaked into the recorded params
+    recorded = "".join(
+        p.read_text() for p in (slurm_finished / ".snakemake" / "metadata").iterdir()
+    )
+    for word in ("slurm", "srun", "sge", "partition", "mem_mb"):
+        assert word not in recorded
+
+
+@pytest.mark.slurm
+def test_impossible_slurm_request_fails_at_submission(slurm_cluster, slurm_finished, tmp_path):
+    workdir = tmp_path / "w"
+    shutil.copytree(slurm_finished / "results", workdir / "results")  # data ready, mtimes kept
+    cfg = cluster_config(workdir, nodes=2)
+    cfg["runs"] = [dict(cfg["runs"][1], name="too-big", workers=64, nodes=2)]
+    write_config(workdir, cfg)
+    proc = run_on(
+        slurm_cluster, workdir, "slurm", *SLURM_POLL, "results/runs/too-big/model.pt", check=False
+    )
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "sbatch" in text and "Requested node configuration is not available" in text, text
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+def test_unknown_profile_setting_is_an_error(tmp_path):
+    profile = tmp_path / "profile"
+    shutil.copytree(REPO / "profiles" / "slurm", profile)
+    with open(profile / "config.yaml", "a") as fh:
+        fh.write("slurm-partiton: gpu\n")  # sic: a typo
+    workdir = tmp_path / "w"
+    cluster_config(workdir, nodes=1)
+    proc = snakemake(workdir, "--profile", str(profile), "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "slurm-partiton" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------------- killing a rank
+
+
+def _rank_pid(rank: int, workdir: Path) -> int | None:
+    """Pid of the training process with HOROVOD_RANK=rank working for ``workdir``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if (
+            any(arg.endswith(b"scripts/train.py") for arg in cmdline)
+            and f"HOROVOD_RANK={rank}".encode() in environ
+            and cwd == str(workdir)
+        ):
+            return int(entry.name)
+    return None
+
+
+def kill_rank_during_training(workdir: Path, profile: str, env: dict, extra=()) -> tuple:
+    """Start the workflow, SIGKILL rank 1 once training runs; return (proc, log text, seconds)."""
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    run = dict(cfg["runs"][1], name="doomed", epochs=500, runtime=15)
+    cfg["runs"] = [run]
+    write_config(workdir, cfg)
+    log = workdir / "results" / "logs" / "train" / "doomed.log"
+    cmd = snakemake_cmd(
+        workdir,
+        "--profile",
+        str(REPO / "profiles" / profile),
+        "--retries",
+        "0",
+        *extra,
+        "results/runs/doomed/model.pt",
+    )
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=snakemake_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 600
+        pid = None
+        while time.time() < deadline and proc.poll() is None:
+            if log.exists() and "epoch 1:" in log.read_text():
+                pid = _rank_pid(1, workdir)
+                if pid:
+                    break
+            time.sleep(1)
+        assert pid, f"training never started: {log.read_text() if log.exists() else 'no log'}"
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=300)  # a hang fails the test here
+        return proc.returncode, out, log.read_text(), time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _assert_failed_fast(returncode, out, log, seconds):
+    print(f"workflow failed {seconds:.1f} s after rank 1 was killed")
+    assert returncode != 0
+    assert "rank 1 of 2" in log and "exited with code" in log, log
+    assert "Error in rule train" in out, out
+
+
+def test_killing_a_rank_fails_the_local_job(tmp_path):
+    workdir = tmp_path / "w"
+    returncode, out, log, seconds = kill_rank_during_training(workdir, "local", {})
+    _assert_failed_fast(returncode, out, log, seconds)
+    assert _rank_pid(0, workdir) is None  # the surviving rank was stopped too
+
+
+@pytest.mark.slurm
+def test_killing_a_rank_fails_the_slurm_job(slurm_cluster, tmp_path):
+    workdir = tmp_path / "w"
+    returncode, out, log, seconds = kill_rank_during_training(
+        workdir, "slurm", slurm_cluster.environ(), SLURM_POLL
+    )
+    _assert_failed_fast(returncode, out, log, seconds)
+    assert _rank_pid(0, workdir) is None
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------------- SGE
+
+
+@pytest.fixture(scope="module")
+def sge_finished(sge_cluster, tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("sge-pipeline")
+    cluster_config(workdir, nodes=1)
+    run_on(sge_cluster, workdir, "sge", *SGE_POLL)
+    return workdir
+
+
+@pytest.mark.sge
+def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_finished):
+    workdir = sge_finished
+    assert_pipeline_outputs(workdir)
+    ranks = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO}.log")
+    assert sorted(ranks) == [0, 1]
+    assert {r["size"] for r in ranks.values()} == {2}
+    assert sorted(r["local_rank"] for r in ranks.values()) == [0, 1]
+    assert "qrsh -inherit" in (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
+    assert_identical_weights(workdir / "weights")
+
+
+@pytest.mark.sge
+def test_impossible_sge_request_fails_at_submission(sge_cluster, sge_finished, tmp_path):
+    workdir = tmp_path / "w"
+    shutil.copytree(sge_finished / "results", workdir / "results")
+    cfg = cluster_config(workdir, nodes=1)
+    cfg["runs"] = [dict(cfg["runs"][1], name="too-big", workers=64, nodes=1)]
+    write_config(workdir, cfg)
+    proc = run_on(
+        sge_cluster, workdir, "sge", *SGE_POLL, "results/runs/too-big/model.pt", check=False
+    )
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "qsub" in text, text
+    assert sge_cluster.run(["qstat"]).stdout.strip() == ""
