@@ -68,3 +68,20 @@ def data_files(dataset):
 def train_resource(key):
     """Resource ``key`` of the train job of ``wildcards.run`` (see clusterbench.resources)."""
     return lambda wildcards: train_resources(RUNS[wildcards.run]).get(key)
+
+
+onstart:
+    # Slurm accepts jobs larger than their partition and leaves them pending forever: refuse
+    # such a training job before anything is submitted (see clusterbench.preflight).
+    if workflow.executor_plugin.name == "slurm":
+        from clusterbench.preflight import PreflightError, check_slurm
+
+        train_jobs = [
+            (job.wildcards.run, job.resources)
+            for job in workflow.dag.needrun_jobs()
+            if job.rule.name == "train"
+        ]
+        try:
+            check_slurm(train_jobs)
+        except PreflightError as exc:
+            raise WorkflowError(str(exc)) from None

@@ -153,7 +153,7 @@ def test_switching_profile_reruns_nothing(slurm_cluster, sge_cluster, slurm_fini
 
 
 @pytest.mark.slurm
-def test_impossible_slurm_request_fails_at_submission(slurm_cluster, slurm_finished, tmp_path):
+def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_finished, tmp_path):
     workdir = tmp_path / "w"
     shutil.copytree(slurm_finished / "results", workdir / "results")  # data ready, mtimes kept
     cfg = cluster_config(workdir, nodes=2)
@@ -164,7 +164,8 @@ def test_impossible_slurm_request_fails_at_submission(slurm_cluster, slurm_finis
     )
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert "sbatch" in text and "Requested node configuration is not available" in text, text
+    # refused before submission (Slurm itself would accept it and leave it pending forever)
+    assert "run 'too-big' asks for 64 workers" in text and "forever" in text, text
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
 
 

@@ -407,7 +407,7 @@ def train(
             "local_size": hvd.local_size(),
             "cross_rank": hvd.cross_rank(),
             "cross_size": hvd.cross_size(),
-            "hostname": os.environ.get("HOROVOD_HOSTNAME", socket.gethostname()),
+            "hostname": os.environ.get("HOROVOD_HOSTNAME", socket.gethostname()),  # node name
         }
         print(f"train: horovod rank {hvd.rank()} {json.dumps(identity)}", flush=True)
         if hvd.size() != run["workers"]:
@@ -481,7 +481,9 @@ def _train(
         mean=torch.tensor(meta["mean"], dtype=torch.float32, device=device),
         std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
     )
-    hosts = list(dict.fromkeys(hvd.allgather_object(socket.gethostname())))
+    # the scheduler's node names (HOROVOD_HOSTNAME): several nodes may share one machine
+    node = os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
+    hosts = list(dict.fromkeys(hvd.allgather_object(node)))
     outputs = Outputs(out_dir, run, checkpoint) if hvd.rank() == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
 

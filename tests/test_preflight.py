@@ -1,0 +1,66 @@
+"""The Slurm pre-flight check: jobs larger than their partition are refused up front."""
+
+from __future__ import annotations
+
+import pytest
+from clusterbench.preflight import PreflightError, check_slurm, parse_sinfo, slurm_problems
+from clusterbench.resources import train_resources
+
+# sinfo -h -o '%P|%D|%c|%G' on a site with a heterogeneous GPU partition
+SINFO = """\
+cpu*|10|64|(null)
+gpu|4|32|gpu:a100:4(S:0-1)
+gpu|2|48|gpu:h100:8,shard:16
+debug|1|8+|(null)
+"""
+
+
+def run(**kw):
+    base = dict(name="r", workers=2, nodes=1, gpus_per_node=0, cpus_per_worker=1)
+    return {**base, "mem_mb": 1000, "runtime": 10, **kw}
+
+
+def test_parse_sinfo_aggregates_node_groups():
+    parts = parse_sinfo(SINFO)
+    assert parts["cpu"].default and not parts["gpu"].default
+    assert (parts["cpu"].nodes, parts["cpu"].cpus, parts["cpu"].max_cpus_per_node) == (10, 640, 64)
+    gpu = parts["gpu"]
+    assert (gpu.nodes, gpu.cpus, gpu.max_cpus_per_node, gpu.max_gpus_per_node) == (6, 224, 48, 8)
+    assert parts["debug"].max_cpus_per_node == 8
+
+
+@pytest.mark.parametrize(
+    "request_, partition, ok",
+    [
+        (run(workers=64, nodes=1), None, True),
+        (run(workers=640, nodes=10), None, True),
+        (run(workers=641, nodes=10), None, False),  # more CPUs than the partition
+        (run(workers=11, nodes=11), None, False),  # more nodes
+        (run(workers=66, nodes=1), None, False),  # more than one node holds
+        (run(workers=8, nodes=1, cpus_per_worker=8), None, True),
+        (run(workers=8, nodes=1, cpus_per_worker=9), None, False),
+        (run(workers=16, nodes=2, gpus_per_node=8), "gpu", True),
+        (run(workers=18, nodes=2, gpus_per_node=9), "gpu", False),  # GPUs per node
+        (run(workers=2, nodes=1, gpus_per_node=1), None, False),  # no GPUs in cpu
+        (run(workers=1, nodes=1), "nonexistent", False),
+    ],
+)
+def test_slurm_problems(request_, partition, ok):
+    resources = train_resources(request_)
+    if partition:
+        resources["slurm_partition"] = partition
+    problems = slurm_problems("r", resources, parse_sinfo(SINFO))
+    assert (problems == []) == ok, problems
+
+
+def test_check_names_every_bad_run():
+    jobs = [
+        ("fine", train_resources(run(workers=4))),
+        ("huge", train_resources(run(workers=1000, nodes=10))),
+    ]
+    with pytest.raises(PreflightError) as err:
+        check_slurm(jobs, SINFO)
+    msg = str(err.value)
+    assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in msg
+    assert "partition 'cpu' (10 node(s), 640 CPUs" in msg and "fine" not in msg
+    check_slurm(jobs[:1], SINFO)  # no error
