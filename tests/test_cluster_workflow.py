@@ -108,6 +108,8 @@ def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slu
     assert {r["cross_size"] for r in ranks.values()} == {2}
     assert {r["local_size"] for r in ranks.values()} == {1}
     assert sorted(r["hostname"] for r in ranks.values()) == ["node1", "node2"]
+    log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
+    assert "slurm launcher (srun steps): 2 rank(s)" in log, log
     assert_identical_weights(workdir / "weights")
 
     # sacct (slurmdbd) saw every job of this workflow, the training one on two nodes
@@ -293,7 +295,8 @@ def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_fin
     assert sorted(ranks) == [0, 1]
     assert {r["size"] for r in ranks.values()} == {2}
     assert sorted(r["local_rank"] for r in ranks.values()) == [0, 1]
-    assert "qrsh -inherit" in (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
+    log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
+    assert "sge launcher (qrsh -inherit): 2 rank(s)" in log, log
     assert_identical_weights(workdir / "weights")
 
 

@@ -605,3 +605,27 @@ def test_sge_failing_rank_stops_the_other_and_the_job_survives(sge_cluster, tmp_
     assert "[0]<stdout>:rank 0 got SIGTERM" in out
     # SGE kills the whole job when a task's qrsh is killed; the launcher must not do that.
     assert "job-still-running" in out
+
+
+@pytest.mark.slow
+def test_single_rank_in_an_sge_job_starts_locally(monkeypatch, capfd, tmp_path) -> None:
+    """A one-slot job (e.g. `-pe smp 1`, no control_slaves) needs no qrsh -inherit."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    qrsh = bin_dir / "qrsh"
+    qrsh.write_text("#!/bin/sh\necho 'qrsh must not be used' >&2\nexit 1\n")
+    qrsh.chmod(0o755)
+    hostfile = tmp_path / "pe_hostfile"
+    hostfile.write_text(f"{socket.gethostname()} 1 all.q@{socket.gethostname()} UNDEFINED\n")
+    code = "import horovod.torch as hvd; hvd.init(); print('identity', hvd.rank(), hvd.size())"
+    rc = _main(
+        monkeypatch,
+        ["--np", "1", "--", sys.executable, "-c", code],
+        PE_HOSTFILE=str(hostfile),
+        JOB_ID="5",
+        PATH=f"{bin_dir}:/usr/bin:/bin",
+    )
+    out, err = capfd.readouterr()
+    assert rc == 0, out + err
+    assert "identity 0 1" in out and "qrsh must not be used" not in out + err
+    assert "sge launcher (one local process): 1 rank(s)" in out + err

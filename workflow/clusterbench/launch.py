@@ -620,16 +620,21 @@ def run(plan: Plan) -> int:
     args = plan.args
     tag = f"cb-{uuid.uuid4().hex[:8]}"
     executor: Executor
-    if plan.launcher == "slurm":
-        executor = SlurmExecutor(plan.allocation, tag, plan.slurm_overlap)
+    if args.np == 1:
+        # The only slot is on the job's first node, where this runs: no remote start needed
+        # (and a one-slot SGE job's PE need not allow qrsh -inherit).
+        executor, how = LocalExecutor(), "one local process"
+    elif plan.launcher == "slurm":
+        executor, how = SlurmExecutor(plan.allocation, tag, plan.slurm_overlap), "srun steps"
     elif plan.launcher == "sge":
-        executor = SgeExecutor(plan.local_hosts)
+        executor, how = SgeExecutor(plan.local_hosts), "qrsh -inherit"
     else:
-        executor = LocalExecutor()
+        executor, how = LocalExecutor(), "local processes"
 
     log.info(
-        "%s launcher: %d rank(s) on %s (allocation: %s)",
+        "%s launcher (%s): %d rank(s) on %s (allocation: %s)",
         plan.launcher,
+        how,
         args.np,
         plan.hosts,
         plan.allocation.describe(),
