@@ -6,7 +6,7 @@
 
 Without ``--data-dir`` the digits data set is built first with the real download and
 preprocess stages (offline: scikit-learn's bundled copy) in a temporary directory. Each worker
-count is trained with ``scripts/train.py`` (``horovodrun --gloo`` for more than one worker),
+count is trained with ``scripts/train.py`` started by ``clusterbench.launch`` (as in the workflow),
 then the final model is evaluated on the test split. Prints figures only; asserts nothing.
 """
 
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HOROVODRUN = Path(sys.executable).parent / "horovodrun"
 
 
 def build_digits(root: Path) -> Path:
@@ -61,9 +60,7 @@ def train(data: Path, out: Path, run: dict) -> float:
     """Train one run; returns the wall time of the whole command (start-up included)."""
     cmd = [sys.executable, str(REPO / "scripts" / "train.py")]
     cmd += ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
-    workers = run["workers"]
-    if workers > 1:
-        cmd = [str(HOROVODRUN), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", *cmd]
+    cmd = [sys.executable, "-m", "clusterbench.launch", "--np", str(run["workers"]), "--", *cmd]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
