@@ -283,7 +283,8 @@ def test_killing_a_rank_fails_the_slurm_job(slurm_cluster, tmp_path):
 def sge_finished(sge_cluster, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("sge-pipeline")
     cluster_config(workdir, nodes=1)
-    run_on(sge_cluster, workdir, "sge", *SGE_POLL)
+    # the SGE plugin ignores --envvars: export the environment (qsub -V) to the training jobs
+    run_on(sge_cluster, workdir, "sge", *SGE_POLL, "--set-resources", "train:sge_export_env=True")
     return workdir
 
 
