@@ -61,8 +61,10 @@ def assert_identical_weights(weights: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
-def assert_pipeline_outputs(workdir: Path) -> None:
+def assert_pipeline_outputs(workdir: Path, launcher: str) -> None:
     res = workdir / "results"
+    info = json.loads((res / "runs" / TWO / "run.json").read_text())
+    assert info["world"]["launcher"] == launcher and info["world"]["size"] == 2
     for run in (r["name"] for r in default_config()["runs"]):
         assert len((res / "runs" / run / "metrics.jsonl").read_text().splitlines()) == EPOCHS
         assert json.loads((res / "eval" / run / "metrics.json").read_text())["accuracy"] > 0.5
@@ -99,7 +101,7 @@ def slurm_finished(slurm_cluster, tmp_path_factory) -> Path:
 @pytest.mark.slurm
 def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slurm_finished):
     workdir = slurm_finished
-    assert_pipeline_outputs(workdir)
+    assert_pipeline_outputs(workdir, "slurm")
 
     ranks = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO}.log")
     assert sorted(ranks) == [0, 1]
@@ -291,7 +293,7 @@ def sge_finished(sge_cluster, tmp_path_factory) -> Path:
 @pytest.mark.sge
 def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_finished):
     workdir = sge_finished
-    assert_pipeline_outputs(workdir)
+    assert_pipeline_outputs(workdir, "sge")
     ranks = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO}.log")
     assert sorted(ranks) == [0, 1]
     assert {r["size"] for r in ranks.values()} == {2}

@@ -93,6 +93,7 @@ def test_two_worker_run_reaches_target_accuracy(finished: Path):
     assert max(acc[name] for name in two_workers) >= 0.95, acc
     info = json.loads((finished / "results" / "runs" / two_workers[0] / "run.json").read_text())
     assert info["world"]["size"] == 2
+    assert info["world"]["launcher"] == "local"
 
 
 def test_html_report_builds(finished: Path):

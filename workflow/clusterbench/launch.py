@@ -603,7 +603,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         # A Slurm step with --gres=gpu:1 gets its GPU (and CUDA_VISIBLE_DEVICES) from Slurm.
         devices[s.rank] = None if launcher == "slurm" and host.gpus and not overlap else device
 
-    extra: dict[str, str] = {}
+    # the ranks record what started them (clusterbench.train writes it to run.json)
+    extra: dict[str, str] = {"CLUSTERBENCH_LAUNCHER": launcher}
     if args.log_level:
         extra["HOROVOD_LOG_LEVEL"] = args.log_level
     if args.timeout:
@@ -681,6 +682,18 @@ def run(plan: Plan) -> int:
     return failed.exit_code if 0 < failed.exit_code < 256 else 1
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler writing to the current ``sys.stderr``, also when it was replaced since."""
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     env = os.environ
     try:
@@ -690,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     level = _PY_LEVELS[args.log_level] if args.log_level else logging.INFO
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[launch] %(message)s"))
         log.addHandler(handler)
         log.propagate = False
