@@ -24,6 +24,8 @@ demo: setup
 	@echo "HTML report: results/report/report.html"
 
 test: setup
+	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
 	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
 
