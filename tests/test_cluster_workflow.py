@@ -156,18 +156,20 @@ def test_switching_profile_reruns_nothing(slurm_cluster, sge_cluster, slurm_fini
         assert word not in recorded
 
 
+def submit_too_big(cluster, finished: Path, workdir: Path, profile: str, nodes: int, poll):
+    """Ask for training 64 workers next to a finished pipeline's data; the failed run."""
+    shutil.copytree(finished / "results", workdir / "results")  # data ready, mtimes kept
+    cfg = cluster_config(workdir, nodes=nodes)
+    cfg["runs"] = [dict(cfg["runs"][1], name="too-big", workers=64, nodes=nodes)]
+    write_config(workdir, cfg)
+    proc = run_on(cluster, workdir, profile, *poll, "results/runs/too-big/model.pt", check=False)
+    assert proc.returncode != 0
+    return proc.stdout + proc.stderr
+
+
 @pytest.mark.slurm
 def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_finished, tmp_path):
-    workdir = tmp_path / "w"
-    shutil.copytree(slurm_finished / "results", workdir / "results")  # data ready, mtimes kept
-    cfg = cluster_config(workdir, nodes=2)
-    cfg["runs"] = [dict(cfg["runs"][1], name="too-big", workers=64, nodes=2)]
-    write_config(workdir, cfg)
-    proc = run_on(
-        slurm_cluster, workdir, "slurm", *SLURM_POLL, "results/runs/too-big/model.pt", check=False
-    )
-    assert proc.returncode != 0
-    text = proc.stdout + proc.stderr
+    text = submit_too_big(slurm_cluster, slurm_finished, tmp_path / "w", "slurm", 2, SLURM_POLL)
     # refused before submission (Slurm itself would accept it and leave it pending forever)
     assert "run 'too-big' asks for 64 workers" in text and "forever" in text, text
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
@@ -305,15 +307,6 @@ def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_fin
 
 @pytest.mark.sge
 def test_impossible_sge_request_fails_at_submission(sge_cluster, sge_finished, tmp_path):
-    workdir = tmp_path / "w"
-    shutil.copytree(sge_finished / "results", workdir / "results")
-    cfg = cluster_config(workdir, nodes=1)
-    cfg["runs"] = [dict(cfg["runs"][1], name="too-big", workers=64, nodes=1)]
-    write_config(workdir, cfg)
-    proc = run_on(
-        sge_cluster, workdir, "sge", *SGE_POLL, "results/runs/too-big/model.pt", check=False
-    )
-    assert proc.returncode != 0
-    text = proc.stdout + proc.stderr
-    assert "qsub" in text, text
+    text = submit_too_big(sge_cluster, sge_finished, tmp_path / "w", "sge", 1, SGE_POLL)
+    assert "qsub" in text, text  # `-w e`: rejected by qsub, not left waiting in qw
     assert sge_cluster.run(["qstat"]).stdout.strip() == ""
