@@ -19,17 +19,20 @@ except cbconfig.ConfigError as exc:
 RUNS = {run["name"]: run for run in CFG["runs"]}
 DATASETS = sorted({run["dataset"] for run in CFG["runs"]})
 
+
 # Jobs (local, and cluster jobs, which parse this file again) run `python` and the package of
 # this Snakemake's own environment, as if it were activated. Download settings cannot change the
 # checksum-pinned bytes, so they are no params (a rerun trigger): bumping `retries` must not make
 # every stage stale; clusterbench.download reads them from CLUSTERBENCH_DOWNLOAD.
+def prepend_path(var, entry):
+    """``entry`` first in the path list ``var`` (once: cluster jobs inherit it and parse again)."""
+    rest = [p for p in os.environ.get(var, "").split(os.pathsep) if p and p != entry]
+    return os.pathsep.join([entry, *rest])
+
+
 os.environ.update(
-    PATH=os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-    ),
-    PYTHONPATH=os.pathsep.join(
-        [str(Path(workflow.basedir) / "workflow"), os.environ.get("PYTHONPATH", "")]
-    ),
+    PATH=prepend_path("PATH", str(Path(sys.executable).parent)),
+    PYTHONPATH=prepend_path("PYTHONPATH", str(Path(workflow.basedir) / "workflow")),
     CLUSTERBENCH_HOME=str(Path(workflow.basedir)),
     CLUSTERBENCH_DOWNLOAD=cbconfig.canonical_json(CFG["download"]),
 )
@@ -65,9 +68,13 @@ def data_files(dataset):
     return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
 
 
+#: Each run's training resources, computed once (see clusterbench.resources).
+TRAIN_RESOURCES = {name: train_resources(run) for name, run in RUNS.items()}
+
+
 def train_resource(key):
-    """Resource ``key`` of the train job of ``wildcards.run`` (see clusterbench.resources)."""
-    return lambda wildcards: train_resources(RUNS[wildcards.run]).get(key)
+    """Resource ``key`` of the train job of ``wildcards.run`` (None: not used by this run)."""
+    return lambda wildcards: TRAIN_RESOURCES[wildcards.run].get(key)
 
 
 onstart:
