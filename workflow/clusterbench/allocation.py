@@ -8,6 +8,7 @@ network interface Gloo uses. :mod:`clusterbench.launch` does the I/O around it.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import itertools
 import re
@@ -216,7 +217,7 @@ def _cap_total(hosts: list[Host], total: int) -> list[Host]:
     """Keep at most ``total`` slots, spread like Slurm's block distribution (see spread_ranks)."""
     capacities = [(h.name, h.slots) for h in hosts]
     counts = dict(spread_ranks(capacities, min(total, sum(c for _, c in capacities))))
-    return [Host(h.name, counts.get(h.name, 0), h.cpus, h.mem_mb, h.gpus) for h in hosts]
+    return [dataclasses.replace(h, slots=counts.get(h.name, 0)) for h in hosts]
 
 
 def _int(value: str | None) -> int | None:

@@ -42,8 +42,6 @@ TRAIN_KEYS = (
 )
 #: Run keys that only size the job (scheduler resources): never part of params.
 RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime")
-#: Dataset keys that change the preprocessed arrays.
-PREPROCESS_KEYS = ("val_fraction", "test_fraction", "split_seed")
 
 
 class ConfigError(ValueError):

@@ -18,7 +18,6 @@ import errno
 import fcntl
 import hashlib
 import http.client
-import json
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from tqdm import tqdm
 from clusterbench import __version__
 from clusterbench.atomic import atomic_path, write_json
 from clusterbench.datasets import DatasetError, FileSpec, get_dataset, resolve_urls
-from clusterbench.params import json_object
+from clusterbench.params import check_keys, json_object
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +324,12 @@ SETTINGS = {"cache_dir", "retries", "backoff_seconds", "timeout_seconds"}
 
 def parse_params(text: str) -> DownloadParams:
     """Validate the ``--params`` JSON (see docs/ARCHITECTURE.md); missing keys take defaults."""
-    raw = json_object(text, allowed=SETTINGS | {"source"}, error=ParamsError)
+    return params_from_mapping(json_object(text, error=ParamsError))
+
+
+def params_from_mapping(raw: dict[str, Any]) -> DownloadParams:
+    """:func:`parse_params` for an already parsed object."""
+    check_keys(raw, SETTINGS | {"source"}, error=ParamsError)
 
     def number(key: str, default: float, *, integer: bool = False, positive: bool = False) -> float:
         value = raw.get(key, default)
@@ -418,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             error=ParamsError,
         )
         given = json_object(args.params, error=ParamsError)
-        params = parse_params(json.dumps({**given, **env, **overrides}))
+        params = params_from_mapping({**given, **env, **overrides})
         content = download_dataset(args.dataset, args.out, params)
     except (ParamsError, DatasetError) as exc:
         print(f"download: error: {exc}", file=sys.stderr)

@@ -17,7 +17,6 @@ architecture against the data) before any inference runs.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from clusterbench.atomic import atomic_open, write_json
-from clusterbench.params import json_object
+from clusterbench.params import json_object, read_json_object
 
 SPLITS = ("test", "val")
 ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
@@ -62,12 +61,7 @@ def parse_params(text: str) -> EvalParams:
 def load_split(data_dir: Path, split: str) -> SplitData:
     """Read ``meta.json`` and ``{split}_x.npy`` / ``{split}_y.npy``, checked against each other."""
     meta_path = data_dir / "meta.json"
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"{meta_path}: missing (is {data_dir} a preprocessed data dir?)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{meta_path}: not valid JSON: {exc}") from None
+    meta = read_json_object(meta_path, f"is {data_dir} a preprocessed data dir?")
     missing = [k for k in ("image_shape", "num_classes", "class_names") if k not in meta]
     if missing:
         raise ValueError(f"{meta_path}: missing field(s) {missing}")

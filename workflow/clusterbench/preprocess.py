@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import json
 import logging
 import math
 import struct
@@ -32,7 +31,7 @@ import numpy as np
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.download import file_digests
-from clusterbench.params import json_object
+from clusterbench.params import json_object, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +95,10 @@ def parse_params(text: str, spec: DatasetSpec) -> SplitParams:
 
 def load_manifest(path: Path, spec: DatasetSpec) -> tuple[dict[str, Path], dict[str, str]]:
     """Check ``MANIFEST.json`` and the files next to it; return their paths and sha256s."""
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PreprocessError(f"manifest {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PreprocessError(f"manifest {path} is unreadable: {exc}") from exc
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+    manifest = read_json_object(
+        path, "manifest of the download stage", error=PreprocessError, missing=PreprocessError
+    )
+    if not isinstance(manifest.get("files"), dict):
         raise PreprocessError(f"manifest {path} has no 'files' object")
     if manifest.get("dataset") != spec.name:
         raise PreprocessError(

@@ -126,10 +126,16 @@ def gpu_names() -> list[str]:
     return []
 
 
+def versions() -> dict[str, str]:
+    """Python's and the key packages' versions (no subprocess, no import of the packages)."""
+    return {
+        "python": platform.python_version(),
+        **{name: package_version(dist) for name, dist in PACKAGES.items()},
+    }
+
+
 def collect(repo_dir: str | os.PathLike[str] = PACKAGE_DIR) -> dict[str, Any]:
     """All provenance fields of this process and host, as a JSON-serialisable dict."""
-    versions = {"python": platform.python_version()}
-    versions.update({name: package_version(dist) for name, dist in PACKAGES.items()})
     return {
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host": socket.gethostname() or UNKNOWN,
@@ -138,5 +144,5 @@ def collect(repo_dir: str | os.PathLike[str] = PACKAGE_DIR) -> dict[str, Any]:
         "cpu_cores": cpu_cores(),
         "gpus": gpu_names(),
         "git": git_info(repo_dir),
-        "versions": versions,
+        "versions": versions(),
     }

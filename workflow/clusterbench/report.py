@@ -34,7 +34,7 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
-from clusterbench.params import json_object
+from clusterbench.params import json_object, read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
 TABLE_ROWS_PER_PAGE = 14
@@ -104,18 +104,6 @@ def parse_params(text: str) -> ReportParams:
     )
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing ({what})")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({what}): {exc}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a JSON object ({what}), got {type(obj).__name__}")
-    return obj
-
-
 def _require(obj: dict[str, Any], keys: tuple[str, ...], path: Path, where: str = "") -> None:
     missing = [k for k in keys if k not in obj]
     if missing:
@@ -174,7 +162,7 @@ def read_confusion(path: Path) -> pd.DataFrame:
 
 def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     """Read and check one run's train and evaluate outputs."""
-    info = _read_json(run_dir / "run.json", "run summary of the train stage")
+    info = read_json_object(run_dir / "run.json", "run summary of the train stage")
     _require(info, ("run", "train_seconds"), run_dir / "run.json")
     if not isinstance(info["run"], dict):
         raise ValueError(f"{run_dir / 'run.json'}: 'run' must be an object")
@@ -182,7 +170,7 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     name = str(info["run"]["name"])
     epochs = read_epochs(run_dir / "metrics.jsonl")
 
-    metrics = _read_json(eval_dir / "metrics.json", "metrics of the evaluate stage")
+    metrics = read_json_object(eval_dir / "metrics.json", "metrics of the evaluate stage")
     _require(metrics, EVAL_FIELDS, eval_dir / "metrics.json")
     if metrics.get("run", name) != name:
         raise ValueError(

@@ -48,6 +48,7 @@ import numpy as np
 from clusterbench.atomic import atomic_path, write_json, write_text
 from clusterbench.config import TRAIN_KEYS, ConfigError, load_schema, run_problems
 from clusterbench.evaluate import SplitData, load_split
+from clusterbench.params import json_object
 
 #: Validation batch size (per rank); inference only, so larger than any training batch.
 EVAL_BATCH = 1024
@@ -198,6 +199,11 @@ def _device(hvd: Any) -> Any:
     return torch.device("cpu")
 
 
+def node_name() -> str:
+    """The scheduler's name for this node (HOROVOD_HOSTNAME): several may share one machine."""
+    return os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
+
+
 def _launcher() -> str:
     """What started the ranks: the name clusterbench-launch exports to them, else a guess."""
     name = os.environ.get("CLUSTERBENCH_LAUNCHER", "auto")
@@ -290,7 +296,7 @@ class Outputs:
     def finish(self, world: dict[str, Any], train_seconds: float, model_file: dict) -> None:
         import torch
 
-        from clusterbench.provenance import collect
+        from clusterbench.provenance import versions
 
         self.tb.close()
         final_tb = self.out_dir / "tensorboard"
@@ -303,7 +309,7 @@ class Outputs:
                 "world": world,
                 "epochs_completed": len(self.records),
                 "train_seconds": train_seconds,
-                "versions": collect()["versions"],
+                "versions": versions(),
             },
         )
         with atomic_path(self.out_dir / "model.pt") as tmp:
@@ -407,7 +413,7 @@ def train(
             "local_size": hvd.local_size(),
             "cross_rank": hvd.cross_rank(),
             "cross_size": hvd.cross_size(),
-            "hostname": os.environ.get("HOROVOD_HOSTNAME", socket.gethostname()),  # node name
+            "hostname": node_name(),
         }
         print(f"train: horovod rank {hvd.rank()} {json.dumps(identity)}", flush=True)
         if hvd.size() != run["workers"]:
@@ -481,9 +487,7 @@ def _train(
         mean=torch.tensor(meta["mean"], dtype=torch.float32, device=device),
         std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
     )
-    # the scheduler's node names (HOROVOD_HOSTNAME): several nodes may share one machine
-    node = os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
-    hosts = list(dict.fromkeys(hvd.allgather_object(node)))
+    hosts = list(dict.fromkeys(hvd.allgather_object(node_name())))
     outputs = Outputs(out_dir, run, checkpoint) if hvd.rank() == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
 
@@ -570,11 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    try:
-        run = json.loads(args.run)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--run is not valid JSON: {exc}") from None
-    run = validate_run(run)
+    run = validate_run(json_object(args.run, what="--run", error=ConfigError))
     data = load_data(args.data_dir, run)
     train(run, data, args.out_dir, resume=args.resume, dump_dir=args.dump_final_weights)
     return 0
