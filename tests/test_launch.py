@@ -629,3 +629,16 @@ def test_single_rank_in_an_sge_job_starts_locally(monkeypatch, capfd, tmp_path) 
     assert rc == 0, out + err
     assert "identity 0 1" in out and "qrsh must not be used" not in out + err
     assert "sge launcher (one local process): 1 rank(s)" in out + err
+
+
+def test_single_rank_in_a_gpu_slurm_job_keeps_its_environment(monkeypatch, tmp_path) -> None:
+    """One rank runs in the job's own step: no step lookup, no GPU re-pinning (Slurm may have
+    renumbered the step's devices; the inherited CUDA_VISIBLE_DEVICES is already right)."""
+    path = _fake_slurm(tmp_path, SCONTROL_JOB_GPUS)
+    (Path(path) / "squeue").write_text("#!/bin/sh\necho 11.0 busy\n")  # a step holds the CPUs
+    env = {"SLURM_JOB_ID": "11", "PATH": path, "CUDA_VISIBLE_DEVICES": "1"}
+    monkeypatch.setenv("PATH", path)
+    args = launch.parse_args(["--np", "1", "--", "true"], env)
+    plan = launch.prepare(args, env)
+    assert plan.devices == {0: None}
+    assert not plan.slurm_overlap

@@ -580,8 +580,11 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         args.iface,
     )
 
+    # A single rank runs right here as a local process (see run()): no step of its own, and it
+    # keeps the GPUs its environment already has.
+    single = args.np == 1
     overlap = False
-    if launcher == "slurm":
+    if launcher == "slurm" and not single:
         steps = slurm_steps(alloc.job_id)
         if steps:
             overlap = True
@@ -601,7 +604,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
             node_devices(host.gpus, inherited), s.local_rank, s.local_size, s.hostname
         )
         # A Slurm step with --gres=gpu:1 gets its GPU (and CUDA_VISIBLE_DEVICES) from Slurm.
-        devices[s.rank] = None if launcher == "slurm" and host.gpus and not overlap else device
+        slurm_pins = launcher == "slurm" and host.gpus and not overlap
+        devices[s.rank] = None if single or slurm_pins else device
 
     # the ranks record what started them (clusterbench.train writes it to run.json)
     extra: dict[str, str] = {"CLUSTERBENCH_LAUNCHER": launcher}
@@ -649,7 +653,7 @@ def run(plan: Plan) -> int:
     pinned = {r: d for r, d in plan.devices.items() if d is not None}
     if pinned:
         log.info("CUDA_VISIBLE_DEVICES by rank: %s", pinned)
-    elif plan.launcher == "slurm" and any(h.gpus for h in plan.allocation.hosts):
+    elif args.np > 1 and plan.launcher == "slurm" and any(h.gpus for h in plan.allocation.hosts):
         log.info("each rank's step gets one GPU from Slurm (--gres=gpu:1, CUDA_VISIBLE_DEVICES)")
 
     runner = RankRunner(executor, plan.devices)
