@@ -7,6 +7,7 @@ single-channel images whose class is the bright quadrant, plus noise.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -404,3 +405,13 @@ def test_single_gpu_training(tmp_path):
     run_training(data, run_config(workers=1), tmp_path / "out")
     info = json.loads((tmp_path / "out" / "run.json").read_text())
     assert info["world"]["device"] == "cuda" and info["world"]["gpus"] == 1
+
+
+def test_cpu_threads_share_the_node_and_treat_omp_as_the_job_total(monkeypatch):
+    from clusterbench.train import cpu_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert cpu_threads(2, {}) == 2
+    assert cpu_threads(2, {"OMP_NUM_THREADS": "2"}) == 1  # Snakemake: the job's threads
+    assert cpu_threads(1, {"OMP_NUM_THREADS": "8"}) == 4  # never more than the CPUs
+    assert cpu_threads(8, {}) == 1

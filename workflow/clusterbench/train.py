@@ -192,11 +192,21 @@ def _device(hvd: Any) -> Any:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
         return torch.device("cuda", index)
-    # Share this process's CPUs among the ranks on the node instead of oversubscribing them
-    # (an explicit OMP_NUM_THREADS wins).
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))
+    torch.set_num_threads(cpu_threads(hvd.local_size()))
     return torch.device("cpu")
+
+
+def cpu_threads(local_size: int, env: Mapping[str, str] = os.environ) -> int:
+    """Torch threads of one rank: the CPUs it may use, shared among the node's ranks.
+
+    ``OMP_NUM_THREADS`` only caps the node's total: Snakemake sets it to the whole job's
+    ``threads``, and taking it per rank oversubscribed a 2-core machine 2x and made 2-worker
+    training about 18x slower (measured with benchmarks/bench_train.py).
+    """
+    cpus = len(os.sched_getaffinity(0))
+    if env.get("OMP_NUM_THREADS", "").isdigit():
+        cpus = min(cpus, int(env["OMP_NUM_THREADS"]))
+    return max(1, cpus // local_size)
 
 
 def node_name() -> str:
