@@ -21,18 +21,21 @@ from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_e
 pytestmark = pytest.mark.slow
 
 EPOCHS = 3
-TWO = "digits-cnn-2w"  # the default config's 2-worker run
+TWO = "digits-cnn-2w"  # the default config's 2-worker run (Horovod)
+TWO_DDP = "digits-cnn-2w-ddp"  # ... and its twin under torch.distributed DDP
 POLL = ["--seconds-between-status-checks", "5"]
 SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "3"]
 SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "3"]
 
 
 def cluster_config(workdir: Path, *, nodes: int) -> dict:
-    """The demo config, shortened, with its 2-worker run spread over ``nodes`` nodes."""
+    """The demo config, shortened to one 1-worker run and the 2-worker runs of both backends,
+    these spread over ``nodes`` nodes."""
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
     cfg["run_defaults"]["epochs"] = EPOCHS
     cfg["run_defaults"]["runtime"] = 15
+    cfg["runs"] = [r for r in cfg["runs"] if r["name"] in ("digits-cnn-1w", TWO, TWO_DDP)]
     for run in cfg["runs"]:
         if run["workers"] == 2:
             run["nodes"] = nodes
@@ -40,12 +43,12 @@ def cluster_config(workdir: Path, *, nodes: int) -> dict:
     return cfg
 
 
-def rank_lines(log: Path) -> dict[int, dict]:
+def rank_lines(log: Path, backend: str = "horovod") -> dict[int, dict]:
     """The identity line each rank prints at start (see clusterbench.train)."""
-    ranks = {}
+    ranks, mark = {}, f"train: {backend} rank "
     for line in log.read_text().splitlines():
-        if "train: horovod rank " in line:
-            info = json.loads(line.split("train: horovod rank ", 1)[1].split(" ", 1)[1])
+        if mark in line:
+            info = json.loads(line.split(mark, 1)[1].split(" ", 1)[1])
             ranks[info["rank"]] = info
     return ranks
 
@@ -63,9 +66,12 @@ def assert_identical_weights(weights: Path) -> None:
 
 def assert_pipeline_outputs(workdir: Path, launcher: str) -> None:
     res = workdir / "results"
-    info = json.loads((res / "runs" / TWO / "run.json").read_text())
-    assert info["world"]["launcher"] == launcher and info["world"]["size"] == 2
-    for run in (r["name"] for r in default_config()["runs"]):
+    for two, backend in ((TWO, "horovod"), (TWO_DDP, "ddp")):
+        info = json.loads((res / "runs" / two / "run.json").read_text())
+        assert info["world"]["launcher"] == launcher and info["world"]["size"] == 2
+        assert info["world"]["backend"] == backend
+        assert_identical_weights(workdir / "weights" / two)
+    for run in (p.name for p in (res / "runs").iterdir()):
         assert len((res / "runs" / run / "metrics.jsonl").read_text().splitlines()) == EPOCHS
         assert json.loads((res / "eval" / run / "metrics.json").read_text())["accuracy"] > 0.5
     assert (res / "report" / "report.pdf").read_bytes().startswith(b"%PDF")
@@ -112,7 +118,11 @@ def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slu
     assert sorted(r["hostname"] for r in ranks.values()) == ["node1", "node2"]
     log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
     assert "slurm launcher (srun steps): 2 rank(s)" in log, log
-    assert_identical_weights(workdir / "weights")
+    # the DDP twin: the same allocation and placement, through torch.distributed
+    ddp = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO_DDP}.log", "ddp")
+    assert sorted(ddp) == [0, 1]
+    assert sorted(r["hostname"] for r in ddp.values()) == ["node1", "node2"]
+    assert sorted(r["cross_rank"] for r in ddp.values()) == [0, 1]
 
     # sacct (slurmdbd) saw every job of this workflow, the training one on two nodes
     deadline = time.time() + 60
@@ -131,13 +141,13 @@ def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slu
             ]
         ).stdout
         jobs = [line.split("|") for line in out.splitlines() if line.endswith(str(workdir))]
-        if len(jobs) >= 7 or time.time() > deadline:
+        if len(jobs) >= 9 or time.time() > deadline:
             break
         time.sleep(2)
-    # download, preprocess, 2x train, 2x evaluate, report
-    assert len(jobs) == 7, out
+    # download, preprocess, 3x train, 3x evaluate, report
+    assert len(jobs) == 9, out
     assert {state for _, _, state, _ in jobs} == {"COMPLETED"}, out
-    assert sorted(int(nodes) for _, nodes, _, _ in jobs).count(2) == 1, out
+    assert sorted(int(nodes) for _, nodes, _, _ in jobs).count(2) == 2, out
 
 
 @pytest.mark.slurm
@@ -302,7 +312,8 @@ def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_fin
     assert sorted(r["local_rank"] for r in ranks.values()) == [0, 1]
     log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
     assert "sge launcher (qrsh -inherit): 2 rank(s)" in log, log
-    assert_identical_weights(workdir / "weights")
+    ddp = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO_DDP}.log", "ddp")
+    assert sorted(ddp) == [0, 1]
 
 
 @pytest.mark.sge

@@ -14,15 +14,49 @@ def test_default_config_is_valid_and_fully_resolved():
     names = [r["name"] for r in cfg["runs"]]
     assert len(names) >= 2
     digits = [r for r in cfg["runs"] if r["dataset"] == "digits"]
-    # the demo compares worker counts on otherwise identical runs
-    assert sorted(r["workers"] for r in digits) == [1, 2]
-    a, b = digits[:2]
-    differing = {k for k in cb.TRAIN_KEYS if a[k] != b[k]} - {"name"}
-    assert differing == {"workers"}
+    # the demo compares worker counts and backends on otherwise identical runs: same lr and
+    # global batch (the global convention), nothing else differs
+    assert sorted((r["workers"], r["backend"]) for r in digits) == [
+        (1, "ddp"),
+        (1, "horovod"),
+        (2, "ddp"),
+        (2, "horovod"),
+    ]
+    for a in digits:
+        for b in digits:
+            differing = {k for k in cb.TRAIN_KEYS if a[k] != b[k]} - {"name"}
+            assert differing <= {"workers", "backend"}
+    assert {(r["lr"], r["batch_size"], r["batch_scaling"]) for r in digits} == {
+        (0.05, 128, "global")
+    }
     for run in cfg["runs"]:
         assert set(cb.TRAIN_KEYS) | set(cb.RESOURCE_KEYS) <= run.keys()
     assert cfg["evaluate"]["split"] == "test"
     assert cfg["download"]["retries"] >= 0
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("backend", "mpi"), ("bn", "batch"), ("batch_scaling", "auto"), ("precision", "fp16")],
+)
+def test_unknown_training_convention_is_rejected_naming_the_key(key, value):
+    cfg = default_config()
+    cfg["runs"][1][key] = value
+    with pytest.raises(cb.ConfigError, match=rf"runs\[1\]\.{key}: '{value}' is not one of"):
+        cb.validate(cfg)
+    cfg = default_config()
+    cfg["run_defaults"][key] = value
+    with pytest.raises(cb.ConfigError, match=rf"run_defaults\.{key}: '{value}' is not one of"):
+        cb.validate(cfg)
+
+
+def test_per_worker_convention_allows_a_batch_smaller_than_the_workers():
+    cfg = default_config()
+    cfg["runs"][1].update(batch_scaling="per_worker", batch_size=1)  # 1 per worker: fine
+    cb.validate(cfg)
+    cfg["runs"][1].update(batch_scaling="global")  # a global batch of 1 for 2 workers: not
+    with pytest.raises(cb.ConfigError, match=r"runs\[1\]\.batch_size"):
+        cb.validate(cfg)
 
 
 def test_run_defaults_and_builtin_defaults_merge():

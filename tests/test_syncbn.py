@@ -1,8 +1,9 @@
 """Synchronised BatchNorm: the pure combination, module conversion, and real Horovod ranks.
 
-Run as a script (by ``horovodrun`` in :func:`test_cpu_sync_batchnorm_matches_full_batch`) this
-file is the worker: each rank applies :class:`CPUSyncBatchNorm` to its shard of a fixed batch
-and saves what it computed.
+Run as a script (by ``horovodrun`` or ``clusterbench.launch`` in
+:func:`test_cpu_sync_batchnorm_matches_full_batch`) this file is the worker: each rank applies
+:class:`CPUSyncBatchNorm` over the backend's runtime to its shard of a fixed batch and saves what
+it computed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ import numpy as np
 import pytest
 import torch
 from clusterbench.models import build_model
-from clusterbench.syncbn import CPUSyncBatchNorm, combine_moments, convert_sync_batchnorm
+from clusterbench.syncbn import (
+    CPUSyncBatchNorm,
+    combine_moments,
+    convert_batchnorm,
+    cpu_sync_factory,
+)
 from torch import nn
 
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
@@ -59,18 +65,20 @@ def step(bn: nn.BatchNorm2d, x: torch.Tensor, w: torch.Tensor) -> dict[str, np.n
     }
 
 
-def worker(out_dir: str, sizes: str) -> None:
-    import horovod.torch as hvd
+def worker(backend: str, out_dir: str, sizes: str) -> None:
+    from clusterbench import dist
 
-    hvd.init()
+    rt = dist.init(backend, "cpu")
     shard = [int(s) for s in sizes.split(",")]
-    assert len(shard) == hvd.size(), (shard, hvd.size())
+    assert len(shard) == rt.size, (shard, rt.size)
     x, w = fixed_batch(sum(shard))
-    lo = sum(shard[: hvd.rank()])
-    hi = lo + shard[hvd.rank()]
-    result = step(fresh_bn(CPUSyncBatchNorm), x[lo:hi], w[lo:hi])
-    np.savez(Path(out_dir) / f"rank-{hvd.rank()}.npz", **result)
-    hvd.shutdown()
+    lo = sum(shard[: rt.rank])
+    hi = lo + shard[rt.rank]
+    bn = fresh_bn(CPUSyncBatchNorm)
+    bn.comm = rt
+    result = step(bn, x[lo:hi], w[lo:hi])
+    np.savez(Path(out_dir) / f"rank-{rt.rank}.npz", **result)
+    rt.shutdown()
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,18 +114,23 @@ def test_combine_moments_is_differentiable():
 
 
 def test_single_process_equals_batchnorm2d():
-    """Without Horovod initialised (one worker) the module is plain BatchNorm."""
+    """Without a runtime (one worker) the module is plain BatchNorm."""
     x, w = fixed_batch(6)
     ours, ref = step(fresh_bn(CPUSyncBatchNorm), x, w), step(fresh_bn(nn.BatchNorm2d), x, w)
     for key, value in ref.items():
         np.testing.assert_array_equal(ours[key], value, err_msg=key)
 
 
-@pytest.mark.parametrize("device, cls", [("cpu", CPUSyncBatchNorm), ("cuda", None)])
-def test_convert_sync_batchnorm_swaps_every_batchnorm_and_keeps_state(device, cls):
-    import horovod.torch as hvd
+@pytest.mark.parametrize("factory", ["cpu-sync", "torch-sync"])
+def test_convert_batchnorm_swaps_every_batchnorm_and_keeps_state(factory):
+    if factory == "cpu-sync":
+        cls, make = CPUSyncBatchNorm, cpu_sync_factory(None)
+    else:  # the CUDA path's conversion (nn.SyncBatchNorm), checked on the CPU in eval mode
+        cls = nn.SyncBatchNorm
 
-    cls = cls or hvd.SyncBatchNorm
+        def make(bn):
+            return nn.SyncBatchNorm(bn.num_features, bn.eps, bn.momentum)
+
     torch.manual_seed(0)
     model = build_model("resnet", 3, 10, 8)
     with torch.no_grad():
@@ -131,7 +144,7 @@ def test_convert_sync_batchnorm_swaps_every_batchnorm_and_keeps_state(device, cl
     x = torch.randn(2, 3, 8, 8)
     expected = model(x)
 
-    converted = convert_sync_batchnorm(model, device)
+    converted = convert_batchnorm(model, make)
 
     assert sum(type(m) is cls for m in converted.modules()) == n_bn > 0
     assert all(type(m) is cls for m in converted.modules() if isinstance(m, nn.BatchNorm2d))
@@ -140,21 +153,29 @@ def test_convert_sync_batchnorm_swaps_every_batchnorm_and_keeps_state(device, cl
     for key, value in before.items():
         assert torch.equal(after[key], value), key
     assert not any(m.training for m in converted.modules())
-    if device == "cpu":  # eval mode: running statistics, no communication
+    if factory == "cpu-sync":  # eval mode: running statistics, no communication
         torch.testing.assert_close(converted(x), expected, rtol=0, atol=0)
 
 
-def test_convert_sync_batchnorm_replaces_a_bare_batchnorm():
-    assert type(convert_sync_batchnorm(nn.BatchNorm2d(4), "cpu")) is CPUSyncBatchNorm
+def test_convert_batchnorm_replaces_a_bare_batchnorm():
+    bn = convert_batchnorm(nn.BatchNorm2d(4), cpu_sync_factory(None))
+    assert type(bn) is CPUSyncBatchNorm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sizes", [[5, 3], [4, 1, 3]], ids=["2-ranks", "3-ranks"])
-def test_cpu_sync_batchnorm_matches_full_batch(tmp_path, sizes):
-    """Real Horovod ranks, each with its shard of one batch, against one full-batch BatchNorm2d."""
+@pytest.mark.parametrize(
+    "backend, sizes",
+    [("horovod", [5, 3]), ("horovod", [4, 1, 3]), ("ddp", [5, 3])],
+    ids=["horovod-2-ranks", "horovod-3-ranks", "ddp-2-ranks"],
+)
+def test_cpu_sync_batchnorm_matches_full_batch(tmp_path, backend, sizes):
+    """Real ranks, each with its shard of one batch, against one full-batch BatchNorm2d."""
     np_ = len(sizes)
-    cmd = [str(HOROVODRUN), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo"]
-    cmd += [sys.executable, __file__, str(tmp_path), ",".join(map(str, sizes))]
+    if np_ > 2:  # more ranks than this 2-core machine has slots: horovodrun oversubscribes
+        cmd = [str(HOROVODRUN), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo"]
+    else:
+        cmd = [sys.executable, "-m", "clusterbench.launch", "--np", str(np_), "--"]
+    cmd += [sys.executable, __file__, backend, str(tmp_path), ",".join(map(str, sizes))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [dict(np.load(tmp_path / f"rank-{r}.npz")) for r in range(np_)]
@@ -180,13 +201,19 @@ def test_cpu_sync_batchnorm_matches_full_batch(tmp_path, sizes):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_conversion_uses_horovod_syncbatchnorm():
     import horovod.torch as hvd
+    from clusterbench import dist
 
-    hvd.init()  # one process: size 1
-    model = convert_sync_batchnorm(build_model("small_cnn", 1, 10, 8).cuda(), "cuda")
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    assert bns and all(type(m) is hvd.SyncBatchNorm and m.weight.is_cuda for m in bns)
-    out = model.train()(torch.randn(4, 1, 8, 8, device="cuda"))
-    assert out.shape == (4, 10) and out.is_cuda
+    rt = dist.init("horovod", "cuda")  # one process: size 1
+    try:
+        model = convert_batchnorm(
+            build_model("small_cnn", 1, 10, 8).cuda(), rt.sync_batchnorm(torch.device("cuda"))
+        )
+        bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+        assert bns and all(type(m) is hvd.SyncBatchNorm and m.weight.is_cuda for m in bns)
+        out = model.train()(torch.randn(4, 1, 8, 8, device="cuda"))
+        assert out.shape == (4, 10) and out.is_cuda
+    finally:
+        rt.shutdown()
 
 
 if __name__ == "__main__":

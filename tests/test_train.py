@@ -18,6 +18,8 @@ import torch
 from clusterbench.config import ConfigError
 from clusterbench.models import build_model
 from clusterbench.train import (
+    DeviceError,
+    check_device,
     epoch_permutation,
     global_batches,
     learning_rate,
@@ -37,6 +39,8 @@ METRIC_FIELDS = {
     "epoch_seconds",
     "images_per_second",
     "workers",
+    "world_size",
+    "global_batch",
     "lr",
     "time",
 }
@@ -86,6 +90,12 @@ def run_config(**overrides) -> dict:
         "weight_decay": 5e-4,
         "warmup_epochs": 0,
         "seed": 3,
+        "backend": "horovod",
+        "bn": "aggregate",
+        "batch_scaling": "global",
+        "deterministic": False,
+        "precision": "fp32",
+        "channels_last": False,
     }
     return {**run, **overrides}
 
@@ -96,6 +106,18 @@ def train_cmd(data: Path, run: dict, out: Path, *extra: str) -> list[str]:
     if run["workers"] == 1:
         return [sys.executable, script, *args]
     np_ = str(run["workers"])
+    if run["backend"] != "horovod":  # started as in the workflow
+        return [
+            sys.executable,
+            "-m",
+            "clusterbench.launch",
+            "--np",
+            np_,
+            "--",
+            sys.executable,
+            script,
+            *args,
+        ]
     return [
         str(HOROVODRUN),
         "-np",
@@ -152,7 +174,7 @@ def test_epoch_permutation_reproducible_by_seed_and_different_per_epoch():
     assert not np.array_equal(a, epoch_permutation(100, seed=6, epoch=0))
 
 
-def test_learning_rate_warms_up_linearly_per_step_to_lr_times_workers():
+def test_learning_rate_warms_up_linearly_per_step_to_lr_times_scale():
     def lr(epoch, step, workers=4, warmup=2.0):
         return learning_rate(0.1, workers, warmup, epoch, step, steps_per_epoch=10)
 
@@ -167,6 +189,35 @@ def test_learning_rate_warms_up_linearly_per_step_to_lr_times_workers():
     assert lr(0, 3, workers=1) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize(
+    "scaling, workers, global_batch, lr, shards",
+    [
+        ("global", 1, 128, 0.05, [128]),
+        ("global", 2, 128, 0.05, [64, 64]),  # lr NOT rescaled: the same optimisation problem
+        ("global", 3, 128, 0.05, [43, 43, 42]),
+        ("per_worker", 1, 128, 0.05, [128]),
+        ("per_worker", 2, 256, 0.1, [128, 128]),  # Horovod's convention: LR x workers
+    ],
+)
+def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
+    from clusterbench.train import effective_settings, global_batch_size, lr_scale
+
+    run = run_config(batch_scaling=scaling, workers=workers, batch_size=128, lr=0.05)
+    assert global_batch_size(run) == global_batch
+    assert effective_settings(run) == {
+        "batch_scaling": scaling,
+        "global_batch": global_batch,
+        "per_worker_batch": shards,
+        "lr": pytest.approx(lr),
+    }
+    # under "global" the warm-up setting has nothing to ramp: the LR is lr from the first step
+    rates = [learning_rate(0.05, lr_scale(run), 2.0, 0, s, 10) for s in range(10)]
+    if scaling == "global":
+        assert rates == [0.05] * 10
+    else:
+        assert rates[0] == pytest.approx(0.05) and rates[-1] < lr or workers == 1
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks: clear errors before any training
 
@@ -179,6 +230,11 @@ def test_learning_rate_warms_up_linearly_per_step_to_lr_times_workers():
         ({"batch_size": 1, "workers": 2}, r"run\.batch_size.*smaller than workers=2"),
         ({"epochs": None, "minutes": None}, "'epochs' or 'minutes'"),
         ({"bogus": 1}, "bogus"),
+        ({"backend": "mpi"}, r"run\.backend.*'mpi' is not one of"),
+        ({"bn": "fancy"}, r"run\.bn.*'fancy' is not one of"),
+        ({"batch_scaling": "auto"}, r"run\.batch_scaling.*'auto' is not one of"),
+        ({"precision": "fp16"}, r"run\.precision"),
+        ({"deterministic": "yes"}, r"run\.deterministic"),
     ],
 )
 def test_validate_run_names_the_bad_key(change, match):
@@ -241,9 +297,32 @@ def test_main_refuses_fewer_processes_than_run_workers(tmp_path):
     data = make_dataset(tmp_path / "data")
     out = tmp_path / "out"
     args = ["--data-dir", str(data), "--run", json.dumps(run_config()), "--out-dir", str(out)]
-    with pytest.raises(RuntimeError, match="run.workers=2 but Horovod started 1 process"):
+    with pytest.raises(RuntimeError, match="run.workers=2 but the horovod backend has 1 process"):
         main(args)  # plain python: one process
     assert not out.exists()
+
+
+def test_gpus_asked_for_without_a_gpu_is_an_error_naming_the_run(tmp_path, monkeypatch):
+    """Never a silent CPU run: refused before the data is read or any backend starts."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    data = make_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    run = run_config(name="wants-gpu", workers=1, gpus_per_node=1)
+    args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
+    with pytest.raises(
+        DeviceError,
+        match=r"run 'wants-gpu' asks for gpus_per_node=1, but .* no "
+        r"usable CUDA GPU",
+    ):
+        main(args)
+    assert not out.exists()
+
+
+def test_zero_gpus_trains_on_the_cpu_even_where_a_gpu_is_visible(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert check_device(run_config(gpus_per_node=0)) == "cpu"
+    assert check_device(run_config(gpus_per_node=1)) == "cuda"
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,7 +341,7 @@ def two_workers(tmp_path_factory):
 
 @pytest.mark.slow
 def test_two_workers_end_with_identical_weights(two_workers):
-    dump = two_workers["root"] / "dump"
+    dump = two_workers["root"] / "dump" / two_workers["run"]["name"]
     assert sorted(p.name for p in dump.iterdir()) == ["rank-0.pt", "rank-1.pt"]
     w0 = torch.load(dump / "rank-0.pt", weights_only=True)
     w1 = torch.load(dump / "rank-1.pt", weights_only=True)
@@ -301,7 +380,8 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     )
     for m in metrics:
         assert set(m) == METRIC_FIELDS
-        assert m["workers"] == 2 and m["lr"] == pytest.approx(0.1)
+        assert m["workers"] == m["world_size"] == 2 and m["lr"] == pytest.approx(0.05)
+        assert m["global_batch"] == 25
         assert m["images_per_second"] > 0 and 0 <= m["val_accuracy"] <= 1
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
     assert metrics[-1]["val_accuracy"] >= 0.9  # the quadrant task is easy
@@ -309,6 +389,13 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     info = json.loads((out / "run.json").read_text())
     assert info["run"] == run and info["epochs_completed"] == 2
     assert info["world"]["size"] == 2 and info["world"]["device"] == "cpu"
+    assert info["world"]["backend"] == "horovod"
+    assert info["effective"] == {
+        "batch_scaling": "global",
+        "global_batch": 25,
+        "per_worker_batch": [13, 12],
+        "lr": 0.05,
+    }
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
 
     ckpt = torch.load(out / "checkpoints" / "epoch-002.pt", weights_only=True)
@@ -328,16 +415,19 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
 
 
 @pytest.mark.slow
-def test_one_worker_matches_two_workers_at_the_same_effective_lr(two_workers, tmp_path):
-    """Plain ``python`` (size 1) with lr 2x == 2 ranks with lr x: the split global batch, the
-    loss scaling and the synchronised BatchNorm reproduce full-batch training."""
-    run = run_config(workers=1, lr=2 * two_workers["run"]["lr"])
-    run_training(two_workers["data"], run, tmp_path / "out")
+@pytest.mark.parametrize("backend", ["horovod", "ddp"])
+def test_one_worker_matches_two_workers_with_the_same_lr_under_sync_bn(backend, tmp_path):
+    """Plain ``python`` (size 1) == 2 ranks with the same lr and global batch: the split global
+    batch, the loss scaling and the synchronised BatchNorm reproduce full-batch training."""
+    data = make_dataset(tmp_path / "data")
+    run = run_config(backend=backend, bn="sync")
+    run_training(data, run, tmp_path / "two")
+    run_training(data, {**run, "workers": 1}, tmp_path / "out")
     one = torch.load(tmp_path / "out" / "model.pt", weights_only=True)["state_dict"]
-    two = torch.load(two_workers["out"] / "model.pt", weights_only=True)["state_dict"]
+    two = torch.load(tmp_path / "two" / "model.pt", weights_only=True)["state_dict"]
     for key in one:
         torch.testing.assert_close(one[key], two[key], rtol=1e-4, atol=1e-4, msg=key)
-    m1, m2 = read_metrics(tmp_path / "out"), read_metrics(two_workers["out"])
+    m1, m2 = read_metrics(tmp_path / "out"), read_metrics(tmp_path / "two")
     assert [m["workers"] for m in m1] == [1, 1]
     for a, b in zip(m1, m2, strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)

@@ -39,6 +39,12 @@ TRAIN_KEYS = (
     "weight_decay",
     "warmup_epochs",
     "seed",
+    "backend",
+    "bn",
+    "batch_scaling",
+    "deterministic",
+    "precision",
+    "channels_last",
 )
 #: Run keys that only size the job (scheduler resources): never part of params.
 RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime")
@@ -135,7 +141,7 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
     problems = []
     if run["epochs"] is None and run["minutes"] is None:
         problems.append(f"{where}: set 'epochs' or 'minutes' (both are null)")
-    if run["batch_size"] < run["workers"]:
+    if run["batch_scaling"] == "global" and run["batch_size"] < run["workers"]:
         problems.append(
             f"{where}.batch_size: global batch {run['batch_size']} is smaller than "
             f"workers={run['workers']}: every worker needs at least one sample per step"

@@ -1,4 +1,4 @@
-"""Start one Horovod rank per slot of the allocation this job runs in: no ssh, no MPI.
+"""Start one rank per slot of the allocation this job runs in: no ssh, no MPI, no torchrun.
 
     clusterbench-launch --np W [--launcher auto|local|slurm|sge] [--iface IF] [--timeout S]
                         [--log-level L] -- CMD ARGS...
@@ -19,6 +19,11 @@ how to execute one slot's command on its host:
 Each rank's output is streamed with a ``[rank]`` prefix. When a rank fails the others are
 stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with the failing
 rank's exit code and a message naming its rank, host, exit code and last log lines.
+
+Every rank gets Horovod's variables (from ``launch_gloo``) and the ``torch.distributed`` ones
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+``GROUP_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` of rank 0's node, see
+:func:`torch_dist_env`), so both training backends start the same way under every scheduler.
 """
 
 from __future__ import annotations
@@ -406,6 +411,28 @@ class RankResult:
     tail: list[str]
 
 
+def torch_dist_env(slot_info: Any, master: tuple[str, int]) -> dict[str, str]:
+    """The ``torch.distributed`` (env://) variables of one slot, beside Horovod's own: every
+    backend's ranks are started the same way, from the same allocation."""
+    return {
+        "RANK": str(slot_info.rank),
+        "WORLD_SIZE": str(slot_info.size),
+        "LOCAL_RANK": str(slot_info.local_rank),
+        "LOCAL_WORLD_SIZE": str(slot_info.local_size),
+        "GROUP_RANK": str(slot_info.cross_rank),
+        "GROUP_WORLD_SIZE": str(slot_info.cross_size),
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
+    }
+
+
+def free_port(address: str) -> int:
+    """A TCP port that is free on this machine's ``address`` now (for rank 0's TCPStore)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
 class RankRunner:
     """``exec_command(command, slot_info, events)`` for :func:`launch_gloo`: runs one slot's
     command through ``executor`` with :func:`safe_shell_exec.execute` (``[rank]``-prefixed
@@ -413,9 +440,15 @@ class RankRunner:
     ``executor.signal_rank`` (SIGTERM, then SIGKILL, each followed by a grace period), then
     safe_shell_exec's own SIGTERM/SIGKILL of the local process (srun, qrsh or the rank)."""
 
-    def __init__(self, executor: Executor, devices: Mapping[int, str | None]):
+    def __init__(
+        self,
+        executor: Executor,
+        devices: Mapping[int, str | None],
+        master: tuple[str, int] = ("127.0.0.1", 29500),
+    ):
         self.executor = executor
         self.devices = devices
+        self.master = master
         self.stop_all = threading.Event()
         self.signalled = threading.Event()
         self.results: dict[int, RankResult] = {}
@@ -427,9 +460,12 @@ class RankRunner:
         from horovod.runner.util.threads import on_event
 
         rank, host = slot_info.rank, slot_info.hostname
+        extra = torch_dist_env(slot_info, self.master)
         device = self.devices.get(rank)
         if device is not None:
-            command = f"env CUDA_VISIBLE_DEVICES={shlex.quote(device)} {command}"
+            extra["CUDA_VISIBLE_DEVICES"] = device
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items())
+        command = f"env {assignments} {command}"
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         external = list(events or [])
         done, kill = threading.Event(), threading.Event()
@@ -552,6 +588,7 @@ class Plan:
     env: dict[str, str]  # extra environment of every rank
     slurm_overlap: bool = False
     local_hosts: set[str] = field(default_factory=set)  # hosts whose address is this machine
+    master: tuple[str, int] = ("127.0.0.1", 29500)  # rank 0's address and port (env://)
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
@@ -608,13 +645,25 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         devices[s.rank] = None if single or slurm_pins else device
 
     # the ranks record what started them (clusterbench.train writes it to run.json)
-    extra: dict[str, str] = {"CLUSTERBENCH_LAUNCHER": launcher}
+    extra: dict[str, str] = {
+        "CLUSTERBENCH_LAUNCHER": launcher,
+        "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
+    }
     if args.log_level:
         extra["HOROVOD_LOG_LEVEL"] = args.log_level
     if args.timeout:
         extra["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.timeout)
     here = local_nodes(addresses, ifaces)
-    return Plan(args, launcher, alloc, hosts, iface, devices, extra, overlap, here)
+    # torch.distributed's rendezvous: a TCPStore served by rank 0, on rank 0's node address.
+    first = slots[0].hostname
+    master_addr = addresses.get(first) or iface.address
+    if first not in here:
+        log.warning(
+            "rank 0 runs on %s, not on this host: MASTER_PORT is chosen free here, not there",
+            first,
+        )
+    master = (master_addr, free_port(master_addr if first in here else ""))
+    return Plan(args, launcher, alloc, hosts, iface, devices, extra, overlap, here, master)
 
 
 def run(plan: Plan) -> int:
@@ -656,7 +705,7 @@ def run(plan: Plan) -> int:
     elif args.np > 1 and plan.launcher == "slurm" and any(h.gpus for h in plan.allocation.hosts):
         log.info("each rank's step gets one GPU from Slurm (--gres=gpu:1, CUDA_VISIBLE_DEVICES)")
 
-    runner = RankRunner(executor, plan.devices)
+    runner = RankRunner(executor, plan.devices, plan.master)
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
     settings = Settings(hosts=plan.hosts, num_proc=args.np, verbose=verbose)
     try:

@@ -1,32 +1,50 @@
-"""Synchronised BatchNorm: batch statistics combined across all Horovod workers every step.
+"""BatchNorm across workers, backend-neutral: the three ``bn`` modes' building blocks.
 
-On GPU, :class:`horovod.torch.SyncBatchNorm` does this with CUDA kernels, but it refuses CPU
-tensors. :class:`CPUSyncBatchNorm` is the portable equivalent: each worker computes its shard's
-per-channel count ``n_i``, mean ``mu_i`` and biased variance ``sigma_i^2``; one Horovod allreduce
-(sum of a ``(workers, 2C+1)`` table in which each worker filled its own row) gives every worker
-all rows, and :func:`combine_moments` merges them with weights ``f_i = n_i / N``::
+``bn: local``     every worker normalises with, and keeps running statistics of, its own shard.
+``bn: aggregate`` (default) as ``local`` in forward and backward, but after every optimiser step
+                  the running mean and variance of *all* BN layers are combined across workers
+                  in ONE collective (:class:`RunningStatsAggregator`), weighted by each worker's
+                  share of the global batch ``f_i = n_i / N``::
 
-    mean = sum_i f_i mu_i
-    var  = sum_i f_i (sigma_i^2 + (mu_i - mean)^2)        (biased, as used for normalising)
+                      mean = sum_i f_i mu_i
+                      var  = sum_i f_i (sigma_i^2 + (mu_i - mean)^2)
 
-That allreduce is differentiable: its backward is an allreduce-sum of the incoming gradients
-(as ``horovod.torch.allreduce``'s own backward), so the gradient of every worker's loss reaches
-every worker's input through the shared statistics: forward output, running statistics and
-input gradients equal those of one ``nn.BatchNorm2d`` applied to the whole global batch.
-Unlike ``hvd.allreduce``, whose backward is anonymous, both directions use stable names
-(``syncbn.K`` / ``syncbn.K.grad``, K numbering the modules in construction order, which is the
-same on every rank), so Horovod's response cache serves them instead of negotiating a new name
-every step. In eval mode the running statistics are used and nothing is communicated.
+                  so every rank ends each step with identical running statistics.
+``bn: sync``      exact full-batch statistics in forward and backward (:class:`CPUSyncBatchNorm`
+                  on the CPU; the backend's own CUDA implementation on GPUs).
+
+Collectives come from the runtime (:class:`clusterbench.dist.base.Runtime`): this module never
+imports Horovod or ``torch.distributed``.
+
+:class:`CPUSyncBatchNorm`: each worker computes its shard's per-channel count ``n_i``, mean
+``mu_i`` and biased variance ``sigma_i^2``; one differentiable allreduce (sum of a
+``(workers, 2C+1)`` table in which each worker filled its own row) gives every worker all rows,
+and :func:`combine_moments` merges them. The allreduce's backward is an allreduce-sum of the
+incoming gradients, so forward output, running statistics and input gradients equal those of one
+``nn.BatchNorm2d`` applied to the whole global batch. Names are stable (``syncbn.K``, K numbering
+the modules in construction order, the same on every rank) so Horovod's response cache serves
+them. In eval mode the running statistics are used and nothing is communicated.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import horovod.torch as hvd
 import torch
 from torch import nn
+
+BN_MODES = ("aggregate", "sync", "local")
+
+
+class SyncComm(Protocol):
+    """What :class:`CPUSyncBatchNorm` needs from the runtime."""
+
+    rank: int
+    size: int
+
+    def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor: ...
 
 
 def combine_moments(
@@ -46,31 +64,20 @@ def combine_moments(
     return mean, var, total
 
 
-class _AllreduceSum(torch.autograd.Function):
-    """Sum over all workers, differentiable (backward: sum of the gradients), with stable names."""
-
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str) -> torch.Tensor:
-        ctx.name = name
-        return hvd.allreduce(tensor, op=hvd.Sum, name=name)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return hvd.allreduce(grad, op=hvd.Sum, name=f"{ctx.name}.grad"), None
-
-
 class CPUSyncBatchNorm(nn.BatchNorm2d):
-    """Drop-in ``nn.BatchNorm2d`` whose training-mode statistics span all Horovod workers."""
+    """Drop-in ``nn.BatchNorm2d`` whose training-mode statistics span all workers of ``comm``."""
 
     _ids = itertools.count()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, comm: SyncComm | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.comm = comm
         self.sync_name = f"syncbn.{next(self._ids)}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
-        if not self.training or not hvd.is_initialized() or hvd.size() == 1:
+        comm = self.comm
+        if not self.training or comm is None or comm.size == 1:
             return super().forward(x)
 
         channels = x.shape[1]
@@ -81,10 +88,8 @@ class CPUSyncBatchNorm(nn.BatchNorm2d):
         else:  # an empty shard contributes nothing (its weight f_i is 0)
             mu = var = x.new_zeros(channels)
         own_row = torch.cat([x.new_tensor([float(n_local)]), mu, var])
-        rows = [
-            own_row if r == hvd.rank() else torch.zeros_like(own_row) for r in range(hvd.size())
-        ]
-        table = _AllreduceSum.apply(torch.stack(rows), self.sync_name)
+        rows = [own_row if r == comm.rank else torch.zeros_like(own_row) for r in range(comm.size)]
+        table = comm.allreduce_sum_autograd(torch.stack(rows), self.sync_name)
         counts, means, variances = table.split([1, channels, channels], dim=1)
         mean, var, total = combine_moments(counts.squeeze(1), means, variances)
         n_total = int(round(total.item()))
@@ -111,21 +116,27 @@ class CPUSyncBatchNorm(nn.BatchNorm2d):
         return out
 
 
-def sync_batchnorm_class(device: torch.device | str) -> type[nn.BatchNorm2d]:
-    """The synchronised BatchNorm for ``device``: Horovod's on CUDA, else ours."""
-    return hvd.SyncBatchNorm if torch.device(device).type == "cuda" else CPUSyncBatchNorm
+def cpu_sync_factory(comm: SyncComm) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+    """Makes a :class:`CPUSyncBatchNorm` over ``comm`` with the arguments of a BatchNorm."""
 
-
-def convert_sync_batchnorm(model: nn.Module, device: torch.device | str) -> nn.Module:
-    """Replace every ``nn.BatchNorm2d`` in ``model`` with the synchronised variant for ``device``,
-    keeping parameters, running statistics, training flag and the device they live on
-    (the state_dict keys do not change). Returns ``model`` (or the replacement, when ``model``
-    itself is a BatchNorm)."""
-    cls = sync_batchnorm_class(device)
-    if isinstance(model, nn.BatchNorm2d) and not isinstance(model, cls):
-        new = cls(
-            model.num_features, model.eps, model.momentum, model.affine, model.track_running_stats
+    def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
+        return CPUSyncBatchNorm(
+            bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, comm=comm
         )
+
+    return make
+
+
+def convert_batchnorm(
+    model: nn.Module, make: Callable[[nn.BatchNorm2d], nn.BatchNorm2d]
+) -> nn.Module:
+    """Replace every ``nn.BatchNorm2d`` in ``model`` with ``make(bn)``, keeping parameters,
+    running statistics, training flag and the device they live on (state_dict keys do not
+    change). Returns ``model`` (or the replacement, when ``model`` itself is a BatchNorm)."""
+    if isinstance(model, nn.BatchNorm2d):
+        new = make(model)
+        if type(new) is type(model):
+            return model
         tensors = [*model.parameters(), *model.buffers()]
         if tensors:
             new.to(tensors[0].device)
@@ -133,5 +144,86 @@ def convert_sync_batchnorm(model: nn.Module, device: torch.device | str) -> nn.M
         new.train(model.training)
         return new
     for name, child in model.named_children():
-        setattr(model, name, convert_sync_batchnorm(child, device))
+        setattr(model, name, convert_batchnorm(child, make))
     return model
+
+
+# --------------------------------------------------------------------------------------------
+# bn: aggregate
+
+
+class RunningStatsAggregator:
+    """Combines the running statistics of every BatchNorm layer across workers.
+
+    :meth:`contribution` packs this worker's part of one sum-allreduce; :meth:`apply` unpacks
+    the summed buffer into every layer. Each worker contributes, per layer and channel,
+    ``n_i``, ``n_i d_i`` and ``n_i (v_i + d_i^2)`` with ``d_i = mu_i - c``, ``v_i`` its running
+    variance and ``c`` the (identical on every rank) aggregated mean of the previous step, so
+    that after the sum ``mean = c + sum n_i d_i / N`` and ``var = sum n_i (v_i + d_i^2) / N -
+    (mean - c)^2`` are exactly the weighted formula, computed around a shared centre to avoid
+    cancellation. ``n_i`` is the number of samples the layer normalised on this worker in its
+    last training forward (so ``f_i = n_i / N``); the buffer may also be averaged instead of
+    summed: only ratios are used.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.layers = [
+            m
+            for m in model.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        ]
+        self.samples = [0] * len(self.layers)
+        for i, layer in enumerate(self.layers):
+            layer.register_forward_pre_hook(self._counter(i))
+        self.centres: list[torch.Tensor] = []
+        self.reset_centres()
+
+    def _counter(self, i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            if module.training:
+                self.samples[i] = int(args[0].shape[0])
+
+        return hook
+
+    def __len__(self) -> int:
+        """Number of values in one contribution."""
+        return sum(1 + 2 * layer.num_features for layer in self.layers)
+
+    def reset_centres(self) -> None:
+        """Take the current running means as centres (call when they are equal on all ranks)."""
+        self.centres = [layer.running_mean.detach().clone() for layer in self.layers]
+
+    def contribution(self) -> torch.Tensor:
+        parts = []
+        for layer, centre, n in zip(self.layers, self.centres, self.samples, strict=True):
+            d = layer.running_mean.detach() - centre
+            v = layer.running_var.detach()
+            parts += [d.new_tensor([float(n)]), n * d, n * (v + d * d)]
+        if not parts:
+            return torch.zeros(0)
+        return torch.cat(parts)
+
+    @torch.no_grad()
+    def apply(self, summed: torch.Tensor) -> None:
+        offset = 0
+        for layer, centre in zip(self.layers, self.centres, strict=True):
+            c = layer.num_features
+            total = summed[offset]
+            mean_d = summed[offset + 1 : offset + 1 + c] / total
+            second = summed[offset + 1 + c : offset + 1 + 2 * c] / total
+            offset += 1 + 2 * c
+            layer.running_mean.copy_(centre + mean_d)
+            layer.running_var.copy_((second - mean_d * mean_d).clamp_min_(0))
+        self.reset_centres()
+
+
+def aggregate_formula(
+    counts: list[int], means: list[torch.Tensor], variances: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference formula (for tests and docs): ``f_i = n_i / N`` weighted mixture."""
+    total = float(sum(counts))
+    mean = sum(n / total * m for n, m in zip(counts, means, strict=True))
+    var = sum(
+        n / total * (v + (m - mean) ** 2) for n, m, v in zip(counts, means, variances, strict=True)
+    )
+    return mean, var

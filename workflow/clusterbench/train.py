@@ -1,23 +1,37 @@
-"""Stage 3: Horovod data-parallel training, one process per worker.
+"""Stage 3: data-parallel training, one process per worker, under Horovod or DDP.
 
 ```
 python scripts/train.py --data-dir results/data/NAME --run JSON --out-dir results/runs/RUN
 ```
 
-Runs unchanged under every launcher (``horovodrun``, ``clusterbench-launch`` on a workstation,
-Slurm or SGE, or plain ``python`` for a single worker): rank, size and local rank come from
-``hvd.init()`` only.
+Runs unchanged under every launcher (``clusterbench-launch`` on a workstation, Slurm or SGE,
+``horovodrun``, or plain ``python`` for a single worker). Everything distributed goes through
+the run's ``backend`` (:mod:`clusterbench.dist`: ``horovod`` or ``ddp``); this module has no
+backend branches.
 
-* The *global* batch (``batch_size``) is split over the workers, the remainder going to the
-  first ranks; each rank scales its summed loss by ``workers / global_batch`` so that the
-  gradient :class:`hvd.DistributedOptimizer` averages is exactly the global-batch mean gradient.
-  A last global batch smaller than the number of workers is dropped.
+* Batch and LR convention (``batch_scaling``):
+  - ``global`` (default): ``batch_size`` is the global batch, split over the workers (the
+    remainder going to the first ranks), and ``lr`` is the rate for that global batch, not
+    rescaled by the worker count: runs that differ only in ``workers`` solve the same
+    optimisation problem, up to the order of floating-point sums.
+  - ``per_worker`` (Horovod's convention): ``batch_size`` per worker, a global batch of
+    ``batch_size * workers``, and an LR of ``lr * workers`` reached by a linear per-step warm-up
+    over ``warmup_epochs``.
+  Each rank scales its summed loss by ``workers / global_batch``, so the gradient the backend
+  averages is exactly the global-batch mean gradient, whatever each rank's share. A last global
+  batch smaller than the number of workers is dropped.
 * Shuffling: one permutation per epoch from ``numpy.random.default_rng([seed, epoch])``,
   identical on every rank.
-* LR: SGD with momentum and weight decay; the per-worker ``lr`` is scaled to ``lr * workers``
-  with a linear per-step warm-up over ``warmup_epochs``.
-* BatchNorm statistics are synchronised across workers every step (:mod:`clusterbench.syncbn`).
-* Validation is sharded over the ranks; loss and counts are allreduced.
+* BatchNorm across workers follows ``bn`` (:mod:`clusterbench.syncbn`): ``aggregate`` (default;
+  running statistics combined after each step in one collective), ``sync`` or ``local``.
+* Device: ``gpus_per_node: 0`` trains on the CPU even where a GPU is visible; ``gpus_per_node
+  > 0`` needs a usable CUDA GPU (else a clear error naming the run, before any training) and
+  uses the GPU of the rank's local rank. ``deterministic: false`` lets cuDNN autotune;
+  ``true`` asks for deterministic algorithms. ``precision: bf16`` trains under autocast;
+  ``channels_last`` uses that memory format. The data sets stay resident on the device.
+* Timing: each epoch's clock stops after the device is synchronised. ``metrics.jsonl`` holds
+  every epoch; the report excludes warm-up epochs from its averages.
+* Validation is sharded over the ranks; loss and counts are summed over them.
 * Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
   comes first (rank 0 decides, every rank follows).
 * Rank 0 alone writes ``checkpoints/epoch-NNN.pt``, ``metrics.jsonl`` and TensorBoard events
@@ -38,9 +52,9 @@ import shutil
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import numpy as np
@@ -49,6 +63,9 @@ from clusterbench.atomic import atomic_path, write_json, write_text
 from clusterbench.config import TRAIN_KEYS, ConfigError, load_schema, run_problems
 from clusterbench.evaluate import SplitData, load_split
 from clusterbench.params import json_object
+
+if TYPE_CHECKING:
+    from clusterbench.dist.base import Runtime
 
 #: Validation batch size (per rank); inference only, so larger than any training batch.
 EVAL_BATCH = 1024
@@ -90,13 +107,35 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
+def global_batch_size(run: Mapping[str, Any]) -> int:
+    """Images per optimiser step over all workers, under the run's ``batch_scaling``."""
+    if run["batch_scaling"] == "per_worker":
+        return run["batch_size"] * run["workers"]
+    return run["batch_size"]
+
+
+def lr_scale(run: Mapping[str, Any]) -> int:
+    """Factor from ``lr`` to the effective LR: ``workers`` under ``per_worker``, else 1."""
+    return run["workers"] if run["batch_scaling"] == "per_worker" else 1
+
+
+def effective_settings(run: Mapping[str, Any]) -> dict[str, Any]:
+    """What the run's convention makes of its settings (recorded in run.json)."""
+    return {
+        "batch_scaling": run["batch_scaling"],
+        "global_batch": global_batch_size(run),
+        "per_worker_batch": shard_sizes(global_batch_size(run), run["workers"]),
+        "lr": run["lr"] * lr_scale(run),
+    }
+
+
 def learning_rate(
-    base_lr: float, workers: int, warmup_epochs: float, epoch: int, step: int, steps_per_epoch: int
+    base_lr: float, scale: int, warmup_epochs: float, epoch: int, step: int, steps_per_epoch: int
 ) -> float:
     """LR of ``step`` (0-based) in ``epoch`` (0-based): linear warm-up from ``base_lr`` to
-    ``base_lr * workers`` over ``warmup_epochs`` epochs, then constant."""
-    target = base_lr * workers
-    if warmup_epochs <= 0:
+    ``base_lr * scale`` over ``warmup_epochs`` epochs, then constant (``scale`` 1: constant)."""
+    target = base_lr * scale
+    if warmup_epochs <= 0 or scale == 1:
         return target
     progress = min(1.0, (epoch + step / steps_per_epoch) / warmup_epochs)
     return base_lr + (target - base_lr) * progress
@@ -162,13 +201,13 @@ def load_data(data_dir: Path, run: Mapping[str, Any]) -> TrainData:
 
 @dataclass
 class _Context:
-    """What every training step needs: Horovod, the run, the model and the device-side data."""
+    """What every training step needs: the runtime, the run, the model and the device data."""
 
-    hvd: Any
+    rt: Runtime
     run: dict[str, Any]
-    workers: int
     device: Any
-    model: Any
+    model: Any  # the network itself (saved)
+    net: Any  # what is called in training (the backend's wrapper around ``model``)
     optimizer: Any
     train_x: Any
     train_y: Any
@@ -177,22 +216,74 @@ class _Context:
     mean: Any
     std: Any
 
+    @property
+    def workers(self) -> int:
+        return self.rt.size
+
+    def inputs(self, images: Any) -> Any:
+        """uint8 NHWC images on the device -> the normalised network input."""
+        from clusterbench.models import normalize_images
+
+        x = normalize_images(images, self.mean, self.std)
+        # normalize_images permutes NHWC to NCHW: that view already is channels_last in memory
+        return x if self.run["channels_last"] else x.contiguous()
+
+    def autocast(self) -> Any:
+        import torch
+
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.run["precision"] == "bf16"
+        )
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (the clock must not stop before it)."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+class DeviceError(ConfigError):
+    """The run asks for a device this machine cannot give it."""
+
 
 def _cpu_state(model: Any) -> dict[str, Any]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def _device(hvd: Any) -> Any:
-    """The local rank's GPU (modulo the GPUs visible to this process), else the CPU."""
+def check_device(run: Mapping[str, Any]) -> str:
+    """The device type the run asks for: ``cpu`` for ``gpus_per_node: 0`` (even where a GPU is
+    visible), ``cuda`` otherwise; :class:`DeviceError` when no usable GPU is there."""
+    if run["gpus_per_node"] == 0:
+        return "cpu"
     import torch
 
-    if torch.cuda.is_available():
-        index = hvd.local_rank() % torch.cuda.device_count()
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise DeviceError(
+            f"run {run['name']!r} asks for gpus_per_node={run['gpus_per_node']}, but "
+            f"{node_name()} has no usable CUDA GPU (torch.cuda.is_available() is False"
+            + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+            + f", torch {torch.__version__}): not training it on the CPU instead"
+        )
+    return "cuda"
+
+
+def setup_device(run: Mapping[str, Any], device_type: str, local_rank: int, local_size: int):
+    """The rank's device (the GPU of its local rank, modulo the visible GPUs), with the run's
+    determinism and the CPU threads set."""
+    import torch
+
+    if run["deterministic"]:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # needed by cuBLAS
+        torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = bool(run["deterministic"])
+    torch.backends.cudnn.benchmark = not run["deterministic"]
+    if device_type == "cuda":
+        index = local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
         return torch.device("cuda", index)
-    torch.set_num_threads(cpu_threads(hvd.local_size()))
+    torch.set_num_threads(cpu_threads(local_size))
     return torch.device("cpu")
 
 
@@ -303,7 +394,13 @@ class Outputs:
             self.tb.add_scalar(tag, record[key], record["epoch"])
         self.tb.flush()
 
-    def finish(self, world: dict[str, Any], train_seconds: float, model_file: dict) -> None:
+    def finish(
+        self,
+        world: dict[str, Any],
+        effective: dict[str, Any],
+        train_seconds: float,
+        model_file: dict,
+    ) -> None:
         import torch
 
         from clusterbench.provenance import versions
@@ -317,6 +414,7 @@ class Outputs:
             {
                 "run": self.run,
                 "world": world,
+                "effective": effective,
                 "epochs_completed": len(self.records),
                 "train_seconds": train_seconds,
                 "versions": versions(),
@@ -326,35 +424,42 @@ class Outputs:
             torch.save(model_file, tmp)
 
 
-def _run_epoch(ctx: _Context, epoch: int) -> tuple[float, float, int]:
-    """One pass over the training set; returns ``(mean train loss, last lr, images trained)``."""
+def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float, float, int]:
+    """One pass over the training set; returns ``(mean train loss, last lr, images trained)``.
+
+    The step has no host synchronisation of its own: the loss is summed on the device and read
+    once per epoch.
+    """
     import torch
     import torch.nn.functional as F
 
-    from clusterbench.models import normalize_images
-
-    hvd, run, workers = ctx.hvd, ctx.run, ctx.workers
+    run, workers, rank = ctx.run, ctx.workers, ctx.rt.rank
     order = torch.from_numpy(epoch_permutation(len(ctx.train_y), run["seed"], epoch))
-    batches = global_batches(len(ctx.train_y), run["batch_size"], workers)
-    ctx.model.train()
+    order = order.to(ctx.device)
+    batches = global_batches(len(ctx.train_y), global_batch_size(run), workers)
+    if max_steps is not None:
+        batches = batches[:max_steps]
+    scale = lr_scale(run)
+    ctx.net.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
     lr = run["lr"]
     for step, (start, stop) in enumerate(batches):
-        lr = learning_rate(run["lr"], workers, run["warmup_epochs"], epoch, step, len(batches))
+        lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, len(batches))
         for group in ctx.optimizer.param_groups:
             group["lr"] = lr
-        lo, hi = shard_bounds(stop - start, workers, hvd.rank())
-        idx = order[start + lo : start + hi].to(ctx.device)
-        logits = ctx.model(normalize_images(ctx.train_x[idx], ctx.mean, ctx.std))
-        summed = F.cross_entropy(logits, ctx.train_y[idx], reduction="sum")
+        lo, hi = shard_bounds(stop - start, workers, rank)
+        idx = order[start + lo : start + hi]
+        with ctx.autocast():
+            logits = ctx.net(ctx.inputs(ctx.train_x[idx]))
+            summed = F.cross_entropy(logits.float(), ctx.train_y[idx], reduction="sum")
         ctx.optimizer.zero_grad()
-        # DistributedOptimizer averages over the W workers: W / B * (local sum) makes that
-        # average the mean over the whole global batch, whatever each rank's share.
+        # The backend averages over the W workers: W / B * (local sum) makes that average the
+        # mean over the whole global batch, whatever each rank's share.
         (summed * (workers / (stop - start))).backward()
         ctx.optimizer.step()
         loss_sum += summed.detach()
     images = sum(stop - start for start, stop in batches)
-    total = hvd.allreduce(loss_sum.cpu().view(1), op=hvd.Sum, name="train.loss")
+    total = ctx.rt.allreduce_sum(loss_sum.cpu().view(1), name="train.loss")
     return float(total) / images, lr, images
 
 
@@ -363,41 +468,21 @@ def _validate(ctx: _Context) -> tuple[float, float]:
     import torch
     import torch.nn.functional as F
 
-    from clusterbench.models import normalize_images
-
     ctx.model.eval()
-    lo, hi = shard_bounds(len(ctx.val_y), ctx.workers, ctx.hvd.rank())
-    loss_sum, correct = 0.0, 0
-    with torch.no_grad():
+    lo, hi = shard_bounds(len(ctx.val_y), ctx.workers, ctx.rt.rank)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    with torch.no_grad(), ctx.autocast():
         for start in range(lo, hi, EVAL_BATCH):
             stop = min(start + EVAL_BATCH, hi)
-            logits = ctx.model(normalize_images(ctx.val_x[start:stop], ctx.mean, ctx.std))
+            logits = ctx.model(ctx.inputs(ctx.val_x[start:stop])).float()
             target = ctx.val_y[start:stop]
-            loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
-            correct += int((logits.argmax(1) == target).sum())
-    totals = ctx.hvd.allreduce(
-        torch.tensor([loss_sum, correct, hi - lo], dtype=torch.float64),
-        op=ctx.hvd.Sum,
-        name="val.totals",
-    )
-    loss, right, n = totals.tolist()
+            loss_sum += F.cross_entropy(logits, target, reduction="sum")
+            correct += (logits.argmax(1) == target).sum()
+    local = torch.stack([loss_sum, correct]).cpu()
+    local = torch.cat([local, torch.tensor([float(hi - lo)], dtype=torch.float64)])
+    loss, right, n = ctx.rt.allreduce_sum(local, name="val.totals").tolist()
     return loss / n, right / n
-
-
-def _broadcast_initial_state(hvd: Any, model: Any, optimizer: Any) -> None:
-    """Rank 0's weights and optimizer state to every rank.
-
-    ``hvd.broadcast_optimizer_state`` initialises an empty optimizer state by one SGD step with
-    zero gradients; with weight decay off during that step it changes no weight and leaves
-    zero momentum buffers, so the first real step equals a fresh optimizer's.
-    """
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    decays = [group["weight_decay"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["weight_decay"] = 0.0
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    for group, decay in zip(optimizer.param_groups, decays, strict=True):
-        group["weight_decay"] = decay
 
 
 def train(
@@ -406,52 +491,47 @@ def train(
     out_dir: Path,
     resume: bool = False,
     dump_dir: Path | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
     ``resume``: continue from the newest checkpoint in ``out_dir`` (if any) instead of afresh.
-    ``dump_dir`` (debug): every rank saves its final weights there as ``rank-R.pt``.
+    ``dump_dir`` (debug): every rank saves its final weights as ``<dump_dir>/<run>/rank-R.pt``.
+    ``max_steps`` (debug): at most this many optimiser steps per epoch.
     """
-    import horovod.torch as hvd
+    from clusterbench import dist
 
-    hvd.init()
+    device_type = check_device(run)
+    rt = dist.init(run["backend"], device_type)
     try:
-        identity = {
-            "rank": hvd.rank(),
-            "size": hvd.size(),
-            "local_rank": hvd.local_rank(),
-            "local_size": hvd.local_size(),
-            "cross_rank": hvd.cross_rank(),
-            "cross_size": hvd.cross_size(),
-            "hostname": node_name(),
-        }
-        print(f"train: horovod rank {hvd.rank()} {json.dumps(identity)}", flush=True)
-        if hvd.size() != run["workers"]:
+        identity = {**asdict(rt.identity), "backend": rt.name, "hostname": node_name()}
+        print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
+        if rt.size != run["workers"]:
             raise RuntimeError(
-                f"run.workers={run['workers']} but Horovod started {hvd.size()} process(es): "
-                "launch with clusterbench-launch --np WORKERS (or horovodrun -np WORKERS)"
+                f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
+                "process(es): launch with clusterbench-launch --np WORKERS"
             )
-        return _train(hvd, run, data, out_dir, resume, dump_dir)
+        return _train(rt, run, data, out_dir, resume, dump_dir, max_steps, device_type)
     finally:
         # also on an error: the other ranks' pending collectives then fail instead of hanging
-        hvd.shutdown()
+        rt.shutdown()
 
 
 def _train(
-    hvd: Any,
+    rt: Runtime,
     run: dict[str, Any],
     data: TrainData,
     out_dir: Path,
     resume: bool,
     dump_dir: Path | None,
+    max_steps: int | None,
+    device_type: str,
 ) -> dict[str, Any]:
     import torch
 
     from clusterbench.models import build_model
-    from clusterbench.syncbn import convert_sync_batchnorm
 
-    workers = hvd.size()
-    device = _device(hvd)
+    device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     meta = data.meta
     height, width, channels = meta["image_shape"]
     arch = {
@@ -461,35 +541,37 @@ def _train(
         "image_size": [height, width],
     }
     torch.manual_seed(run["seed"])
-    model = convert_sync_batchnorm(build_model(**arch), device).to(device)
+    model = rt.prepare_model(build_model(**arch), run["bn"], device).to(device)
+    if run["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=run["lr"],
         momentum=run["momentum"],
         weight_decay=run["weight_decay"],
     )
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
     checkpoint = None
-    if hvd.rank() == 0 and resume:
+    if rt.rank == 0 and resume:
         checkpoint = resume_checkpoint(out_dir, run)
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
             print(f"train: resuming after epoch {checkpoint['epoch']}", flush=True)
-    _broadcast_initial_state(hvd, model, optimizer)
-    epoch = hvd.broadcast_object(checkpoint["epoch"] if checkpoint else 0, name="train.start")
+    rt.broadcast_state(model, optimizer)
+    epoch = rt.broadcast_object(checkpoint["epoch"] if checkpoint else 0, name="train.start")
+    net, dist_optimizer = rt.wrap(model, optimizer, run["bn"])
 
     def tensor(a: np.ndarray) -> Any:
         return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
     ctx = _Context(
-        hvd=hvd,
+        rt=rt,
         run=run,
-        workers=workers,
         device=device,
         model=model,
-        optimizer=optimizer,
+        net=net,
+        optimizer=dist_optimizer,
         train_x=tensor(data.train.x),
         train_y=tensor(data.train.y),
         val_x=tensor(data.val.x),
@@ -497,8 +579,9 @@ def _train(
         mean=torch.tensor(meta["mean"], dtype=torch.float32, device=device),
         std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
     )
-    hosts = list(dict.fromkeys(hvd.allgather_object(node_name())))
-    outputs = Outputs(out_dir, run, checkpoint) if hvd.rank() == 0 else None
+    workers = rt.size
+    hosts = list(dict.fromkeys(rt.allgather_object(node_name(), name="train.hosts")))
+    outputs = Outputs(out_dir, run, checkpoint) if rt.rank == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
 
     def train_seconds() -> float:
@@ -510,14 +593,16 @@ def _train(
         if outputs is not None:
             stop = run["epochs"] is not None and epoch >= run["epochs"]
             stop = stop or run["minutes"] is not None and train_seconds() >= 60 * run["minutes"]
-        return hvd.broadcast_object(stop, root_rank=0, name="train.stop")
+        return rt.broadcast_object(stop, name="train.stop")
 
     record: dict[str, Any] = outputs.records[-1] if outputs and outputs.records else {}
     started = time.monotonic()
     while not finished():
-        t0 = time.monotonic()
-        train_loss, lr, images = _run_epoch(ctx, epoch)
-        seconds = time.monotonic() - t0
+        ctx.synchronize()
+        t0 = time.perf_counter()
+        train_loss, lr, images = _run_epoch(ctx, epoch, max_steps)
+        ctx.synchronize()
+        seconds = time.perf_counter() - t0
         val_loss, val_accuracy = _validate(ctx)
         epoch += 1
         record = {
@@ -528,6 +613,8 @@ def _train(
             "epoch_seconds": seconds,
             "images_per_second": images / seconds,
             "workers": workers,
+            "world_size": workers,
+            "global_batch": global_batch_size(run),
             "lr": lr,
             "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         }
@@ -542,7 +629,7 @@ def _train(
     elapsed = train_seconds()
 
     if dump_dir is not None:  # debug: every rank's final weights, to compare across ranks
-        with atomic_path(Path(dump_dir) / f"rank-{hvd.rank()}.pt") as tmp:
+        with atomic_path(Path(dump_dir) / run["name"] / f"rank-{rt.rank}.pt") as tmp:
             torch.save(_cpu_state(model), tmp)
     if outputs is not None:
         world = {
@@ -550,7 +637,11 @@ def _train(
             "hosts": hosts,
             "device": device.type,
             "gpus": workers if device.type == "cuda" else 0,
+            "gpu_names": sorted({torch.cuda.get_device_name(device)})
+            if device.type == "cuda"
+            else [],
             "launcher": _launcher(),
+            "backend": rt.name,
         }
         model_file = {
             "arch": arch,
@@ -558,7 +649,7 @@ def _train(
             "mean": [float(m) for m in meta["mean"]],
             "std": [float(s) for s in meta["std"]],
         }
-        outputs.finish(world, elapsed, model_file)
+        outputs.finish(world, effective_settings(run), elapsed, model_file)
         print(f"train: {epoch} epoch(s) in {elapsed:.1f} s -> {out_dir}", flush=True)
     return record
 
@@ -573,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="continue from the newest checkpoint in --out-dir (made with the same run config)",
     )
-    # Debug/test only: every rank writes its final state_dict to DIR/rank-R.pt.
+    # Debug/test only: every rank writes its final state_dict to DIR/<run name>/rank-R.pt.
     # (also $CLUSTERBENCH_DUMP_WEIGHTS, so tests can ask for it through Snakemake's --envvars)
     parser.add_argument(
         "--dump-final-weights",
@@ -582,9 +673,19 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("CLUSTERBENCH_DUMP_WEIGHTS") or None,
         help=argparse.SUPPRESS,
     )
+    # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
+    parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     run = validate_run(json_object(args.run, what="--run", error=ConfigError))
+    check_device(run)  # before reading data or starting any backend
     data = load_data(args.data_dir, run)
-    train(run, data, args.out_dir, resume=args.resume, dump_dir=args.dump_final_weights)
+    train(
+        run,
+        data,
+        args.out_dir,
+        resume=args.resume,
+        dump_dir=args.dump_final_weights,
+        max_steps=args.max_steps,
+    )
     return 0

@@ -1,0 +1,281 @@
+"""The distributed runtime (clusterbench.dist) with real ranks of both backends.
+
+Run as a script (by ``clusterbench.launch`` in the tests below) this file is the worker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from clusterbench.syncbn import RunningStatsAggregator, aggregate_formula
+from torch import nn
+
+REPO = Path(__file__).resolve().parent.parent
+BACKENDS = ["horovod", "ddp"]
+SIZES = [5, 3]  # uneven shards: the weights f_i = n_i / N matter
+
+
+def launch(np_: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "clusterbench.launch", "--np", str(np_), "--", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+def two_bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1), nn.BatchNorm2d(2)
+    )
+
+
+def rank_batch(rank: int, n: int) -> torch.Tensor:
+    """Each rank's shard, from distributions that differ by rank (so the statistics do)."""
+    gen = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(n, 3, 6, 6, generator=gen) * (1 + 2 * rank) + 3 * rank
+
+
+def bn_stats(model: nn.Module) -> dict[str, np.ndarray]:
+    return {
+        f"{i}.{key}": getattr(m, key).detach().numpy().copy()
+        for i, m in enumerate(m for m in model.modules() if isinstance(m, nn.BatchNorm2d))
+        for key in ("running_mean", "running_var")
+    }
+
+
+def aggregate_worker(backend: str, out_dir: str) -> None:
+    """Two optimiser steps with ``bn: aggregate``; saves, per step, the aggregated running
+    statistics and the ones this rank alone would have had (same weights, own shard)."""
+    from clusterbench import dist
+
+    torch.set_num_threads(1)
+    rt = dist.init(backend, "cpu")
+    model = two_bn_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rt.broadcast_state(model, optimizer)
+    net, dist_optimizer = rt.wrap(model, optimizer, "aggregate")
+    out = {}
+    for step in range(2):
+        x = rank_batch(rt.rank, SIZES[rt.rank]) + step
+        local = copy.deepcopy(model)  # before the step: this rank's own statistics
+        local.train()(x)
+        out.update({f"step{step}.local.{k}": v for k, v in bn_stats(local).items()})
+        dist_optimizer.zero_grad()
+        net.train()(x).square().mean().backward()
+        dist_optimizer.step()
+        out.update({f"step{step}.agg.{k}": v for k, v in bn_stats(model).items()})
+    np.savez(Path(out_dir) / f"rank-{rt.rank}.npz", **out)
+    rt.shutdown()
+
+
+# --------------------------------------------------------------------------------------------
+# bn: aggregate
+
+
+def test_aggregator_reproduces_the_formula_in_one_process():
+    """Fake workers in one process: contributions summed by hand, as an allreduce would."""
+    nets = [two_bn_net() for _ in SIZES]
+    aggs = [RunningStatsAggregator(net) for net in nets]
+    assert len(aggs[0]) == (1 + 2 * 4) + (1 + 2 * 2)
+    for rank, net in enumerate(nets):
+        net.train()(rank_batch(rank, SIZES[rank]))
+    locals_ = [bn_stats(net) for net in nets]
+    summed = sum(agg.contribution() for agg in aggs)
+    for agg in aggs:
+        agg.apply(summed)
+    for layer in ("0", "1"):
+        mean, var = aggregate_formula(
+            SIZES,
+            [torch.from_numpy(s[f"{layer}.running_mean"]) for s in locals_],
+            [torch.from_numpy(s[f"{layer}.running_var"]) for s in locals_],
+        )
+        for net in nets:
+            got = bn_stats(net)
+            np.testing.assert_allclose(got[f"{layer}.running_mean"], mean.numpy(), rtol=1e-5)
+            np.testing.assert_allclose(got[f"{layer}.running_var"], var.numpy(), rtol=1e-5)
+
+
+def test_aggregate_formula_is_the_weighted_mixture():
+    mean, var = aggregate_formula(
+        [3, 1],
+        [torch.tensor([0.0]), torch.tensor([4.0])],
+        [torch.tensor([1.0]), torch.tensor([2.0])],
+    )
+    assert mean.item() == pytest.approx(1.0)  # 3/4 * 0 + 1/4 * 4
+    assert var.item() == pytest.approx(0.75 * (1 + 1) + 0.25 * (2 + 9))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aggregate_running_stats_identical_on_all_ranks_and_equal_the_formula(backend, tmp_path):
+    launch(2, sys.executable, __file__, "aggregate", backend, str(tmp_path))
+    ranks = [dict(np.load(tmp_path / f"rank-{r}.npz")) for r in range(2)]
+    for step in range(2):
+        for layer in ("0", "1"):
+            agg = [f"step{step}.agg.{layer}.running_{k}" for k in ("mean", "var")]
+            for key in agg:  # identical bit for bit on every rank
+                assert np.array_equal(ranks[0][key], ranks[1][key]), key
+            loc = [f"step{step}.local.{layer}.running_{k}" for k in ("mean", "var")]
+            mean, var = aggregate_formula(
+                SIZES,
+                [torch.from_numpy(r[loc[0]]) for r in ranks],
+                [torch.from_numpy(r[loc[1]]) for r in ranks],
+            )
+            np.testing.assert_allclose(ranks[0][agg[0]], mean.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(ranks[0][agg[1]], var.numpy(), rtol=1e-5, atol=1e-6)
+            # and it is not simply rank 0's own statistics
+            assert not np.allclose(ranks[0][agg[0]], ranks[0][loc[0]])
+
+
+# --------------------------------------------------------------------------------------------
+# the two backends agree
+
+
+def make_run(backend: str, bn: str, **overrides) -> dict:
+    from test_train import run_config
+
+    return run_config(backend=backend, bn=bn, epochs=1, **overrides)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bn", ["aggregate", "sync", "local"])
+def test_backends_produce_the_same_first_step_weights(bn, tmp_path):
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path / "data")
+    weights = {}
+    for backend in BACKENDS:
+        run = make_run(backend, bn, name=f"first-{backend}")
+        dump = tmp_path / "dump"
+        launch(
+            2,
+            sys.executable,
+            str(REPO / "scripts" / "train.py"),
+            "--data-dir",
+            str(data),
+            "--run",
+            json.dumps(run),
+            "--out-dir",
+            str(tmp_path / backend),
+            "--max-steps",
+            "1",
+            "--dump-final-weights",
+            str(dump),
+        )
+        ranks = [torch.load(dump / run["name"] / f"rank-{r}.pt") for r in range(2)]
+        if bn != "local":  # local BN: running statistics differ by rank, by design
+            for key in ranks[0]:
+                assert torch.equal(ranks[0][key], ranks[1][key]), (backend, key)
+        weights[backend] = ranks[0]
+        info = json.loads((tmp_path / backend / "run.json").read_text())
+        assert info["world"]["backend"] == backend and info["world"]["size"] == 2
+    initial = {k: v for k, v in two_start_weights().items()}
+    for key, value in weights["horovod"].items():
+        torch.testing.assert_close(weights["ddp"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+        if key.endswith("weight") and value.dtype.is_floating_point and key in initial:
+            assert not torch.equal(value, initial[key]), f"{key} did not change in the step"
+
+
+# --------------------------------------------------------------------------------------------
+# every BN mode trains the demo
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    """The demo's digits data, made by the real download and preprocess stages (offline)."""
+    from clusterbench import download, preprocess
+
+    root = tmp_path_factory.mktemp("digits")
+    manifest = root / "raw" / "MANIFEST.json"
+    download.main(
+        [
+            "--dataset",
+            "digits",
+            "--params",
+            json.dumps({"cache_dir": str(root / "cache")}),
+            "--out",
+            str(manifest),
+        ]
+    )
+    params = {"val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}
+    out = root / "data"
+    preprocess.main(
+        [
+            "--dataset",
+            "digits",
+            "--manifest",
+            str(manifest),
+            "--params",
+            json.dumps(params),
+            "--out-dir",
+            str(out),
+        ]
+    )
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bn", ["aggregate", "sync", "local"])
+def test_each_bn_mode_trains_the_demo_to_95_percent(bn, digits, tmp_path):
+    """The demo's settings (global batch 128, lr 0.05, 15 epochs) on 2 workers."""
+    from clusterbench import evaluate
+
+    run = make_run(
+        "horovod",
+        bn,
+        name=f"demo-{bn}",
+        batch_size=128,
+        epochs=15,
+        lr=0.05,
+        momentum=0.9,
+        warmup_epochs=1,
+        seed=1,
+    )
+    meta = json.loads((digits / "meta.json").read_text())
+    run["dataset"] = meta["dataset"]
+    launch(
+        2,
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--data-dir",
+        str(digits),
+        "--run",
+        json.dumps(run),
+        "--out-dir",
+        str(tmp_path / "run"),
+        timeout=600,
+    )
+    evaluate.main(
+        [
+            "--data-dir",
+            str(digits),
+            "--model",
+            str(tmp_path / "run" / "model.pt"),
+            "--params",
+            json.dumps({"batch_size": 512, "split": "test"}),
+            "--out-dir",
+            str(tmp_path / "eval"),
+        ]
+    )
+    accuracy = json.loads((tmp_path / "eval" / "metrics.json").read_text())["accuracy"]
+    assert accuracy >= 0.95, (bn, accuracy)
+
+
+def two_start_weights() -> dict[str, torch.Tensor]:
+    """The weights both backends start from (seed 3, as run_config)."""
+    from clusterbench.models import build_model
+
+    torch.manual_seed(3)
+    return build_model("small_cnn", 1, 4, [8, 8]).state_dict()
+
+
+if __name__ == "__main__":
+    mode, *rest = sys.argv[1:]
+    {"aggregate": aggregate_worker}[mode](*rest)

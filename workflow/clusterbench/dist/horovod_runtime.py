@@ -1,0 +1,142 @@
+"""``backend: horovod``: Horovod collectives (Gloo on the CPU, NCCL on GPUs when built with it).
+
+One step costs ONE Horovod allreduce: every gradient, plus (``bn: aggregate``) the BatchNorm
+running-statistics contribution, is packed into a single flat buffer and averaged with
+``hvd.allreduce_`` (see :class:`FusedAllreduceOptimizer`). We fuse ourselves instead of relying
+on ``hvd.DistributedOptimizer``'s per-parameter hooks plus Horovod's tensor fusion: those hooks
+enqueue one request per parameter as backward produces them, and how many of them land in one
+fusion cycle depends on timing, so a small model could cost several negotiated allreduces per
+step. With one request per step, Horovod's fusion threshold (``HOROVOD_FUSION_THRESHOLD``,
+default 64 MiB) never splits or delays it, and its response cache (default on) makes the
+negotiation a bit-vector exchange.
+
+The latency left is Horovod's background cycle: a request waits for the next cycle to be
+negotiated. ``HOROVOD_CYCLE_TIME`` defaults here to :data:`CYCLE_TIME_MS` (Horovod's own default
+is 1 ms); a user's value in the environment wins. See benchmarks/README.md for what it buys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from clusterbench.dist.base import (
+    DistributedOptimizer,
+    Identity,
+    Runtime,
+    flat_grads,
+    unflatten_into,
+)
+from clusterbench.syncbn import RunningStatsAggregator, cpu_sync_factory
+
+#: Horovod background-cycle time (ms) unless HOROVOD_CYCLE_TIME is set: a synchronous
+#: allreduce waits up to one cycle before it is negotiated.
+CYCLE_TIME_MS = "0.5"
+
+
+class FusedAllreduceOptimizer(DistributedOptimizer):
+    """``step()``: one averaged allreduce of [all gradients | BN contribution], then step."""
+
+    def __init__(
+        self,
+        inner: torch.optim.Optimizer,
+        runtime: HorovodRuntime,
+        aggregator: RunningStatsAggregator | None,
+    ) -> None:
+        super().__init__(inner)
+        self.runtime = runtime
+        self.aggregator = aggregator
+        self.params = [p for group in inner.param_groups for p in group["params"]]
+
+    def step(self) -> None:
+        if self.runtime.size > 1:
+            parts = list(flat_grads(self.params))
+            if self.aggregator is not None:
+                parts.append(self.aggregator.contribution().to(parts[0]))
+            flat = torch.cat(parts)
+            self.runtime.hvd.allreduce_(flat, op=self.runtime.hvd.Average, name="step")
+            used = unflatten_into(flat, self.params)
+            if self.aggregator is not None:
+                self.aggregator.apply(flat[used:])
+        self.inner.step()
+
+
+class HorovodRuntime(Runtime):
+    name = "horovod"
+
+    def __init__(self, identity: Identity, device_type: str, hvd: Any) -> None:
+        super().__init__(identity, device_type)
+        self.hvd = hvd
+        self._autograd = _autograd_allreduce(hvd)
+
+    @classmethod
+    def start(cls, device_type: str) -> HorovodRuntime:
+        os.environ.setdefault("HOROVOD_CYCLE_TIME", CYCLE_TIME_MS)
+        import horovod.torch as hvd
+
+        hvd.init()
+        identity = Identity(
+            rank=hvd.rank(),
+            size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            local_size=hvd.local_size(),
+            cross_rank=hvd.cross_rank(),
+            cross_size=hvd.cross_size(),
+        )
+        return cls(identity, device_type, hvd)
+
+    def shutdown(self) -> None:
+        self.hvd.shutdown()
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name)
+
+    def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return self._autograd.apply(tensor, name)
+
+    def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
+        self.hvd.broadcast_parameters(dict(tensors), root_rank=root)
+
+    def broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=root, name=name)
+
+    def allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
+        return list(self.hvd.allgather_object(obj, name=name))
+
+    def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+        if torch.device(device).type != "cuda":
+            return cpu_sync_factory(self)  # hvd.SyncBatchNorm refuses CPU tensors
+        hvd = self.hvd
+
+        def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
+            return hvd.SyncBatchNorm(
+                bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
+            )
+
+        return make
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
+    ) -> tuple[nn.Module, DistributedOptimizer]:
+        return model, FusedAllreduceOptimizer(optimizer, self, self.aggregator(model, bn))
+
+
+def _autograd_allreduce(hvd: Any) -> type[torch.autograd.Function]:
+    class AllreduceSum(torch.autograd.Function):
+        """Sum over all workers, differentiable (backward: sum of the gradients), with stable
+        names (``hvd.allreduce``'s own backward is anonymous, defeating the response cache)."""
+
+        @staticmethod
+        def forward(ctx: Any, tensor: torch.Tensor, name: str) -> torch.Tensor:
+            ctx.name = name
+            return hvd.allreduce(tensor, op=hvd.Sum, name=name)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return hvd.allreduce(grad, op=hvd.Sum, name=f"{ctx.name}.grad"), None
+
+    return AllreduceSum

@@ -1,0 +1,142 @@
+"""``backend: ddp``: ``torch.distributed`` with DistributedDataParallel (gloo on the CPU, nccl on
+GPUs).
+
+The ranks find each other through the variables ``clusterbench.launch`` sets from the
+scheduler's node list (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``): no torchrun, no ssh.
+Without them the process is a world of one.
+
+DDP averages the gradients during backward, in buckets (one bucket for a small model); its
+per-forward buffer broadcast is switched off (``broadcast_buffers=False``) because BatchNorm
+statistics follow the run's ``bn`` mode instead: ``aggregate`` adds one ``all_reduce`` of the
+running-statistics contribution after each optimiser step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from clusterbench.dist.base import DistributedOptimizer, Identity, Runtime, env_int
+from clusterbench.syncbn import RunningStatsAggregator, cpu_sync_factory
+
+
+class AggregatingOptimizer(DistributedOptimizer):
+    """``step()``: the optimiser step (DDP already averaged the gradients), then, with
+    ``bn: aggregate``, one all_reduce of the BatchNorm running statistics."""
+
+    def __init__(
+        self, inner: torch.optim.Optimizer, aggregator: RunningStatsAggregator | None
+    ) -> None:
+        super().__init__(inner)
+        self.aggregator = aggregator
+
+    def step(self) -> None:
+        self.inner.step()
+        if self.aggregator is not None:
+            import torch.distributed as dist
+
+            buf = self.aggregator.contribution()
+            dist.all_reduce(buf)
+            self.aggregator.apply(buf)
+
+
+class TorchRuntime(Runtime):
+    name = "ddp"
+
+    @classmethod
+    def start(cls, device_type: str) -> TorchRuntime:
+        import torch.distributed as dist
+
+        env = os.environ
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        # the launcher's --timeout, as it gives it to Horovod's Gloo
+        timeout = dt.timedelta(seconds=env_int(env, "HOROVOD_GLOO_TIMEOUT_SECONDS", default=1800))
+        if env.get("WORLD_SIZE") in (None, ""):  # started without a launcher: a world of one
+            identity = Identity(0, 1, 0, 1, 0, 1)
+            dist.init_process_group(
+                backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+            )
+        else:
+            size = env_int(env, "WORLD_SIZE")
+            identity = Identity(
+                rank=env_int(env, "RANK"),
+                size=size,
+                local_rank=env_int(env, "LOCAL_RANK"),
+                local_size=env_int(env, "LOCAL_WORLD_SIZE", default=size),
+                cross_rank=env_int(env, "GROUP_RANK", default=0),
+                cross_size=env_int(env, "GROUP_WORLD_SIZE", default=1),
+            )
+            dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        return cls(identity, device_type)
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        import torch.distributed as dist
+
+        out = tensor.clone()
+        dist.all_reduce(out)
+        return out
+
+    def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        from torch.distributed.nn.functional import all_reduce
+
+        return all_reduce(tensor)
+
+    def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in tensors.values():
+                dist.broadcast(tensor, src=root)
+
+    def broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+    def allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+        if torch.device(device).type != "cuda":
+            return cpu_sync_factory(self)  # nn.SyncBatchNorm runs on GPUs only
+
+        def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
+            return nn.SyncBatchNorm(
+                bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
+            )
+
+        return make
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
+    ) -> tuple[nn.Module, DistributedOptimizer]:
+        module = model
+        if self.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            params = next(model.parameters())
+            module = DistributedDataParallel(
+                model,
+                device_ids=[params.device.index] if params.is_cuda else None,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
+        return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn))
