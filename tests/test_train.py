@@ -488,15 +488,6 @@ def test_resume_continues_from_the_newest_checkpoint_as_if_never_interrupted(tmp
         main(["--data-dir", str(data), "--run", other, "--out-dir", str(out), "--resume"])
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_single_gpu_training(tmp_path):
-    data = make_dataset(tmp_path / "data")
-    run_training(data, run_config(workers=1), tmp_path / "out")
-    info = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert info["world"]["device"] == "cuda" and info["world"]["gpus"] == 1
-
-
 def test_cpu_threads_share_the_node_and_treat_omp_as_the_job_total(monkeypatch):
     from clusterbench.train import cpu_threads
 

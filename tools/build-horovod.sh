@@ -48,7 +48,22 @@ else
             sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$f"
         done
         pip install -q "cloudpickle" "psutil" "pyyaml" "packaging" "wheel" "setuptools<81"
-        env HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+        nccl_env=()
+        if [ -n "$gpu_ops" ]; then
+            # NCCL from the nvidia-nccl wheel that CUDA torch depends on (include/ + lib/);
+            # it ships libnccl.so.2 only, so the linker gets a libnccl.so beside it.
+            nccl_home=$("$py" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+            if [ -n "$nccl_home" ] && [ -f "$nccl_home/include/nccl.h" ]; then
+                mkdir -p "$build/nccl-lib"
+                ln -sf "$nccl_home"/lib/libnccl.so.2 "$build/nccl-lib/libnccl.so"
+                nccl_env=(HOROVOD_NCCL_INCLUDE="$nccl_home/include" HOROVOD_NCCL_LIB="$build/nccl-lib"
+                          HOROVOD_NCCL_LINK=SHARED)
+                export LD_LIBRARY_PATH="$nccl_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+                say "NCCL from $nccl_home"
+            fi
+            nccl_env+=(HOROVOD_CUDA_HOME="$(dirname "$(dirname "$(command -v nvcc)")")")
+        fi
+        env "${nccl_env[@]}" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
             HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
             ${gpu_ops:+HOROVOD_GPU_OPERATIONS=$gpu_ops} \
             MAKEFLAGS="-j$(nproc)" \

@@ -32,6 +32,16 @@ if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$
 else
     say "torch $TORCH_VERSION already installed"
 fi
+# A machine with an NVIDIA GPU gets a CUDA build of torch: a CPU build found in a local wheel
+# house or pip configuration is replaced by PyPI's own wheel (a CUDA build on Linux x86_64).
+has_gpu=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    has_gpu=1
+    if [ -z "$("$py" -c 'import torch; print(torch.version.cuda or "")')" ]; then
+        say "an NVIDIA GPU is present but torch is a CPU build: installing PyPI's CUDA build"
+        pip install -q --isolated --force-reinstall "torch==$TORCH_VERSION"
+    fi
+fi
 
 # Requirements and the editable package: skipped when nothing changed since the last set-up.
 stamp="$VENV/.clusterbench-requirements"
@@ -67,4 +77,13 @@ for name in local slurm sge; do
     fi
 done
 
+if [ -n "$has_gpu" ]; then
+    "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' || {
+        echo "set-up: this machine has an NVIDIA GPU but torch.cuda.is_available() is False" \
+             "(torch $("$py" -c 'import torch; print(torch.__version__)'), driver: $(nvidia-smi \
+             --query-gpu=driver_version --format=csv,noheader | head -1))" >&2
+        exit 1
+    }
+    say "GPU set-up: torch sees $("$py" -c 'import torch; print(torch.cuda.device_count())') CUDA device(s)"
+fi
 say "done: activate with 'source $VENV/bin/activate'"
