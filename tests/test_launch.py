@@ -44,7 +44,9 @@ hvd.init()
 total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
 keys = ["HOROVOD_HOSTNAME", "HOROVOD_GLOO_IFACE", "HOROVOD_GLOO_TIMEOUT_SECONDS",
         "HOROVOD_LOG_LEVEL", "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS",
-        "CUDA_VISIBLE_DEVICES", "SLURMD_NODENAME", "JOB_ID"]
+        "CUDA_VISIBLE_DEVICES", "SLURMD_NODENAME", "JOB_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "GLOO_SOCKET_IFNAME"]
 print("RESULT " + json.dumps({
     "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
     "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
@@ -363,6 +365,33 @@ def test_local_allocation_is_this_host_one_slot_per_cpu() -> None:
     assert alloc == Allocation("local", (Host(socket.gethostname(), len(os.sched_getaffinity(0))),))
 
 
+def assert_torch_env_matches(r: dict) -> None:
+    """The torch.distributed variables a rank got agree with what Horovod says it is."""
+    env = r["env"]
+    got = [int(env[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")]
+    assert got == [r["rank"], r["size"], r["local_rank"], r["local_size"]], r
+    assert [int(env["GROUP_RANK"]), int(env["GROUP_WORLD_SIZE"])] == [
+        r["cross_rank"],
+        r["cross_size"],
+    ], r
+    assert int(env["MASTER_PORT"]) > 0
+
+
+def test_torch_dist_env_of_a_slot() -> None:
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+    slots = get_host_assignments(parse_hosts("node1:2,node2:1"), 3)
+    envs = [launch.torch_dist_env(s, ("10.0.0.1", 4242)) for s in slots]
+    assert [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"]) for e in envs] == [
+        ("0", "0", "0"),
+        ("1", "1", "0"),
+        ("2", "0", "1"),
+    ]
+    assert {(e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {
+        ("3", "10.0.0.1", "4242")
+    }
+
+
 # ------------------------------------------------------------------------------------------
 # real ranks, local launcher
 
@@ -388,6 +417,10 @@ def test_local_ranks_see_a_consistent_world(tmp_path) -> None:
         assert r["env"]["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
         assert r["env"]["HOROVOD_LOG_LEVEL"] == "info"
         assert r["env"]["HOROVOD_CONTROLLER"] == r["env"]["HOROVOD_CPU_OPERATIONS"] == "gloo"
+        # torch.distributed's view of the same world (backend: ddp)
+        assert_torch_env_matches(r)
+        assert r["env"]["MASTER_ADDR"] == "127.0.0.1" and r["env"]["GLOO_SOCKET_IFNAME"] == "lo"
+    assert len({r["env"]["MASTER_PORT"] for r in results.values()}) == 1
     # GPU pinned by local rank, within the inherited list.
     assert [results[r]["env"]["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["5", "7"]
     assert "Gloo interface lo" in proc.stderr and "on this machine" in proc.stderr
@@ -523,6 +556,8 @@ def test_slurm_ranks_on_two_nodes_uneven(slurm_cluster, tmp_path) -> None:
     }
     for r in results.values():  # each rank is a task of a step, not a child of the launcher
         assert "slurmstepd" in r["ancestors"], r
+        assert_torch_env_matches(r)
+    assert len({(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"]) for r in results.values()}) == 1
     assert got == {
         0: ("node1", "node1", 0, 2, 0, 2, 3, 6.0),
         1: ("node1", "node1", 1, 2, 0, 1, 3, 6.0),
