@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from clusterbench import provenance
+from clusterbench import provenance, report
 from clusterbench.report import main
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The default fake result set: digits on 1 and 2 workers, on 4 workers over 2 nodes, and MNIST.
+#: The default fake result set: digits on 1 and 2 workers, on 4 workers over 2 nodes (horovod),
+#: digits on 2 workers with ddp (no 1-worker ddp run: no baseline) and MNIST (no 1-worker run).
 FAKE_RUNS = [
     {"name": "digits-1w", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 2400, "acc": 0.962},
     {"name": "digits-2w", "dataset": "digits", "workers": 2, "nodes": 1, "ips": 4300, "acc": 0.971},
@@ -30,6 +31,15 @@ FAKE_RUNS = [
         "nodes": 2,
         "ips": 6900,
         "acc": 0.958,
+    },
+    {
+        "name": "digits-2w-ddp",
+        "dataset": "digits",
+        "workers": 2,
+        "nodes": 1,
+        "ips": 4700,
+        "acc": 0.969,
+        "backend": "ddp",
     },
     {"name": "mnist-2w", "dataset": "mnist", "workers": 2, "nodes": 1, "ips": 1800, "acc": 0.987},
 ]
@@ -92,6 +102,11 @@ def make_fake_results(
     t0 = 1_760_000_000.0
     for spec in runs:
         name, ds, workers = spec["name"], spec["dataset"], spec["workers"]
+        scaling = spec.get("batch_scaling", "global")
+        batch_size = spec.get("batch_size", 128 if scaling == "global" else 64)
+        global_batch = batch_size * (workers if scaling == "per_worker" else 1)
+        lr = 0.05
+        effective_lr = lr * (workers if scaling == "per_worker" else 1)
         cfg = {
             "name": name,
             "dataset": ds,
@@ -101,12 +116,18 @@ def make_fake_results(
             "gpus_per_node": 0,
             "epochs": epochs,
             "minutes": None,
-            "batch_size": 64 * workers,
-            "lr": 0.05,
+            "batch_size": batch_size,
+            "lr": lr,
             "momentum": 0.9,
             "weight_decay": 0.0005,
             "warmup_epochs": 1,
             "seed": 1,
+            "backend": spec.get("backend", "horovod"),
+            "bn": spec.get("bn", "aggregate"),
+            "batch_scaling": scaling,
+            "deterministic": spec.get("deterministic", False),
+            "precision": "fp32",
+            "channels_last": False,
         }
         run_dir, eval_dir = res / "runs" / name, res / "eval" / name
         run_dir.mkdir(parents=True)
@@ -128,20 +149,28 @@ def make_fake_results(
                     "epoch_seconds": sec,
                     "images_per_second": ips,
                     "workers": workers,
-                    "lr": 0.05 * workers * min(1.0, e / 1),
+                    "lr": effective_lr * min(1.0, e / 1),
                     "time": datetime.fromtimestamp(t0, UTC).isoformat(timespec="milliseconds"),
+                    "world_size": workers,
+                    "global_batch": global_batch,
                 }
             )
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-        hosts = ["node01", "node02"][: spec["nodes"]]
+        hosts = [f"node{i:02d}" for i in range(1, spec["nodes"] + 1)]
         run_json = {
             "run": cfg,
             "world": {
                 "size": workers,
                 "hosts": [hosts[i % len(hosts)] for i in range(workers)],
-                "device": "cpu",
+                "device": spec.get("device", "cpu"),
                 "gpus": 0,
                 "launcher": "slurm" if spec["nodes"] > 1 else "local",
+                "backend": cfg["backend"],
+            },
+            "effective": {
+                "global_batch": global_batch,
+                "lr": effective_lr,
+                "batch_scaling": scaling,
             },
             "epochs_completed": epochs,
             "train_seconds": sum(seconds) + 4.0,
@@ -185,8 +214,10 @@ def make_fake_results(
             "accuracy": metrics["accuracy"],
             "workers": workers,
             "nodes": spec["nodes"],
-            "mean_epoch_seconds": float(np.mean(seconds)),
-            "images_per_second": float(np.mean(ips_all)),
+            "seconds": seconds,
+            "ips": ips_all,
+            "global_batch": global_batch,
+            "effective_lr": effective_lr,
             "train_seconds": run_json["train_seconds"],
         }
         if benchmarks:
@@ -207,6 +238,7 @@ PARAMS = {
     "title": "Cluster benchmark: digits and MNIST",
     "author": "QA",
     "config_hash": "3fa9c01d2e7b",
+    "timing_warmup_epochs": 1,
 }
 
 
@@ -250,10 +282,24 @@ EXPECTED_FIGURES = {
     "epoch_time.png",
     "throughput.png",
     "scaling.png",
+    "backends.png",
     "training_curves.png",
     "confusion_best.png",
     "benchmarks.png",
 }
+#: Page numbers (0-based) of the sections in a report with one runs-table page.
+PAGE = {
+    "title": 0,
+    "runs": 1,
+    "epoch_time": 2,
+    "throughput": 3,
+    "scaling": 4,
+    "backends": 5,
+    "curves": 6,
+    "confusion": 7,
+    "benchmarks": 8,
+}
+N_PAGES = len(PAGE)
 
 
 def test_report_writes_all_outputs(default_report):
@@ -268,11 +314,11 @@ def test_report_writes_all_outputs(default_report):
     assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
     for png in (out / "figures").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # title, runs table, 6 sections
-    assert pdf_pages(out / "report.pdf") == 8
+    # title, runs table, 7 sections
+    assert pdf_pages(out / "report.pdf") == N_PAGES
     if shutil.which("pdfinfo"):
         info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)
-        assert re.search(r"Pages:\s+8\b", info.stdout)
+        assert re.search(rf"Pages:\s+{N_PAGES}\b", info.stdout)
         assert "Cluster benchmark: digits and MNIST" in info.stdout
         assert re.search(r"Page size:\s+841\.\d+ x 595\.\d+ pts", info.stdout)  # A4 landscape
 
@@ -282,43 +328,107 @@ def test_runs_csv_sorted_by_accuracy_with_values(default_report):
     runs = pd.read_csv(out / "runs.csv")
     exp = fake["expected"]
     assert list(runs["run"]) == sorted(exp, key=lambda n: -exp[n]["accuracy"])
-    assert list(runs["run"]) == ["mnist-2w", "digits-2w", "digits-1w", "digits-4w-2n"]
+    assert list(runs["run"]) == [
+        "mnist-2w",
+        "digits-2w",
+        "digits-2w-ddp",
+        "digits-1w",
+        "digits-4w-2n",
+    ]
     runs = runs.set_index("run")
     for name, e in exp.items():
         row = runs.loc[name]
         assert row["accuracy"] == pytest.approx(e["accuracy"])
         assert row["workers"] == e["workers"] and row["nodes"] == e["nodes"]
         assert row["epochs"] == 15
-        assert row["mean_epoch_seconds"] == pytest.approx(e["mean_epoch_seconds"])
-        assert row["images_per_second"] == pytest.approx(e["images_per_second"])
+        # timing: epoch 1 (the warm-up, 25 % slower in the fake data) is left out
+        assert row["timing_warmup_epochs"] == 1 and row["timed_epochs"] == 14
+        assert row["mean_epoch_seconds"] == pytest.approx(np.mean(e["seconds"][1:]))
+        assert row["mean_epoch_seconds"] != pytest.approx(np.mean(e["seconds"]), rel=1e-3)
+        assert row["std_epoch_seconds"] == pytest.approx(np.std(e["seconds"][1:], ddof=1))
+        assert row["images_per_second"] == pytest.approx(np.mean(e["ips"][1:]))
+        assert row["std_images_per_second"] == pytest.approx(np.std(e["ips"][1:], ddof=1))
         assert row["train_seconds"] == pytest.approx(e["train_seconds"])
-    # speed-up against the 1-worker run of the same dataset/model; none for MNIST (no 1-worker run)
-    base = exp["digits-1w"]["images_per_second"]
+    # speed-up against the 1-worker run of the same series; none for MNIST (no 1-worker run)
+    base = runs.loc["digits-1w", "images_per_second"]
     assert runs.loc["digits-1w", "speedup"] == pytest.approx(1.0)
     assert runs.loc["digits-4w-2n", "speedup"] == pytest.approx(
-        exp["digits-4w-2n"]["images_per_second"] / base
+        np.mean(exp["digits-4w-2n"]["ips"][1:]) / base
     )
     assert runs.loc["digits-4w-2n", "efficiency"] == pytest.approx(
         runs.loc["digits-4w-2n", "speedup"] / 4
     )
     assert runs.loc["digits-2w", "baseline_run"] == "digits-1w"
-    assert pd.isna(runs.loc["mnist-2w", "speedup"]) and pd.isna(
-        runs.loc["mnist-2w", "baseline_run"]
-    )
+    for name in ("mnist-2w", "digits-2w-ddp"):  # the ddp run does not borrow horovod's baseline
+        assert pd.isna(runs.loc[name, "speedup"]) and pd.isna(runs.loc[name, "efficiency"])
+        assert pd.isna(runs.loc[name, "baseline_run"])
     assert runs.loc["digits-4w-2n", "hosts"] == "node01 node02"
+
+
+def test_runs_csv_training_conventions(default_report):
+    fake, out = default_report
+    runs = pd.read_csv(out / "runs.csv").set_index("run")
+    for col in (
+        "backend",
+        "bn",
+        "batch_scaling",
+        "global_batch",
+        "effective_lr",
+        "deterministic",
+        "precision",
+        "timed_epochs",
+        "timing_warmup_epochs",
+        "std_epoch_seconds",
+        "std_images_per_second",
+        "baseline_run",
+        "speedup",
+        "efficiency",
+    ):
+        assert col in runs.columns, col
+    assert runs.loc["digits-2w-ddp", "backend"] == "ddp"
+    assert runs.loc["digits-2w", "backend"] == "horovod"
+    assert (runs["bn"] == "aggregate").all() and (runs["batch_scaling"] == "global").all()
+    assert (runs["global_batch"] == 128).all() and (runs["effective_lr"] == 0.05).all()
+    assert not runs["deterministic"].any()
+
+
+def test_runs_table_page_shows_conventions(default_report):
+    _, out = default_report
+    page = pdf_text(out / "report.pdf").split("\f")[PAGE["runs"]]
+    assert "per-worker base learning rate" not in page
+    assert "Backend" in page and "Global batch" in page and "Eff." in page
+    assert "ddp" in page and "horovod" in page and "aggregate" in page
+    assert re.search(r"\d\.\d\d s ± \d\.\d\d", page)  # mean ± sd
+    assert "(14 ep.)" in page
+    assert "excluding the first epoch of each run (warm-up)" in " ".join(page.split())
+
+
+def test_epoch_time_and_scaling_pages_explain(default_report):
+    _, out = default_report
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    assert "1 warm-up epoch excluded per run: the first epoch" in pages[PAGE["epoch_time"]]
+    assert "warm-up (excluded)" in pages[PAGE["epoch_time"]]
+    scaling = pages[PAGE["scaling"]]
+    assert "workers (ranks" in scaling and "Horovod ranks" not in scaling
+    assert re.search(r"No speed-up or efficiency for digits-2w-ddp and mnist-2w", scaling)
+    backends = pages[PAGE["backends"]]
+    assert "ddp / horovod = " in backends
+    assert "Not compared (no counterpart on another backend)" in backends
 
 
 def test_epochs_and_benchmarks_csv(default_report):
     _, out = default_report
     epochs = pd.read_csv(out / "epochs.csv")
-    assert len(epochs) == 4 * 15
+    assert len(epochs) == 5 * 15
     assert list(epochs.columns[:6]) == ["run", "dataset", "model", "workers", "nodes", "epoch"]
     one = epochs[epochs["run"] == "digits-2w"]
     assert list(one["epoch"]) == list(range(1, 16))
     assert (one["workers"] == 2).all()
+    assert list(one["timed"]) == [False] + [True] * 14
+    assert (one["world_size"] == 2).all() and (one["global_batch"] == 128).all()
 
     bench = pd.read_csv(out / "benchmarks.csv")
-    assert len(bench) == 4 * 2 + 2 * 2  # train+evaluate per run, download+preprocess per dataset
+    assert len(bench) == 5 * 2 + 2 * 2  # train+evaluate per run, download+preprocess per dataset
     assert set(bench["rule"]) == {"download", "preprocess", "train", "evaluate"}
     train = bench[(bench["rule"] == "train") & (bench["job"] == "digits-4w-2n")]
     assert train["max_rss"].item() == pytest.approx(1240.0)
@@ -344,10 +454,12 @@ def test_title_page_provenance(default_report):
         "Workflow commit",
         provenance.describe_commit(prov["git"]),
         "GPUs",
+        "left out as warm-up",
+        "cpu; ddp, horovod;",
     ):
         assert expected in first, expected
     # every page carries the footer with the config hash and its page number
-    assert len(re.findall(r"config 3fa9c01d2e7b +page \d of 8", text)) == 8
+    assert len(re.findall(rf"config 3fa9c01d2e7b +page \d of {N_PAGES}", text)) == N_PAGES
 
 
 def test_pdf_written_last_and_no_temp_files(default_report):
@@ -359,19 +471,183 @@ def test_pdf_written_last_and_no_temp_files(default_report):
 
 
 def test_single_run_single_epoch_without_benchmarks(tmp_path: Path):
+    """One epoch, and that one is the warm-up: no timing at all, said in words, no crash."""
     spec = [{"name": "solo", "dataset": "digits", "workers": 2, "nodes": 1, "ips": 900, "acc": 0.5}]
     fake = make_fake_results(tmp_path, runs=spec, epochs=1, benchmarks=False)
     out = tmp_path / "report"
     unmatched = str(tmp_path / "results" / "benchmarks" / "**" / "*.tsv")  # an unexpanded glob
     assert run_report(fake, out, benchmarks=[unmatched]) == 0
-    assert pdf_pages(out / "report.pdf") == 8
-    assert len(pd.read_csv(out / "runs.csv")) == 1
+    assert pdf_pages(out / "report.pdf") == N_PAGES
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 1
+    row = runs.iloc[0]
+    assert row["timed_epochs"] == 0 and row["timing_warmup_epochs"] == 1
+    for col in ("mean_epoch_seconds", "std_epoch_seconds", "images_per_second", "speedup"):
+        assert pd.isna(row[col]), col
+    assert row["timing_note"] == "only 1 epoch, 1 warm-up epoch excluded"
     assert len(pd.read_csv(out / "epochs.csv")) == 1
     bench = pd.read_csv(out / "benchmarks.csv")
     assert bench.empty and {"rule", "job", "s", "max_rss"} <= set(bench.columns)
-    pages = pdf_text(out / "report.pdf").split("\f")
-    assert "No Snakemake benchmark records were found" in pages[7]
-    assert "No dataset/model has a" in pages[4]  # scaling: no 1-worker baseline
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    assert "No Snakemake benchmark records were found" in pages[PAGE["benchmarks"]]
+    assert "n/a" in pages[PAGE["runs"]]
+    assert "solo: only 1 epoch, 1 warm-up epoch excluded" in pages[PAGE["runs"]]
+    assert "only 1 epoch, 1 warm-up epoch excluded" in pages[PAGE["epoch_time"]]
+    assert "n/a (only 1 epoch, 1 warm-up epoch excluded)" in pages[PAGE["throughput"]]
+    assert "No run has an epoch left after the warm-up" in pages[PAGE["scaling"]]
+    assert "All runs use the horovod backend" in pages[PAGE["backends"]]
+    assert "Highest throughput: n/a" in pages[PAGE["title"]]
+
+
+def test_warmup_zero_uses_every_epoch(tmp_path: Path):
+    spec = [{"name": "solo", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.5}]
+    fake = make_fake_results(tmp_path, runs=spec, epochs=1, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, params={**PARAMS, "timing_warmup_epochs": 0}) == 0
+    row = pd.read_csv(out / "runs.csv").iloc[0]
+    seconds = fake["expected"]["solo"]["seconds"]
+    assert row["timed_epochs"] == 1 and row["timing_warmup_epochs"] == 0
+    assert row["mean_epoch_seconds"] == pytest.approx(seconds[0])
+    assert pd.isna(row["std_epoch_seconds"])  # one epoch: no sample sd
+    assert row["speedup"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 3, 15, 20])
+def test_warmup_exclusion_unit(tmp_path: Path, warmup: int):
+    spec = [{"name": "r", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.5}]
+    fake = make_fake_results(tmp_path, runs=spec, benchmarks=False)
+    run = report.load_run(Path(fake["run_dirs"][0]), Path(fake["eval_dirs"][0]))
+    row = report.runs_table([run], warmup).iloc[0]
+    seconds, ips = fake["expected"]["r"]["seconds"], fake["expected"]["r"]["ips"]
+    assert row["timing_warmup_epochs"] == warmup
+    assert row["timed_epochs"] == max(0, 15 - warmup)
+    if warmup < 15:
+        assert row["mean_epoch_seconds"] == pytest.approx(np.mean(seconds[warmup:]))
+        assert row["images_per_second"] == pytest.approx(np.mean(ips[warmup:]))
+        assert row["std_epoch_seconds"] == pytest.approx(np.std(seconds[warmup:], ddof=1))
+        assert row["timing_note"] == ""
+    else:
+        assert np.isnan(row["mean_epoch_seconds"]) and np.isnan(row["images_per_second"])
+        assert row["timing_note"] == f"only 15 epochs, {warmup} warm-up epochs excluded"
+    timed = report.epochs_table([run], warmup)["timed"]
+    assert list(timed) == [e > warmup for e in range(1, 16)]
+
+
+def _scaling_frame(**changes: dict) -> pd.DataFrame:
+    """A 1-worker and a 2-worker run of one series; ``changes`` overrides the 2-worker run."""
+    common = {"dataset": "digits", "model": "small_cnn", "global_batch": 128, "device": "cpu",
+              "backend": "horovod", "bn": "aggregate", "precision": "fp32",
+              "channels_last": False}  # fmt: skip
+    rows = [
+        {**common, "run": "one", "workers": 1, "images_per_second": 1000.0},
+        {**common, "run": "two", "workers": 2, "images_per_second": 1800.0, **changes},
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_baseline_same_series():
+    df = report.add_scaling(_scaling_frame()).set_index("run")
+    assert df.loc["two", "baseline_run"] == "one"
+    assert df.loc["two", "speedup"] == pytest.approx(1.8)
+    assert df.loc["two", "efficiency"] == pytest.approx(0.9)
+    assert df.loc["one", "speedup"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"backend": "ddp"},
+        {"bn": "sync"},
+        {"global_batch": 256},
+        {"device": "cuda"},
+        {"model": "resnet18"},
+        {"dataset": "mnist"},
+        {"precision": "bf16"},
+        {"channels_last": True},
+    ],
+)
+def test_baseline_never_crosses_series(changes: dict):
+    df = report.add_scaling(_scaling_frame(**changes)).set_index("run")
+    assert pd.isna(df.loc["two", "baseline_run"])
+    assert np.isnan(df.loc["two", "speedup"]) and np.isnan(df.loc["two", "efficiency"])
+    assert df.loc["one", "baseline_run"] == "one"
+    notes = " ".join(report.scaling_notes(df.reset_index()))
+    assert "No speed-up or efficiency for two:" in notes
+    assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
+
+
+def test_baseline_fastest_of_several_and_untimed():
+    df = _scaling_frame()
+    extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)
+    untimed = df.iloc[[0]].assign(run="one-untimed", images_per_second=np.nan)
+    out = report.add_scaling(pd.concat([df, extra, untimed], ignore_index=True)).set_index("run")
+    assert out.loc["two", "baseline_run"] == "one-fast"
+    assert out.loc["two", "baseline_candidates"] == 2  # the untimed one does not qualify
+    assert out.loc["two", "speedup"] == pytest.approx(1.5)
+    assert np.isnan(out.loc["one-untimed", "speedup"])
+    notes = report.scaling_notes(out.reset_index())
+    assert any("2 1-worker runs qualify" in n and "one-fast, is used" in n for n in notes)
+    assert any("No throughput for one-untimed" in n for n in notes)
+    # only an untimed 1-worker run: no baseline at all
+    alone = report.add_scaling(pd.concat([df.iloc[[1]], untimed])).set_index("run")
+    assert pd.isna(alone.loc["two", "baseline_run"]) and np.isnan(alone.loc["two", "speedup"])
+
+
+def test_backend_comparison_pairs_only_identical_configs():
+    df = _scaling_frame(backend="ddp", workers=1, images_per_second=1100.0)
+    df = pd.concat([df, df.iloc[[0]].assign(run="hvd-2w", workers=2)], ignore_index=True)
+    df["nodes"] = 1
+    df["std_images_per_second"] = 10.0
+    cmp = report.backend_comparison(df)
+    assert list(cmp["run"]) == ["one", "two"]  # the reference (horovod) first
+    assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
+    df.loc[df["run"] == "two", "bn"] = "sync"  # no longer identical except for the backend
+    assert report.backend_comparison(df).empty
+
+
+def test_realistic_backends_and_baselines(tmp_path: Path):
+    """Two backends on 1, 2 and 4 workers, a per-worker batch run without a baseline, and a run
+    whose only epoch is the warm-up."""
+    specs = [
+        {"name": f"{b}-{w}w", "dataset": "digits", "workers": w, "nodes": 1 + (w == 4),
+         "ips": base * w**0.85, "acc": 0.95 + w / 1000, "backend": b}
+        for b, base in (("horovod", 2000), ("ddp", 2300))
+        for w in (1, 2, 4)
+    ] + [
+        {"name": "hvd-4w-perworker", "dataset": "digits", "workers": 4, "nodes": 1,
+         "ips": 6500, "acc": 0.94, "batch_scaling": "per_worker", "batch_size": 64},
+    ]  # fmt: skip
+    fake = make_fake_results(tmp_path, runs=specs, epochs=4, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, benchmarks=[]) == 0
+    runs = pd.read_csv(out / "runs.csv").set_index("run")
+    for b in ("horovod", "ddp"):
+        for w in (1, 2, 4):
+            assert runs.loc[f"{b}-{w}w", "baseline_run"] == f"{b}-1w"
+    assert runs.loc["hvd-4w-perworker", "global_batch"] == 256
+    assert runs.loc["hvd-4w-perworker", "effective_lr"] == pytest.approx(0.2)
+    assert runs.loc["hvd-4w-perworker", "batch_scaling"] == "per_worker"
+    assert pd.isna(runs.loc["hvd-4w-perworker", "baseline_run"])  # 1-worker runs: batch 128
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    assert "No speed-up or efficiency for hvd-4w-perworker" in pages[PAGE["scaling"]]
+    assert pages[PAGE["backends"]].count("ddp / horovod = ") == 3
+    assert "per worker" in pages[PAGE["runs"]]
+
+
+def test_more_than_eight_node_counts(tmp_path: Path):
+    specs = [
+        {"name": f"n{n:02d}", "dataset": "digits", "workers": n, "nodes": n, "ips": 900 * n,
+         "acc": 0.9 + n / 1000}
+        for n in range(1, 12)
+    ]  # fmt: skip
+    fake = make_fake_results(tmp_path, runs=specs, epochs=3, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, benchmarks=[]) == 0
+    assert pdf_pages(out / "report.pdf") == N_PAGES
+    assert pd.read_csv(out / "runs.csv")["speedup"].notna().all()
+    styles = [report.node_marker(i) for i in range(17)]
+    assert styles[8] == {"marker": styles[0]["marker"], "hollow": True}
+    assert len({(s["marker"], s["hollow"]) for s in styles[:16]}) == 16
 
 
 def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
@@ -384,7 +660,7 @@ def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
     out = tmp_path / "report"
     assert run_report(fake, out) == 0
     # 20 runs: the table takes two pages; 42 benchmarked jobs take two pages as well
-    assert pdf_pages(out / "report.pdf") == 10
+    assert pdf_pages(out / "report.pdf") == N_PAGES + 2
     assert (out / "figures" / "benchmarks-2.png").is_file()
     assert pd.read_csv(out / "runs.csv")["run"].iloc[0] == "digits-run-19"
 
@@ -431,6 +707,30 @@ def test_malformed_inputs(fake: dict, tmp_path: Path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda j: j["run"].pop("backend"),
+            r"run\.json: missing field\(s\) \['backend'\] in 'run'",
+        ),
+        (lambda j: j["run"].pop("bn"), r"run\.json: missing field\(s\) \['bn'\] in 'run'"),
+        (lambda j: j.pop("effective"), r"run\.json: missing field 'effective'"),
+        (
+            lambda j: j["effective"].pop("global_batch"),
+            r"run\.json: missing field\(s\) \['global_batch'\] in 'effective'",
+        ),
+    ],
+)
+def test_run_json_needs_training_conventions(fake: dict, tmp_path: Path, edit, message):
+    path = tmp_path / "results" / "runs" / "digits-2w" / "run.json"
+    info = json.loads(path.read_text())
+    edit(info)
+    path.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=message):
+        run_report(fake, tmp_path / "report")
+
+
 def test_eval_must_match_runs(fake: dict, tmp_path: Path):
     out = tmp_path / "report"
     fake["eval_dirs"] = fake["eval_dirs"][:-1]
@@ -450,6 +750,14 @@ def test_eval_must_match_runs(fake: dict, tmp_path: Path):
         ({"author": "x", "config_hash": "abc"}, r"title must be a non-empty string"),
         ({"title": "t"}, r"config_hash must be a non-empty string"),
         ({**PARAMS, "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+        (
+            {k: v for k, v in PARAMS.items() if k != "timing_warmup_epochs"},
+            r"--params\.timing_warmup_epochs is required",
+        ),
+        ({**PARAMS, "timing_warmup_epochs": -1}, r"--params\.timing_warmup_epochs must be an"),
+        ({**PARAMS, "timing_warmup_epochs": 1.5}, r"--params\.timing_warmup_epochs must be an"),
+        ({**PARAMS, "timing_warmup_epochs": "1"}, r"--params\.timing_warmup_epochs must be an"),
+        ({**PARAMS, "timing_warmup_epochs": True}, r"--params\.timing_warmup_epochs must be an"),
     ],
 )
 def test_bad_params(fake: dict, tmp_path: Path, params, message):
@@ -472,9 +780,9 @@ def test_script_entry_point_with_benchmark_dir(fake: dict, tmp_path: Path):
     cmd += ["--benchmarks", str(bench_dir), str(tmp_path / "gone.tsv"), "--out-dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "8 pages" in proc.stdout
-    assert len(pd.read_csv(out / "benchmarks.csv")) == 12
-    assert "not found: " in pdf_text(out / "report.pdf").split("\f")[7]
+    assert f"{N_PAGES} pages" in proc.stdout
+    assert len(pd.read_csv(out / "benchmarks.csv")) == 14
+    assert "not found: " in pdf_text(out / "report.pdf").split("\f")[PAGE["benchmarks"]]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Stage 5: tables and a multi-page PDF report of all runs.
 
 ```
-python scripts/report.py --params '{"title": ..., "author": ..., "config_hash": ...}' \
+python scripts/report.py \
+    --params '{"title": ..., "author": ..., "config_hash": ..., "timing_warmup_epochs": 1}' \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
     --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
 ```
@@ -12,7 +13,14 @@ Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Wr
 ``runs.csv`` (one row per run, sorted by accuracy), ``epochs.csv`` (one row per run and epoch),
 ``benchmarks.csv`` (one row per benchmark record), ``figures/*.png`` and, last, ``report.pdf``
 (A4 landscape): title page with provenance, runs table, time per epoch, throughput, scaling,
-training curves, confusion matrix of the best run, per-rule wall time and memory.
+backend comparison, training curves, confusion matrix of the best run, per-rule wall time and
+memory.
+
+Timing is honest: the first ``timing_warmup_epochs`` epochs of every run (start-up, caches,
+compilation) are left out of its epoch time and throughput, which are mean and sample standard
+deviation over the remaining ("timed") epochs; a run with no timed epoch gets NaN ("n/a") and
+the report says why. A run's speed-up is measured against the fastest 1-worker run with the same
+dataset, model, global batch, device, backend and BN mode, never against any other run.
 
 All inputs are read and checked before anything is written; a missing or malformed required
 file is an error naming that file. Missing benchmark files are not: the section says so.
@@ -37,7 +45,7 @@ from clusterbench.atomic import atomic_open, atomic_path
 from clusterbench.params import json_object, read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
-TABLE_ROWS_PER_PAGE = 14
+TABLE_ROWS_PER_PAGE = 12
 BENCH_JOBS_PER_PAGE = 26
 MAX_ANNOTATED_POINTS = 8
 PIPELINE_ORDER = ("download", "preprocess", "train", "evaluate", "report")
@@ -49,7 +57,22 @@ EPOCH_FIELDS = (
     "epoch_seconds",
     "images_per_second",
 )
-RUN_FIELDS = ("name", "dataset", "model", "workers", "nodes", "batch_size", "lr")
+RUN_FIELDS = (
+    "name",
+    "dataset",
+    "model",
+    "workers",
+    "nodes",
+    "batch_size",
+    "lr",
+    "backend",
+    "bn",
+    "batch_scaling",
+    "deterministic",
+    "precision",
+    "channels_last",
+)
+EFFECTIVE_FIELDS = ("global_batch", "lr", "batch_scaling")
 EVAL_FIELDS = ("split", "accuracy", "loss", "n")
 PER_CLASS_FIELDS = ("class", "precision", "recall", "f1", "support")
 BENCH_COLUMNS = (
@@ -65,6 +88,34 @@ BENCH_COLUMNS = (
     "cpu_time",
 )
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
+#: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
+BASELINE_KEY = (
+    "dataset",
+    "model",
+    "global_batch",
+    "device",
+    "backend",
+    "bn",
+    "precision",
+    "channels_last",
+)
+#: Runs that share these differ only in their backend: compared on the backend page.
+BACKEND_MATCH_KEY = (
+    "dataset",
+    "model",
+    "workers",
+    "nodes",
+    "device",
+    "bn",
+    "global_batch",
+    "precision",
+    "channels_last",
+)
+BASELINE_WORDS = (
+    "the same dataset, model, global batch, device, backend, BN mode and precision/memory format"
+)
+REFERENCE_BACKEND = "horovod"  # the denominator of the backend ratios, when present
+NODE_MARKERS = "osD^vP*X"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -76,6 +127,7 @@ class ReportParams:
     title: str
     author: str
     config_hash: str
+    timing_warmup_epochs: int = 1
 
 
 @dataclass
@@ -91,16 +143,28 @@ class RunData:
 
 
 def parse_params(text: str) -> ReportParams:
-    """Validate ``--params``: ``{"title": str, "author": str (optional), "config_hash": str}``."""
-    raw = json_object(text, allowed=("title", "author", "config_hash"))
+    """Validate ``--params``: ``{"title": str, "author": str (optional), "config_hash": str,
+    "timing_warmup_epochs": int >= 0}``."""
+    raw = json_object(text, allowed=("title", "author", "config_hash", "timing_warmup_epochs"))
     for key in ("title", "config_hash"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ValueError(f"--params.{key} must be a non-empty string, got {raw.get(key)!r}")
     author = raw.get("author", "")
     if not isinstance(author, str):
         raise ValueError(f"--params.author must be a string, got {author!r}")
+    if "timing_warmup_epochs" not in raw:
+        raise ValueError(
+            "--params.timing_warmup_epochs is required: the number of epochs at the start of "
+            "each run left out of its timing (an integer >= 0)"
+        )
+    warmup = raw["timing_warmup_epochs"]
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"--params.timing_warmup_epochs must be an integer >= 0, got {warmup!r}")
     return ReportParams(
-        title=raw["title"].strip(), author=author.strip(), config_hash=raw["config_hash"]
+        title=raw["title"].strip(),
+        author=author.strip(),
+        config_hash=raw["config_hash"],
+        timing_warmup_epochs=warmup,
     )
 
 
@@ -167,6 +231,12 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     if not isinstance(info["run"], dict):
         raise ValueError(f"{run_dir / 'run.json'}: 'run' must be an object")
     _require(info["run"], RUN_FIELDS, run_dir / "run.json", " in 'run'")
+    if not isinstance(info.get("effective"), dict):
+        raise ValueError(
+            f"{run_dir / 'run.json'}: missing field 'effective' (an object with "
+            f"{list(EFFECTIVE_FIELDS)})"
+        )
+    _require(info["effective"], EFFECTIVE_FIELDS, run_dir / "run.json", " in 'effective'")
     name = str(info["run"]["name"])
     epochs = read_epochs(run_dir / "metrics.jsonl")
 
@@ -255,33 +325,66 @@ def load_benchmarks(files: list[Path]) -> pd.DataFrame:
 # tables
 
 
-def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up and efficiency of each run against the 1-worker run of its dataset and model.
+def timed_mask(epochs: pd.DataFrame, warmup: int) -> np.ndarray:
+    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones."""
+    return np.arange(len(epochs)) >= warmup
 
-    Throughput (mean images/s) is compared; with several 1-worker runs the fastest is the
-    baseline. Runs of a dataset/model without any 1-worker run get no speed-up (NaN).
+
+def warmup_reason(n_epochs: int, warmup: int) -> str:
+    """Why a run has no timed epoch, e.g. 'only 1 epoch, 1 warm-up epoch excluded'."""
+    return f"only {_plural(n_epochs, 'epoch')}, {_plural(warmup, 'warm-up epoch')} excluded"
+
+
+def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
+    """Mean and sample standard deviation (ddof=1) of epoch time and throughput over the timed
+    epochs; NaN where there is no timed epoch (and sd NaN with only one)."""
+    timed = epochs[timed_mask(epochs, warmup)]
+    sec, ips = timed["epoch_seconds"], timed["images_per_second"]
+    return {
+        "timing_warmup_epochs": warmup,
+        "timed_epochs": len(timed),
+        "mean_epoch_seconds": float(sec.mean()) if len(timed) else np.nan,
+        "std_epoch_seconds": float(sec.std(ddof=1)) if len(timed) > 1 else np.nan,
+        "images_per_second": float(ips.mean()) if len(timed) else np.nan,
+        "std_images_per_second": float(ips.std(ddof=1)) if len(timed) > 1 else np.nan,
+        "timing_note": "" if len(timed) else warmup_reason(len(epochs), warmup),
+    }
+
+
+def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up and efficiency of each run against its baseline: the 1-worker run with the same
+    dataset, model, global batch, device, backend and BN mode (``BASELINE_KEY``).
+
+    Throughput (mean images/s over the timed epochs) is compared; with several 1-worker runs the
+    fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
+    a run, or without a timed epoch, gets no speed-up (NaN): no other run is borrowed.
     """
     df = df.copy()
     df["baseline_run"] = pd.Series([None] * len(df), index=df.index, dtype=object)
+    df["baseline_candidates"] = 0
     df["speedup"] = np.nan
     df["efficiency"] = np.nan
-    for _, group in df.groupby(["dataset", "model"], sort=False):
-        base = group[group["workers"] == 1]
+    for _, group in df.groupby(list(BASELINE_KEY), sort=False, dropna=False):
+        base = group[(group["workers"] == 1) & np.isfinite(group["images_per_second"])]
         if base.empty:
             continue
         best = base.loc[base["images_per_second"].idxmax()]
         speedup = group["images_per_second"] / best["images_per_second"]
-        df.loc[group.index, "baseline_run"] = best["run"]
-        df.loc[group.index, "speedup"] = speedup
-        df.loc[group.index, "efficiency"] = speedup / group["workers"]
+        timed = group.index[np.isfinite(speedup)]
+        df.loc[timed, "baseline_run"] = best["run"]
+        df.loc[timed, "baseline_candidates"] = len(base)
+        df.loc[timed, "speedup"] = speedup[timed]
+        df.loc[timed, "efficiency"] = speedup[timed] / group.loc[timed, "workers"]
     return df
 
 
-def runs_table(runs: list[RunData]) -> pd.DataFrame:
-    """One row per run (runs.csv), sorted by evaluation accuracy, best first."""
+def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
+    """One row per run (runs.csv), sorted by evaluation accuracy, best first. Timing columns
+    leave out the first ``warmup`` epochs of each run (see ``timing_stats``)."""
     rows = []
     for r in runs:
         cfg, world, ep = r.info["run"], r.info.get("world") or {}, r.epochs
+        eff = r.info["effective"]
         loss = r.metrics.get("loss")
         rows.append(
             {
@@ -292,11 +395,19 @@ def runs_table(runs: list[RunData]) -> pd.DataFrame:
                 "nodes": int(cfg["nodes"]),
                 "gpus_per_node": int(cfg.get("gpus_per_node") or 0),
                 "device": world.get("device", "unknown"),
+                "backend": str(world.get("backend") or cfg["backend"]),
+                "bn": str(cfg["bn"]),
                 "launcher": world.get("launcher", "unknown"),
                 "hosts": " ".join(dict.fromkeys(map(str, world.get("hosts", [])))),
                 "epochs": int(r.info.get("epochs_completed", len(ep))),
                 "batch_size": int(cfg["batch_size"]),
+                "batch_scaling": str(eff["batch_scaling"]),
+                "global_batch": int(eff["global_batch"]),
                 "lr": float(cfg["lr"]),
+                "effective_lr": float(eff["lr"]),
+                "deterministic": bool(cfg["deterministic"]),
+                "precision": str(cfg["precision"]),
+                "channels_last": bool(cfg["channels_last"]),
                 "eval_split": r.metrics["split"],
                 "eval_n": int(r.metrics["n"]),
                 "accuracy": float(r.metrics["accuracy"]),
@@ -305,9 +416,7 @@ def runs_table(runs: list[RunData]) -> pd.DataFrame:
                 "macro_recall": r.metrics.get("macro_recall", np.nan),
                 "final_val_accuracy": float(ep["val_accuracy"].iloc[-1]),
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
-                "mean_epoch_seconds": float(ep["epoch_seconds"].mean()),
-                "std_epoch_seconds": float(ep["epoch_seconds"].std(ddof=0)),
-                "images_per_second": float(ep["images_per_second"].mean()),
+                **timing_stats(ep, warmup),
                 "train_seconds": float(r.info["train_seconds"]),
             }
         )
@@ -318,15 +427,52 @@ def runs_table(runs: list[RunData]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def epochs_table(runs: list[RunData]) -> pd.DataFrame:
-    """One row per run and epoch (epochs.csv)."""
+def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
+    """One row per run and epoch (epochs.csv); ``timed`` is False for the warm-up epochs that
+    the timing leaves out."""
     frames = []
     for r in runs:
         cfg = r.info["run"]
         ident = {"run": r.name, **{k: cfg[k] for k in RUN_ID_COLUMNS[1:]}}
         ep = r.epochs.drop(columns=[c for c in ident if c in r.epochs.columns])
+        ep = ep.assign(timed=timed_mask(ep, warmup))
         frames.append(pd.concat([pd.DataFrame(ident, index=ep.index), ep], axis=1))
     return pd.concat(frames, ignore_index=True)
+
+
+def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
+    configuration and backend: the fastest timed run of that backend, its throughput, and the
+    ratio to the reference backend (horovod if present, else the first by name)."""
+    timed = runs_df[np.isfinite(runs_df["images_per_second"])]
+    rows = []
+    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):
+        backends = sorted(group["backend"].unique())
+        if len(backends) < 2:
+            continue
+        ref = REFERENCE_BACKEND if REFERENCE_BACKEND in backends else backends[0]
+        best = {
+            b: group.loc[group.loc[group["backend"] == b, "images_per_second"].idxmax()]
+            for b in backends
+        }
+        config = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
+        for b in [ref, *(b for b in backends if b != ref)]:
+            row = best[b]
+            rows.append(
+                {
+                    **config,
+                    "backend": b,
+                    "reference_backend": ref,
+                    "run": row["run"],
+                    "runs": int((group["backend"] == b).sum()),
+                    "images_per_second": row["images_per_second"],
+                    "std_images_per_second": row["std_images_per_second"],
+                    "ratio": row["images_per_second"] / best[ref]["images_per_second"],
+                }
+            )
+    columns = [*BACKEND_MATCH_KEY, "backend", "reference_backend", "run", "runs"]
+    columns += ["images_per_second", "std_images_per_second", "ratio"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -352,6 +498,30 @@ def fmt_pct(x: float, digits: int = 2) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f} %"
 
 
+def fmt_seconds_sd(mean: float, sd: float, n: int | None = None) -> str:
+    """Mean epoch time ± sample sd in the mean's unit, with the number of epochs used:
+    '0.42 s ± 0.03 (14 ep.)'; 'n/a' without a mean, no ± with a single epoch."""
+    if mean is None or not math.isfinite(mean):
+        return "n/a"
+    if sd is None or not math.isfinite(sd):
+        text = fmt_duration(mean)
+    elif mean < 60:
+        digits = 2 if mean < 10 else 1
+        if 0 < sd < 10**-digits:  # show at least one significant digit of the sd
+            digits = min(3, -math.floor(math.log10(sd)))
+        text = f"{mean:.{digits}f} s \u00b1 {sd:.{digits}f}"
+    else:
+        text = f"{fmt_duration(mean)} \u00b1 {fmt_duration(sd)}"
+    return text if n is None else f"{text} ({n} ep.)"
+
+
+def fmt_number_sd(mean: float, sd: float) -> str:
+    """Throughput as '6,900 ± 210'; 'n/a' without a mean."""
+    if mean is None or not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:,.0f}" + (f" \u00b1 {sd:,.0f}" if sd is not None and math.isfinite(sd) else "")
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
@@ -359,8 +529,52 @@ def _plural(n: int, word: str) -> str:
 def describe_run(row: pd.Series) -> str:
     return (
         f"{row['dataset']}, {row['model']}, {_plural(row['workers'], 'worker')} on "
-        f"{_plural(row['nodes'], 'node')}"
+        f"{_plural(row['nodes'], 'node')}, {row['backend']}"
     )
+
+
+def describe_series(key: dict[str, Any] | pd.Series) -> str:
+    """A scaling series (``BASELINE_KEY``) in words: 'digits / small_cnn, batch 256, cpu,
+    horovod, aggregate BN'."""
+    extra = "" if key["precision"] == "fp32" else f", {key['precision']}"
+    extra += ", channels_last" if key["channels_last"] else ""
+    return (
+        f"{key['dataset']} / {key['model']}, batch {key['global_batch']}, {key['device']}, "
+        f"{key['backend']}, {key['bn']} BN{extra}"
+    )
+
+
+def first_epochs(warmup: int) -> str:
+    """'the first epoch', 'the first 3 epochs'."""
+    return "the first epoch" if warmup == 1 else f"the first {warmup} epochs"
+
+
+def timing_sentence(warmup: int) -> str:
+    """How the report times runs, in words."""
+    if warmup == 0:
+        return "Timing: epoch time and throughput are means over all epochs of each run."
+    first = "epoch, which is" if warmup == 1 else f"{warmup} epochs, which are"
+    return (
+        "Timing: epoch time and throughput are mean \u00b1 sd over each run's epochs after "
+        f"the first {first} left out as warm-up."
+    )
+
+
+def list_runs(names: list[str], limit: int = 6) -> str:
+    """'a, b and c'; a long list is cut after ``limit`` names ('a, ..., f and 4 more')."""
+    names = list(names)
+    if len(names) < 2:
+        return "".join(names)
+    if len(names) > limit:
+        return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+    return f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def node_marker(i: int) -> dict[str, Any]:
+    """Marker style of the i-th node count: the filled markers, then the same ones hollow, and
+    so on (cycled: any number of node counts gets a marker)."""
+    marker = NODE_MARKERS[i % len(NODE_MARKERS)]
+    return {"marker": marker, "hollow": (i // len(NODE_MARKERS)) % 2 == 1}
 
 
 def run_order(runs_df: pd.DataFrame) -> list[str]:
@@ -423,10 +637,19 @@ class Pages:
                 0.03, 0.915, "\n".join(lines), fontsize=11, color="0.3", va="top", linespacing=1.4
             )
             top = 0.905 - 0.03 * len(lines)
-        if note:
-            fig.text(0.03, 0.045, note, fontsize=9.5, color="0.35", va="center")
+        note_lines = [w for line in (note or "").split("\n") for w in textwrap.wrap(line, 150)]
+        if note_lines:
+            fig.text(
+                0.03,
+                0.033,
+                "\n".join(note_lines),
+                fontsize=9.5,
+                color="0.35",
+                va="bottom",
+                linespacing=1.35,
+            )
         if layout == "constrained":
-            bottom = 0.065 if note else 0.035
+            bottom = 0.045 + 0.021 * len(note_lines) if note_lines else 0.035
             fig.get_layout_engine().set(rect=(0.02, bottom, 0.96, top - bottom))
         self.pages.append((png, fig))
         return fig
@@ -457,26 +680,40 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
         params.title, " \u00b7 ".join(filter(None, [params.author, prov["date"]])), layout=None
     )
     best = runs_df.iloc[0]
-    fastest = runs_df.loc[runs_df["images_per_second"].idxmax()]
+    warmup = params.timing_warmup_epochs
     datasets = ", ".join(sorted(runs_df["dataset"].unique()))
     models = ", ".join(sorted(runs_df["model"].unique()))
+    backends = ", ".join(sorted(runs_df["backend"].unique()))
     lines = [
-        f"{_plural(len(runs_df), 'run')} on {datasets} ({models}); "
-        f"{int(runs_df['epochs'].sum())} epochs, {fmt_duration(runs_df['train_seconds'].sum())} "
-        "of training in total.",
+        f"{_plural(len(runs_df), 'run')} on {datasets} ({models}; backends: {backends}); "
+        f"{_plural(int(runs_df['epochs'].sum()), 'epoch')}, "
+        f"{fmt_duration(runs_df['train_seconds'].sum())} of training in total.",
         f"Best run: {best['run']} with {fmt_pct(best['accuracy'])} {best['eval_split']} "
         f"accuracy ({describe_run(best)}).",
-        f"Highest throughput: {fastest['run']} with {fastest['images_per_second']:,.0f} images/s "
-        f"({describe_run(fastest)}).",
+        timing_sentence(warmup),
     ]
+    if runs_df["images_per_second"].notna().any():
+        fastest = runs_df.loc[runs_df["images_per_second"].idxmax()]
+        lines.append(
+            f"Highest throughput: {fastest['run']} with {fastest['images_per_second']:,.0f} "
+            f"images/s ({describe_run(fastest)})."
+        )
+    else:
+        lines.append(
+            "Highest throughput: n/a: no run has an epoch left after the "
+            f"{_plural(warmup, 'warm-up epoch')}."
+        )
     scaled = runs_df[runs_df["speedup"].notna() & (runs_df["workers"] > 1)]
-    for (dataset, model), group in scaled.groupby(["dataset", "model"], sort=True):
+    series = list(scaled.groupby(list(BASELINE_KEY), sort=True))
+    for _, group in series[:2]:
         top_run = group.sort_values(["workers", "speedup"]).iloc[-1]
         lines.append(
-            f"Scaling of {dataset}/{model}: {top_run['speedup']:.2f}x speed-up on "
+            f"Scaling of {describe_series(top_run)}: {top_run['speedup']:.2f}x speed-up on "
             f"{_plural(top_run['workers'], 'worker')} ({fmt_pct(top_run['efficiency'], 0)} "
             f"efficiency) against {top_run['baseline_run']}."
         )
+    if len(series) > 2:
+        lines.append(f"... and {len(series) - 2} more scaling series (see the scaling page).")
     if bench.empty:
         lines.append("Snakemake benchmarks: none found (see the last page).")
     else:
@@ -485,18 +722,17 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
             f"Snakemake benchmarks: {_plural(len(jobs), 'job')}, "
             f"{fmt_duration(float(jobs.sum()))} of job wall time in total."
         )
-    lines = lines[:8]
-    ax = fig.add_axes((0.03, 0.60, 0.94, 0.27))
+    ax = fig.add_axes((0.03, 0.52, 0.94, 0.34))
     ax.set_axis_off()
     ax.text(0, 1, "Summary", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
-    wrapped = ["\u2022  " + "\n    ".join(textwrap.wrap(line, 130)) for line in lines]
+    wrapped = ["\u2022  " + "\n    ".join(textwrap.wrap(line, 135)) for line in lines]
     ax.text(
         0.01,
-        0.82,
+        0.87,
         "\n".join(wrapped),
         va="top",
-        fontsize=11.5,
-        linespacing=1.65,
+        fontsize=11,
+        linespacing=1.5,
         transform=ax.transAxes,
     )
 
@@ -521,23 +757,24 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
         ),
         ("Training hosts", ", ".join(train_hosts) or "unknown"),
         (
-            "Training devices; launchers",
+            "Training devices; backends; launchers",
             f"{', '.join(sorted(runs_df['device'].unique()))}; "
+            f"{', '.join(sorted(runs_df['backend'].unique()))}; "
             f"{', '.join(sorted(runs_df['launcher'].unique()))}",
         ),
     ]
-    ax = fig.add_axes((0.03, 0.08, 0.94, 0.48))
+    ax = fig.add_axes((0.03, 0.06, 0.94, 0.44))
     ax.set_axis_off()
     ax.text(0, 1, "Provenance", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
     table = ax.table(
         cellText=[[k, textwrap.shorten(str(v), 100)] for k, v in rows],
         colWidths=[0.25, 0.75],
         cellLoc="left",
-        bbox=(0.01, 0, 0.99, 0.9),
+        bbox=(0.01, 0, 0.99, 0.88),
         edges="horizontal",
     )
     table.auto_set_font_size(False)
-    table.set_fontsize(10.5)
+    table.set_fontsize(10)
     for (_, col), cell in table.get_celld().items():
         cell.set_edgecolor("0.85")
         cell.get_text().set_weight("bold" if col == 0 else "normal")
@@ -548,55 +785,81 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
 def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
     from matplotlib.table import Table
 
+    warmup = pages.params.timing_warmup_epochs
     splits = runs_df["eval_split"].unique()
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
     columns = [  # header, relative width, right-aligned
-        ("#", 0.03, True),
-        ("Run", 0.165, False),
-        ("Dataset", 0.065, False),
-        ("Model", 0.09, False),
-        ("Workers", 0.065, True),
-        ("Nodes", 0.055, True),
-        ("Epochs", 0.06, True),
-        ("Global\nbatch", 0.06, True),
-        ("LR", 0.045, True),
-        (acc_header, 0.085, True),
-        ("Mean time\nper epoch", 0.09, True),
-        ("Throughput\n(images/s)", 0.095, True),
-        ("Total train\ntime", 0.095, True),
+        ("#", 0.025, True),
+        ("Run", 0.157, False),
+        ("Dataset /\nmodel", 0.085, False),
+        ("Workers\n(nodes)", 0.066, True),
+        ("Device", 0.055, False),
+        ("Backend /\nBN", 0.086, False),
+        ("Global\nbatch", 0.073, True),
+        ("Eff.\nLR", 0.045, True),
+        ("Deter-\nministic", 0.062, False),
+        ("Epochs", 0.055, True),
+        (acc_header, 0.07, True),
+        ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
+        ("Throughput\n(images/s)", 0.088, True),
+        ("Total\ntrain time", 0.092, True),
     ]
     header = [c[0] for c in columns]
     rows = []
     for rank, r in enumerate(runs_df.itertuples(index=False), start=1):
         acc = fmt_pct(r.accuracy)
+        convention = "per worker" if r.batch_scaling == "per_worker" else r.batch_scaling
         rows.append(
             [
                 str(rank),
-                wrap_label(r.run, 21),
-                r.dataset,
-                r.model,
-                str(r.workers),
-                str(r.nodes),
+                wrap_label(r.run, 17),
+                f"{r.dataset}\n{r.model}",
+                f"{r.workers} ({r.nodes})",
+                r.device,
+                f"{r.backend}\n{r.bn}",
+                f"{r.global_batch}\n{convention}",
+                f"{r.effective_lr:g}",
+                "yes" if r.deterministic else "no",
                 str(r.epochs),
-                str(r.batch_size),
-                f"{r.lr:g}",
                 acc if len(splits) == 1 else f"{acc}\n({r.eval_split})",
-                fmt_duration(r.mean_epoch_seconds),
-                f"{r.images_per_second:,.0f}",
+                (
+                    f"{fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)}\n"
+                    f"({r.timed_epochs} ep.)"
+                    if r.timed_epochs
+                    else "n/a\n(0 ep.*)"
+                ),
+                fmt_number_sd(r.images_per_second, r.std_images_per_second).replace(
+                    " \u00b1", "\n\u00b1"
+                ),
                 fmt_duration(r.train_seconds),
             ]
         )
+    untimed = runs_df[runs_df["timed_epochs"] == 0]
+    note = None
+    if not untimed.empty:
+        note = "* n/a: no epoch left to time: " + "; ".join(
+            f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
+        )
+        note = textwrap.shorten(note, 300, placeholder=" ...") + "."
     chunks = [rows[i : i + TABLE_ROWS_PER_PAGE] for i in range(0, len(rows), TABLE_ROWS_PER_PAGE)]
     for page_no, chunk in enumerate(chunks, start=1):
         suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
         fig = pages.new(
             "Runs" + suffix,
-            "Sorted by evaluation accuracy, best first (highlighted). Global batch = images per "
-            "step over all workers; LR = per-worker base learning rate; time per epoch and "
-            "throughput (all workers) are means over the epochs.",
+            "Sorted by evaluation accuracy, best first (highlighted). Workers = processes (ranks). "
+            "Global batch = images per optimiser step over all workers; convention: global = the "
+            "configured batch size is the global batch, per worker = it is per worker (times "
+            "the workers). Eff. LR = learning rate after warm-up. Time per epoch and throughput "
+            "(all workers): mean \u00b1 sample sd over the timed epochs (ep.), "
+            + (
+                f"excluding {first_epochs(warmup)} of each run (warm-up)."
+                if warmup
+                else "all epochs of each run."
+            ),
             layout=None,
+            note=note,
         )
-        ax = fig.add_axes((0.03, 0.06, 0.94, 0.78))
+        ax = fig.add_axes((0.03, 0.08 if note else 0.06, 0.94, 0.72))
         ax.set_axis_off()
         n_lines = [2] + [max(c.count("\n") + 1 for c in row) for row in chunk]
         units = [1 + 0.9 * n for n in n_lines]  # row height in text lines, with padding
@@ -610,10 +873,10 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 )
                 cell.PAD = 0.06
                 cell.set_edgecolor("white")
-                cell.get_text().set_fontsize(11)
+                cell.get_text().set_fontsize(9.5)
                 if row == 0:
                     cell.set_facecolor("#2f4b7c")
-                    cell.get_text().set(color="white", weight="bold", fontsize=10)
+                    cell.get_text().set(color="white", weight="bold", fontsize=9)
                 elif page_no == 1 and row == 1:  # the best run
                     cell.set_facecolor("#d4ecd0")
                     cell.get_text().set_weight("bold")
@@ -623,43 +886,101 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         ax.add_table(table)
 
 
-def epoch_time_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
+def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
+    warmup = pages.params.timing_warmup_epochs
+    excluded = (
+        f"{_plural(warmup, 'warm-up epoch')} excluded per run: {first_epochs(warmup)} "
+        f"(start-up costs; hollow dots, shaded) {'is' if warmup == 1 else 'are'} not in the "
+        "mean."
+        if warmup
+        else "No warm-up epoch is excluded: the mean is over all epochs."
+    )
+    untimed = runs_df[runs_df["timed_epochs"] == 0]
+    note = None
+    if not untimed.empty:
+        note = "n/a: no epoch left to time: " + "; ".join(
+            f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
+        )
+        note = textwrap.shorten(note, 300, placeholder=" ...") + "."
     fig = pages.new(
         "Time per epoch",
-        "Left: mean time per epoch of each run (bars, value printed) and every single epoch "
-        "(dots). Right: the time of each epoch in order; the first one includes start-up costs.",
+        "Left: mean \u00b1 sample sd of the time per epoch of each run over its timed epochs "
+        "(bars, value and number of epochs printed) and every single epoch (dots). Right: the "
+        f"time of each epoch in order. {excluded}",
         png="epoch_time",
+        note=note,
     )
     left, right = fig.subplots(1, 2, width_ratios=[1.1, 1])
     order = pages.order
-    values = [epochs_df.loc[epochs_df["run"] == n, "epoch_seconds"].to_numpy() for n in order]
+    stats = runs_df.set_index("run").reindex(order)
     rng = np.random.default_rng(0)
-    for i, (name, vals) in enumerate(zip(order, values, strict=True)):
+    for i, name in enumerate(order):
         color = pages.colors[name]
-        left.barh(i, vals.mean(), height=0.6, color=color, alpha=0.45)
-        jitter = rng.uniform(-0.2, 0.2, len(vals)) if len(vals) > 1 else np.zeros(1)
+        ep = epochs_df[epochs_df["run"] == name]
+        timed = ep["timed"].to_numpy(bool)
+        vals = ep["epoch_seconds"].to_numpy(float)
+        mean, sd, n = stats.loc[name, ["mean_epoch_seconds", "std_epoch_seconds", "timed_epochs"]]
+        if math.isfinite(mean):
+            left.barh(i, mean, height=0.6, color=color, alpha=0.45)
+            if math.isfinite(sd) and sd > 0:
+                left.errorbar(
+                    mean, i, xerr=[[min(sd, mean * 0.999)], [sd]], color="0.25", capsize=3, lw=1
+                )
+        jitter = rng.uniform(-0.2, 0.2, len(vals)) if len(vals) > 1 else np.zeros(len(vals))
         left.scatter(
-            vals, i + jitter, s=16, color=color, edgecolor="white", linewidth=0.4, zorder=3
+            vals[timed], i + jitter[timed], s=16, color=color, edgecolor="white", lw=0.4, zorder=3
         )
-        left.text(vals.max() * 1.12, i, fmt_duration(vals.mean()), va="center", fontsize=10)
-    all_values = np.concatenate(values)
+        left.scatter(
+            vals[~timed],
+            i + jitter[~timed],
+            s=18,
+            facecolor="none",
+            edgecolor=color,
+            lw=1,
+            zorder=3,
+        )
+        label = fmt_seconds_sd(mean, sd, int(n)) if math.isfinite(mean) else "n/a (0 ep.)"
+        left.text(vals.max() * 1.15, i, label, va="center", fontsize=9.5)
+    all_values = epochs_df["epoch_seconds"].to_numpy(float)
     positive = all_values[all_values > 0]
     lo, hi = (positive.min(), positive.max()) if len(positive) else (0.1, 1.0)
+    # the bars and dots take the left 55 % of the axis, the printed values the rest
+    x_hi = 10 ** (math.log10(lo / 3) + math.log10(hi * 1.15 / (lo / 3)) / 0.55)
     left.set_xscale("log")
-    left.set_xlim(lo / 3, hi * 4)
-    _log_ticks(left.xaxis, lo / 3, hi * 4)
+    left.set_xlim(lo / 3, x_hi)
+    _log_ticks(left.xaxis, lo / 3, x_hi)
     pages.run_axis(left, order)
     left.set_xlabel("Time per epoch (s, log scale)")
+    warm = epochs_df[~epochs_df["timed"]]
+    if not warm.empty:
+        right.axvspan(
+            warm["epoch"].min() - 0.5, warm["epoch"].max() + 0.5, color="0.9", zorder=0, lw=0
+        )
+        right.text(
+            (warm["epoch"].min() + warm["epoch"].max()) / 2,
+            1.0,
+            "warm-up\n(excluded)",
+            transform=right.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            color="0.4",
+        )
     for name in order:
         ep = epochs_df[epochs_df["run"] == name]
-        right.plot(
-            ep["epoch"],
-            ep["epoch_seconds"],
-            marker="o",
-            markersize=3.5,
-            color=pages.colors[name],
-            label=name,
-        )
+        color = pages.colors[name]
+        right.plot(ep["epoch"], ep["epoch_seconds"], color=color, label=name)
+        for timed, face in ((True, color), (False, "white")):
+            sub = ep[ep["timed"] == timed]
+            right.scatter(
+                sub["epoch"],
+                sub["epoch_seconds"],
+                s=14,
+                facecolor=face,
+                edgecolor=color,
+                lw=1,
+                zorder=3,
+            )
     right.set_yscale("log")
     _log_ticks(right.yaxis, lo, hi)
     right.set_ylabel("Time per epoch (s, log scale)")
@@ -698,144 +1019,365 @@ def _log_ticks(axis, lo: float, hi: float) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def throughput_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
+def throughput_page(pages: Pages, runs_df: pd.DataFrame) -> None:
+    warmup = pages.params.timing_warmup_epochs
     fig = pages.new(
         "Throughput",
-        "Training images per second: mean over the epochs (bars) and one standard deviation "
-        "over the epochs (error lines); left for all workers together, right per worker.",
+        "Training images per second: mean over the timed epochs (bars) and one sample standard "
+        "deviation (error lines); left for all workers together, right per worker. "
+        + (
+            f"{first_epochs(warmup).capitalize()} of each run (warm-up) "
+            f"{'is' if warmup == 1 else 'are'} excluded."
+            if warmup
+            else "All epochs are used (no warm-up excluded)."
+        ),
         png="throughput",
     )
     total_ax, worker_ax = fig.subplots(1, 2, sharey=True)
     order = pages.order
-    stats = epochs_df.groupby("run")["images_per_second"].agg(["mean", "std"]).reindex(order)
-    workers = runs_df.set_index("run")["workers"].reindex(order)
+    stats = runs_df.set_index("run").reindex(order)
     colors = [pages.colors[n] for n in order]
     height = min(0.6, 0.25 + 0.1 * len(order))
     for ax, scale, xlabel in (
         (total_ax, 1, "Images per second, all workers"),
-        (worker_ax, workers, "Images per second per worker"),
+        (worker_ax, stats["workers"], "Images per second per worker"),
     ):
-        mean = stats["mean"] / scale
-        std = stats["std"].fillna(0) / scale
+        mean = stats["images_per_second"] / scale
+        std = stats["std_images_per_second"].fillna(0) / scale
         ax.barh(
             range(len(order)),
-            mean,
-            xerr=std,
+            mean.fillna(0),
+            xerr=std.where(mean.notna(), 0),
             color=colors,
             height=height,
             error_kw={"ecolor": "0.25", "capsize": 3, "lw": 1},
         )
-        for y, (m, s) in enumerate(zip(mean, std, strict=True)):
-            ax.text(m + s, y, f"  {m:,.0f}", va="center", fontsize=10)
+        for y, (m, s, note) in enumerate(zip(mean, std, stats["timing_note"], strict=True)):
+            text = f"  {m:,.0f}" if math.isfinite(m) else f"  n/a ({note})"
+            ax.text(m + s if math.isfinite(m) else 0, y, text, va="center", fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.set_xlim(0, float((mean + std).max()) * 1.22)
+        top = float(np.nanmax((mean + std).to_numpy())) if mean.notna().any() else 0.0
+        ax.set_xlim(0, top * 1.22 if top > 0 else 1.0)
     pages.run_axis(total_ax, order)
     worker_ax.tick_params(axis="y", left=False, labelleft=False)
     worker_ax.grid(axis="y", visible=False)
+
+
+def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
+    """Legend labels of scaling series (``BASELINE_KEY`` tuples) naming only what differs
+    between them, and a line with what they all share."""
+    parts = [
+        ("dataset", lambda k: f"{k['dataset']} / {k['model']}"),
+        ("global_batch", lambda k: f"batch {k['global_batch']}"),
+        ("device", lambda k: str(k["device"])),
+        ("backend", lambda k: str(k["backend"])),
+        ("bn", lambda k: f"{k['bn']} BN"),
+    ]
+    dicts = [dict(zip(BASELINE_KEY, key, strict=True)) for key in keys]
+    varies = {name: len({fmt(d) for d in dicts}) > 1 or len(dicts) == 1 for name, fmt in parts}
+    labels = [", ".join(fmt(d) for name, fmt in parts if varies[name]) for d in dicts]
+    common = ", ".join(fmt(dicts[0]) for name, fmt in parts if not varies[name])
+    return labels, common
+
+
+def worker_tick_labels(workers: list[int], lo: float, hi: float) -> list[str]:
+    """Labels of worker-count ticks on a log axis from ``lo`` to ``hi``: a tick too close to
+    the previous labelled one (under 6 % of the axis) stays unlabelled, so labels never
+    overprint."""
+    span = math.log2(hi / lo)
+    labels, last = [], None
+    for w in workers:
+        if last is None or math.log2(w / last) >= 0.06 * span:
+            labels.append(str(w))
+            last = w
+        else:
+            labels.append("")
+    return labels
+
+
+def scaling_notes(runs_df: pd.DataFrame) -> list[str]:
+    """Why runs have no speed-up, and which baselines were picked among several."""
+    notes = []
+    missing = runs_df[runs_df["speedup"].isna()]
+    untimed = missing[missing["images_per_second"].isna()]
+    no_base = missing[missing["images_per_second"].notna()]
+    if not no_base.empty:
+        notes.append(
+            f"No speed-up or efficiency for {list_runs(sorted(no_base['run']))}: no timed "
+            f"1-worker run with {BASELINE_WORDS} (no other run is used instead)."
+        )
+    if not untimed.empty:
+        notes.append(
+            f"No throughput for {list_runs(sorted(untimed['run']))}: no epoch left after the "
+            "warm-up."
+        )
+    several = runs_df[runs_df["baseline_candidates"] > 1]
+    for base, group in several.groupby("baseline_run", sort=True):
+        notes.append(
+            f"{int(group['baseline_candidates'].iloc[0])} 1-worker runs qualify as the baseline "
+            f"of {describe_series(group.iloc[0])}: the fastest, {base}, is used."
+        )
+    return notes
 
 
 def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 
-    groups = list(runs_df.groupby(["dataset", "model"], sort=True))
-    no_baseline = [f"{d}/{m}" for (d, m), g in groups if g["speedup"].isna().all()]
-    has_any_base = len(no_baseline) < len(groups)
-    note = None
-    if no_baseline and has_any_base:
-        note = f"No 1-worker run, so no speed-up or efficiency, for: {', '.join(no_baseline)}."
+    notes = scaling_notes(runs_df)
     fig = pages.new(
         "Scaling across workers and nodes",
-        "Mean throughput of each run against its number of workers (Horovod ranks; one per GPU "
-        "on GPU runs). Speed-up and efficiency are relative to the 1-worker run of the same "
-        "dataset and model (the fastest one if there are several).",
+        "Mean throughput (timed epochs) of each run against its number of workers (ranks; one "
+        "per GPU on GPU runs). A line joins the runs of one series (their mean where a series has "
+        "several runs with one worker count): "
+        f"{BASELINE_WORDS}. Speed-up and efficiency are relative to the series' 1-worker run "
+        "(the fastest if there are several); a run without one is compared with no other run.",
         png="scaling",
-        note=note,
+        note="\n".join(notes) if notes else None,
     )
-    grid = fig.add_gridspec(2, 3, height_ratios=[18, 1])
-    axes = [fig.add_subplot(grid[0, i]) for i in range(3)]
-    legend_ax = fig.add_subplot(grid[1, :])
+    grid = fig.add_gridspec(2, 2)
+    axes = [fig.add_subplot(grid[i // 2, i % 2]) for i in range(3)]
+    legend_ax = fig.add_subplot(grid[1, 1])
     legend_ax.set_axis_off()
-    palette = pages.sns.color_palette("dark", len(groups))
-    group_colors = {key: palette[i] for i, (key, _) in enumerate(groups)}
-    node_markers = dict(zip(sorted(runs_df["nodes"].unique()), "osD^vP*X", strict=False))
+    timed = runs_df[runs_df["images_per_second"].notna()]
+    has_any_base = runs_df["speedup"].notna().any()
+    series = list(timed.groupby(list(BASELINE_KEY), sort=True))
+    labels, common = series_labels([key for key, _ in series]) if series else ([], "")
+    palette = pages.sns.color_palette("tab10" if len(series) <= 10 else "husl", len(series))
+    backends = sorted(runs_df["backend"].unique())
+    styles = ["-", "--", "-.", (0, (5, 1, 1, 1, 1, 1))]  # ":" is the ideal line
+    backend_ls = {b: styles[i % len(styles)] for i, b in enumerate(backends)}
+    markers = {n: node_marker(i) for i, n in enumerate(sorted(runs_df["nodes"].unique()))}
     specs = (
         (axes[0], "images_per_second", "Images per second, all workers"),
         (axes[1], "speedup", "Speed-up vs 1 worker"),
         (axes[2], "efficiency", "Parallel efficiency (speed-up / workers)"),
     )
-    for key, group in groups:
+    # speed-up/efficiency values printed next to the points: of at most 3 series (labels of
+    # series j shifted so that close points do not overprint) and MAX_ANNOTATED_POINTS points
+    based = [key for key, group in series if group["speedup"].notna().any()]
+    annotate = len(based) <= 3 and runs_df["speedup"].notna().sum() <= MAX_ANNOTATED_POINTS
+    for (key, group), color in zip(series, palette, strict=True):
+        offset = (7, (4, -13, 14)[based.index(key)] if key in based else 0)
         group = group.sort_values(["workers", "nodes"])
-        color = group_colors[key]
+        ls = backend_ls[dict(zip(BASELINE_KEY, key, strict=True))["backend"]]
         for ax, col, _ in specs:
             if group[col].isna().all():
                 continue
-            ax.plot(group["workers"], group[col], color=color, lw=1.5, alpha=0.7)
+            line = group.groupby("workers")[col].mean()  # several runs per count: their mean
+            ax.plot(line.index, line.to_numpy(), color=color, lw=1.5, alpha=0.75, ls=ls)
             for nodes, sub in group.groupby("nodes"):
+                style = markers[nodes]
                 ax.scatter(
                     sub["workers"],
                     sub[col],
-                    color=color,
-                    marker=node_markers[nodes],
+                    marker=style["marker"],
                     s=60,
                     zorder=3,
-                    edgecolor="white",
-                    linewidth=0.8,
+                    facecolor="white" if style["hollow"] else color,
+                    edgecolor=color if style["hollow"] else "white",
+                    linewidth=1.2 if style["hollow"] else 0.8,
                 )
             label = {"speedup": "{:.2f}x", "efficiency": "{:.0%}"}.get(col)
-            if label and len(group) <= MAX_ANNOTATED_POINTS:  # more would overlap
+            if label and annotate:
                 for w, v in zip(group["workers"], group[col], strict=True):
-                    ax.annotate(
-                        label.format(v),
-                        (w, v),
-                        textcoords="offset points",
-                        xytext=(7, -3),
-                        fontsize=9,
-                        color=color,
-                    )
+                    if math.isfinite(v):
+                        ax.annotate(
+                            label.format(v),
+                            (w, v),
+                            textcoords="offset points",
+                            xytext=offset,
+                            fontsize=9,
+                            color=color,
+                        )
     workers_all = sorted(runs_df["workers"].unique())
     max_w = max(workers_all)
     for ax, col, ylabel in specs:
+        if col == "images_per_second" and timed.empty:
+            Pages.note(
+                ax, "Throughput: not available.\nNo run has an epoch left after the warm-up."
+            )
+            continue
         if col != "images_per_second" and not has_any_base:
             Pages.note(
                 ax,
-                f"{ylabel.split(' (')[0]}: not available.\nNo dataset/model has a "
-                "1-worker run\nto compare with.",
+                f"{ylabel.split(' (')[0]}: not available.\nNo run has a timed 1-worker run "
+                "with the same\ndataset, model, global batch, device,\nbackend and BN mode "
+                "to compare with.",
             )
             continue
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(workers_all))
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([str(w) for w in workers_all])
+        ax.set_xticklabels(worker_tick_labels(workers_all, min(workers_all) / 1.4, max_w * 1.5))
         ax.set_xlim(min(workers_all) / 1.4, max_w * 1.5)
-        ax.set_xlabel("Workers")
+        ax.set_xlabel("Workers (ranks)")
         ax.set_ylabel(ylabel)
         if col == "speedup":
-            ax.plot([1, max_w], [1, max_w], ls="--", color="0.5", lw=1)
+            ax.plot([1, max_w], [1, max_w], ls=":", color="0.4", lw=1.2)
             ax.set_ylim(0, max(max_w, float(runs_df["speedup"].max())) * 1.1)
         elif col == "efficiency":
-            ax.axhline(1.0, ls="--", color="0.5", lw=1)
+            ax.axhline(1.0, ls=":", color="0.4", lw=1.2)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
             ax.set_ylim(0, max(1.1, float(runs_df["efficiency"].max()) * 1.1))
         else:
             ax.set_ylim(0, float(runs_df["images_per_second"].max()) * 1.15)
 
-    handles = [
-        Line2D([], [], color=c, lw=2, label=f"{d} / {m}") for (d, m), c in group_colors.items()
+    if not series:
+        return
+    fontsize = 9.5 if len(series) <= 8 else 8
+    series_handles = [
+        Line2D([], [], color=c, lw=2, ls=backend_ls[g["backend"].iloc[0]], label=lab)
+        for (_, g), c, lab in zip(series, palette, labels, strict=True)
     ]
-    handles += [
-        Line2D([], [], color="0.3", marker=mk, ls="", markersize=8, label=_plural(int(n), "node"))
-        for n, mk in node_markers.items()
-    ]
-    if has_any_base:
-        handles.append(Line2D([], [], color="0.5", ls="--", lw=1, label="ideal (linear)"))
-    legend_ax.legend(
-        handles=handles,
-        loc="center",
-        ncol=min(len(handles), 7),
+    first = legend_ax.legend(
+        handles=series_handles,
+        loc="upper left",
+        ncol=1 if len(series) <= 10 else 2,
         frameon=False,
-        fontsize=10,
+        fontsize=fontsize,
+        title="Series" + (f" (all: {common})" if common else ""),
+        title_fontsize=fontsize + 0.5,
+        alignment="left",
     )
+    legend_ax.add_artist(first)
+    other = [
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            marker=st["marker"],
+            ls="",
+            markersize=8,
+            markerfacecolor="white" if st["hollow"] else "0.3",
+            label=_plural(int(n), "node"),
+        )
+        for n, st in markers.items()
+    ]
+    other += [Line2D([], [], color="0.3", lw=1.5, ls=backend_ls[b], label=b) for b in backends]
+    if has_any_base:
+        other.append(Line2D([], [], color="0.4", ls=":", lw=1.2, label="ideal (linear)"))
+    legend_ax.legend(
+        handles=other,
+        loc="lower left",
+        ncol=min(len(other), 4),
+        frameon=False,
+        fontsize=fontsize,
+        title="Markers: nodes; lines: backend",
+        title_fontsize=fontsize + 0.5,
+        alignment="left",
+    )
+
+
+def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+    """Throughput of runs that differ only in their backend, side by side, with the ratio."""
+    from matplotlib.patches import Patch
+
+    title = "Backend comparison"
+    subtitle = (
+        "Mean throughput (timed epochs, \u00b1 sample sd) of runs that differ only in their "
+        "backend: same dataset, model, workers, nodes, device, BN mode and global batch. The "
+        f"ratio is each backend's throughput over {REFERENCE_BACKEND}'s (> 1: faster)."
+    )
+    cmp = backend_comparison(runs_df)
+    backends = sorted(runs_df["backend"].unique())
+    if cmp.empty:
+        fig = pages.new(title, subtitle, png="backends")
+        counts = runs_df["backend"].value_counts()
+        if len(backends) == 1:
+            text = (
+                f"All runs use the {backends[0]} backend, so there is no backend to compare.\n"
+                "Runs that differ only in their backend would be compared here."
+            )
+        else:
+            text = (
+                "No two timed runs differ only in their backend, so there is nothing to compare."
+                "\nBackends run: "
+                + ", ".join(f"{b} ({_plural(int(counts[b]), 'run')})" for b in backends)
+                + "."
+            )
+        Pages.note(fig.add_subplot(), text)
+        return
+    palette = pages.sns.color_palette("colorblind", len(backends))
+    colors = dict(zip(backends, palette, strict=True))
+    configs = list(cmp.groupby(list(BACKEND_MATCH_KEY), sort=True))
+    legend_order = list(dict.fromkeys(cmp["backend"]))  # the reference (top bar) first
+    notes = []
+    untimed = sorted(runs_df.loc[runs_df["images_per_second"].isna(), "run"])
+    unmatched = sorted(set(runs_df["run"]) - set(cmp["run"]) - set(untimed))
+    several = cmp[cmp["runs"] > 1]
+    if not several.empty:
+        notes.append(
+            "Several runs of one backend in a configuration: the fastest is shown ("
+            + list_runs(list(several["run"]))
+            + ")."
+        )
+    if unmatched:
+        notes.append(f"Not compared (no counterpart on another backend): {list_runs(unmatched)}.")
+    if untimed:
+        notes.append(f"Not compared (no timed epoch): {list_runs(untimed)}.")
+    per_page = 10
+    chunks = [configs[i : i + per_page] for i in range(0, len(configs), per_page)]
+    top = float(np.nanmax(cmp["images_per_second"] + cmp["std_images_per_second"].fillna(0)))
+    for page_no, chunk in enumerate(chunks, start=1):
+        fig = pages.new(
+            title + (f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""),
+            subtitle,
+            png="backends" + (f"-{page_no}" if page_no > 1 else ""),
+            note="\n".join(notes) if notes else None,
+        )
+        ax = fig.add_subplot()
+        labels = []
+        for i, (key, group) in enumerate(chunk):
+            cfg = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
+            labels.append(
+                f"{cfg['dataset']} / {cfg['model']}, {_plural(cfg['workers'], 'worker')} on "
+                f"{_plural(cfg['nodes'], 'node')}, {cfg['device']}, batch "
+                f"{cfg['global_batch']}, {cfg['bn']} BN"
+            )
+            n = len(group)
+            height = 0.7 / n
+            ratios = []
+            for j, row in enumerate(group.itertuples(index=False)):
+                y = i - 0.35 + height * (j + 0.5)
+                sd = row.std_images_per_second if math.isfinite(row.std_images_per_second) else 0
+                ax.barh(
+                    y,
+                    row.images_per_second,
+                    xerr=sd,
+                    height=height * 0.9,
+                    color=colors[row.backend],
+                    error_kw={"ecolor": "0.25", "capsize": 3, "lw": 1},
+                )
+                ax.text(
+                    row.images_per_second + sd,
+                    y,
+                    f"  {row.images_per_second:,.0f} ({row.run})",
+                    va="center",
+                    fontsize=9 if n > 2 else 9.5,
+                )
+                if row.backend != row.reference_backend:
+                    ratios.append(f"{row.backend} / {row.reference_backend} = {row.ratio:.2f}x")
+            ax.text(
+                1.01,
+                i,
+                "\n".join(ratios),
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                fontsize=10.5,
+                weight="bold",
+            )
+        set_category_ticks(ax, labels, width=30)
+        ax.set_xlim(0, top * 1.45)
+        ax.set_xlabel("Images per second, all workers")
+        ax.legend(
+            handles=[Patch(color=colors[b], label=b) for b in legend_order],
+            loc="lower left",
+            bbox_to_anchor=(0, 1.0),
+            ncol=len(legend_order),
+            frameon=False,
+            fontsize=10.5,
+        )
 
 
 def curves_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
@@ -1035,9 +1577,10 @@ def build_pages(
     pages = Pages(params, runs_df)
     title_page(pages, prov, runs_df, bench)
     runs_table_pages(pages, runs_df)
-    epoch_time_page(pages, epochs_df)
-    throughput_page(pages, runs_df, epochs_df)
+    epoch_time_page(pages, runs_df, epochs_df)
+    throughput_page(pages, runs_df)
     scaling_page(pages, runs_df)
+    backend_pages(pages, runs_df)
     curves_page(pages, epochs_df)
     confusion_page(pages, runs_df, runs)
     benchmarks_pages(pages, bench, bench_missing)
@@ -1075,8 +1618,8 @@ def write_outputs(
     matplotlib.use("Agg")
     from matplotlib.backends.backend_pdf import PdfPages
 
-    runs_df = runs_table(runs)
-    epochs_df = epochs_table(runs)
+    runs_df = runs_table(runs, params.timing_warmup_epochs)
+    epochs_df = epochs_table(runs, params.timing_warmup_epochs)
     for name, df in (("runs", runs_df), ("epochs", epochs_df), ("benchmarks", bench)):
         with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
             df.to_csv(fh, index=False)
@@ -1112,7 +1655,9 @@ def pdf_metadata(params: ReportParams, prov: dict[str, Any]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", required=True, help='{"title", "author", "config_hash"}')
+    parser.add_argument(
+        "--params", required=True, help='{"title", "author", "config_hash", "timing_warmup_epochs"}'
+    )
     parser.add_argument("--run-dirs", type=Path, nargs="+", required=True, metavar="DIR")
     parser.add_argument("--eval-dirs", type=Path, nargs="+", required=True, metavar="DIR")
     parser.add_argument(
