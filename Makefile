@@ -4,14 +4,17 @@ SHELL := /bin/bash
 VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
+BENCH_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test lint format report-html clean
+.PHONY: help setup demo test bench lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
 	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
+	@echo "make bench  set up, then benchmark the trainer against hand-written references"
+	@echo "            (BENCH_ARGS=--quick for a fast check) -> benchmarks/results/*.json"
 	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
 
 setup:
@@ -28,6 +31,9 @@ test: setup
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
 	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	python benchmarks/bench.py $(BENCH_ARGS)
 
 lint: setup
 	snakemake --lint

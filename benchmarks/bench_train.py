@@ -8,6 +8,7 @@ Without ``--data-dir`` the digits data set is built first with the real download
 preprocess stages (offline: scikit-learn's bundled copy) in a temporary directory. Each worker
 count is trained with ``scripts/train.py`` started by ``clusterbench.launch`` (as in the workflow),
 then the final model is evaluated on the test split. Prints figures only; asserts nothing.
+The comparison with hand-written references is benchmarks/bench.py (`make bench`).
 """
 
 from __future__ import annotations
@@ -21,39 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_data import build_digits
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def build_digits(root: Path) -> Path:
-    """results/data/digits equivalent, made by the download and preprocess stages."""
-    from clusterbench import download, preprocess
-
-    manifest = root / "raw" / "digits" / "MANIFEST.json"
-    download.main(
-        [
-            "--dataset",
-            "digits",
-            "--params",
-            json.dumps({"cache_dir": str(root / "cache")}),
-            "--out",
-            str(manifest),
-        ]
-    )
-    params = {"val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}
-    out = root / "data" / "digits"
-    preprocess.main(
-        [
-            "--dataset",
-            "digits",
-            "--manifest",
-            str(manifest),
-            "--params",
-            json.dumps(params),
-            "--out-dir",
-            str(out),
-        ]
-    )
-    return out
 
 
 def train(data: Path, out: Path, run: dict) -> float:
@@ -100,6 +71,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.05, help="per-worker base LR")
     parser.add_argument("--warmup-epochs", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--backend", default="horovod", choices=["horovod", "ddp"])
+    parser.add_argument("--bn", default="aggregate", choices=["aggregate", "sync", "local"])
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
@@ -130,6 +103,12 @@ def main() -> None:
                 "weight_decay": 5e-4,
                 "warmup_epochs": args.warmup_epochs,
                 "seed": args.seed,
+                "backend": args.backend,
+                "bn": args.bn,
+                "batch_scaling": "global",
+                "deterministic": False,
+                "precision": "fp32",
+                "channels_last": False,
             }
             out = root / "runs" / run["name"]
             wall = train(data, out, run)

@@ -1,0 +1,108 @@
+"""Data sets and small helpers shared by the benchmark scripts.
+
+* :func:`build_digits`: the real digits data set, made offline by clusterbench's own download
+  and preprocess stages (scikit-learn's bundled copy), exactly like ``results/data/digits``.
+* :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, 10 classes) in the
+  preprocessed layout, for compute-bound timing; the content does not matter for speed.
+* :func:`load_arrays`: a preprocessed data dir read with plain NumPy (what the references use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def build_digits(root: Path) -> Path:
+    """results/data/digits equivalent, made by the download and preprocess stages."""
+    from clusterbench import download, preprocess
+
+    manifest = root / "raw" / "digits" / "MANIFEST.json"
+    download.main(
+        [
+            "--dataset",
+            "digits",
+            "--params",
+            json.dumps({"cache_dir": str(root / "cache")}),
+            "--out",
+            str(manifest),
+        ]
+    )
+    params = {"val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}
+    out = root / "data" / "digits"
+    preprocess.main(
+        [
+            "--dataset",
+            "digits",
+            "--manifest",
+            str(manifest),
+            "--params",
+            json.dumps(params),
+            "--out-dir",
+            str(out),
+        ]
+    )
+    return out
+
+
+def make_cifar_like(path: Path, n_train: int, n_val: int = 256, seed: int = 0) -> Path:
+    """A preprocessed data dir of ``n_train`` random 32x32x3 uint8 images with random labels."""
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    counts = {"train": n_train, "val": n_val, "test": n_val}
+    for split, n in counts.items():
+        np.save(path / f"{split}_x.npy", rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8))
+        np.save(path / f"{split}_y.npy", rng.integers(0, 10, n).astype(np.int64))
+    meta = {
+        "dataset": "cifar10",
+        "image_shape": [32, 32, 3],
+        "num_classes": 10,
+        "class_names": [f"class{i}" for i in range(10)],
+        "mean": [0.5, 0.5, 0.5],  # of x / 255 for uniform random bytes
+        "std": [0.2887, 0.2887, 0.2887],
+        "counts": counts,
+    }
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def load_arrays(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """``(train_x uint8 (N, H, W, C), train_y int64 (N,), meta)`` of a preprocessed data dir."""
+    data_dir = Path(data_dir)
+    meta = json.loads((data_dir / "meta.json").read_text())
+    x = np.load(data_dir / "train_x.npy", allow_pickle=False)
+    y = np.load(data_dir / "train_y.npy", allow_pickle=False)
+    return x, y, meta
+
+
+def cpu_cores() -> int:
+    """The CPUs this process may run on (its affinity mask), as the trainer counts them."""
+    return len(os.sched_getaffinity(0))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_metrics(out_dir: Path, records: list[dict[str, Any]]) -> None:
+    """``out_dir/metrics.jsonl``, one JSON object per epoch (the trainer's format)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    (out_dir / "metrics.jsonl").write_text(text)
+
+
+def settings_from_run(run_json: str | None, defaults: dict[str, Any]) -> dict[str, Any]:
+    """``defaults`` overridden by the keys they share with a trainer ``--run`` JSON slice."""
+    if not run_json:
+        return dict(defaults)
+    run = json.loads(run_json)
+    return {key: run.get(key, value) for key, value in defaults.items()}
