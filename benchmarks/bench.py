@@ -106,6 +106,7 @@ class Spec:
 @dataclasses.dataclass
 class Row:
     spec: Spec
+    round: int  # 1-based: every row runs once per round
     status: str  # ok | failed
     command: list[str]
     wall_seconds: float
@@ -245,16 +246,22 @@ def summarise(row: Row, warmup: int) -> None:
 
 
 class Runner:
-    """Runs rows on demand, each at most once, one at a time."""
+    """Runs rows on demand, each at most once per round, one at a time."""
 
     def __init__(self, cases: dict[str, Case], work: Path, args: argparse.Namespace) -> None:
         self.cases, self.work, self.args = cases, work, args
-        self.rows: dict[Spec, Row] = {}
+        self.rows: dict[tuple[Spec, int], Row] = {}
+        self.round = 1
 
     def get(self, spec: Spec) -> Row:
-        if spec not in self.rows:
-            self.rows[spec] = self._run(spec)
-        return self.rows[spec]
+        key = (spec, self.round)
+        if key not in self.rows:
+            self.rows[key] = self._run(spec)
+        return self.rows[key]
+
+    def row(self, spec: Spec) -> Row | None:
+        """The row of ``spec`` in the current round, if it ran."""
+        return self.rows.get((spec, self.round))
 
     def _run(self, spec: Spec) -> Row:
         case = self.cases[spec.case]
@@ -264,10 +271,11 @@ class Runner:
         log.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(out, ignore_errors=True)  # no stale metrics.jsonl from a kept --work-dir
         cmd = command(case, spec, out, self.args.assembly_args)
-        print(f"[{spec.case}] {spec.label} ...", end="\n" if self.args.verbose else " ", flush=True)
+        where = f"[{spec.case}, round {self.round}]"
+        print(f"{where} {spec.label} ...", end="\n" if self.args.verbose else " ", flush=True)
         env = child_env(case.gpu)
         rc, wall, timed_out = run_process(cmd, log, env, self.args.timeout, self.args.verbose)
-        row = Row(spec=spec, status="ok", command=cmd, wall_seconds=wall)
+        row = Row(spec=spec, round=self.round, status="ok", command=cmd, wall_seconds=wall)
         metrics = out / "metrics.jsonl"
         if metrics.is_file():
             row.epochs = [json.loads(line) for line in metrics.read_text().splitlines() if line]
@@ -309,7 +317,7 @@ class Figure:
 
 
 def _rate(runner: Runner, spec: Spec) -> tuple[float | None, str]:
-    row = runner.rows.get(spec)
+    row = runner.row(spec)
     if row is None or row.images_per_second is None:
         return None, f"{spec.case}: {spec.label}: {'failed' if row else 'not run'}"
     return row.images_per_second, ""
@@ -348,6 +356,27 @@ def scaling_figure(runner: Runner, backend: str) -> Figure:
     fig.value = (c2 / c1) / (d2 / h1)
     fig.detail = f"speed-up {c2 / c1:.2f} (clusterbench) vs {d2 / h1:.2f} (plain DDP)"
     return fig
+
+
+def combine_rounds(per_round: Sequence[Figure]) -> list[Figure]:
+    """One figure per name: the median of its per-round values (rounds that failed left out)."""
+    by_name: dict[str, list[Figure]] = {}
+    for fig in per_round:
+        by_name.setdefault(fig.name, []).append(fig)
+    out = []
+    for figs in by_name.values():
+        values = [f.value for f in figs if f.value is not None]
+        fig = dataclasses.replace(figs[0], value=statistics.median(values) if values else None)
+        shown = ", ".join("failed" if f.value is None else f"{f.value:.3g}" for f in figs)
+        fig.detail = f"rounds: {shown}" + (f"; round 1: {figs[0].detail}" if len(figs) > 1 else "")
+        if len(figs) == 1:
+            fig.detail = figs[0].detail
+        out.append(fig)
+    return out
+
+
+def section_order(case: str) -> int:
+    return next((i for i, s in enumerate(SECTIONS) if case.startswith(s)), len(SECTIONS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,16 +453,19 @@ def machine() -> dict[str, Any]:
 def print_tables(rows: Sequence[Row], figures: Sequence[Figure], warmup: int) -> None:
     print()
     print(f"Rows (images/s and epoch s: medians over epochs > {warmup}; wall s: whole command)")
-    print(f"{'section':<16} {'row':<50} {'status':<7} {'images/s':>9} {'epoch s':>8} {'wall s':>7}")
-    for r in rows:
+    print(
+        f"{'section':<16} {'row':<50} {'round':>5} {'status':<7} {'images/s':>9} {'epoch s':>8} "
+        f"{'wall s':>7}"
+    )
+    for r in sorted(rows, key=lambda r: (section_order(r.spec.case), r.spec.label, r.round)):
         ips = f"{r.images_per_second:.0f}" if r.images_per_second is not None else "-"
         eps = f"{r.epoch_seconds:.3f}" if r.epoch_seconds is not None else "-"
         print(
-            f"{r.spec.case:<16} {r.spec.label:<50} {r.status:<7} {ips:>9} {eps:>8} "
+            f"{r.spec.case:<16} {r.spec.label:<50} {r.round:>5} {r.status:<7} {ips:>9} {eps:>8} "
             f"{r.wall_seconds:>7.1f}"
         )
     print()
-    print("Figures (ratios of the rows' median images/s)")
+    print("Figures (ratios of the rows' median images/s within a round; median over the rounds)")
     print(f"{'figure':<24} {'value':>8} {'goal':>8} {'met':<4} detail")
     for f in figures:
         value = "-" if f.value is None else f"{f.value:.{3 if f.value < 100 else 0}f}"
@@ -464,6 +496,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     p.add_argument("--backends", default=",".join(BACKENDS), help="trainer backends to run")
     p.add_argument("--warmup-epochs", type=int, default=1, help="epochs left out of the medians")
+    p.add_argument("--rounds", type=int, help="times every row runs, interleaved (default 3)")
     p.add_argument("--digits-epochs", type=int, help="default 20 (quick: 3)")
     p.add_argument("--resnet-train", type=int, help="training images, default 768 (quick: 192)")
     p.add_argument("--resnet-batch", type=int, help="global batch, default 128 (quick: 64)")
@@ -483,6 +516,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown section(s)/backend(s) {bad}: sections {SECTIONS}, backends {BACKENDS}")
     q = args.quick
     defaults = {
+        "rounds": 1 if q else 3,
         "digits_epochs": 3 if q else 20,
         "resnet_train": 192 if q else 768,
         "resnet_batch": 64 if q else 128,
@@ -551,23 +585,26 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"WARNING: the run keys differ from TRAIN_KEYS in: {keys ^ set(TRAIN_KEYS)}")
 
         runner = Runner(cases, work, args)
-        figures: list[Figure] = []
+        per_round: list[Figure] = []
         skipped: list[str] = []
         started = time.monotonic()
-        for section in SECTIONS:
-            if section not in need:
-                continue
-            if section == "gpu" and not has_gpu:
-                skipped.append("gpu: skipped (no GPU: torch.cuda.is_available() is False)")
-                print(skipped[-1], flush=True)
-                continue
-            run = {
-                "digits": run_digits,
-                "resnet": run_resnet,
-                "assembly": run_assembly,
-                "gpu": run_gpu,
-            }[section]
-            figures += run(runner, args.backends)
+        if "gpu" in need and not has_gpu:
+            skipped.append("gpu: skipped (no GPU: torch.cuda.is_available() is False)")
+            print(skipped[-1], flush=True)
+        # Rounds interleave the rows, so that a slow spell of the machine hits every row alike;
+        # each figure is computed within a round, then the median over the rounds is reported.
+        for runner.round in range(1, args.rounds + 1):
+            for section in SECTIONS:
+                if section not in need or (section == "gpu" and not has_gpu):
+                    continue
+                run = {
+                    "digits": run_digits,
+                    "resnet": run_resnet,
+                    "assembly": run_assembly,
+                    "gpu": run_gpu,
+                }[section]
+                per_round += run(runner, args.backends)
+        figures = combine_rounds(per_round)
         cases_json = {k: case_json(c) for k, c in cases.items()}  # before tmp goes
 
     rows = list(runner.rows.values())
