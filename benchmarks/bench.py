@@ -634,7 +634,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = results_path(args)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    text = json.dumps(result, indent=2, default=str) + "\n"
+    # no machine paths in a file meant to be kept: the interpreter, the work dir, the checkout
+    for where, name in ((sys.executable, "python"), (str(work), "<work>"), (str(REPO), "<repo>")):
+        text = text.replace(json.dumps(where)[1:-1], name)
+    path.write_text(text)
     print(f"results: {path}")
     if failed:
         print("failed rows: " + "; ".join(f"{r.spec.case}: {r.spec.label}" for r in failed))
