@@ -141,7 +141,7 @@ def test_aggregate_running_stats_identical_on_all_ranks_and_equal_the_formula(ba
 def make_run(backend: str, bn: str, **overrides) -> dict:
     from test_train import run_config
 
-    return run_config(backend=backend, bn=bn, epochs=1, **overrides)
+    return run_config(**{"backend": backend, "bn": bn, "epochs": 1, **overrides})
 
 
 @pytest.mark.slow
