@@ -1,6 +1,7 @@
 # Shared set-up: config validation, run lookup, helpers. Imports nothing heavy: this file is
 # parsed again in every cluster job.
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -45,9 +46,37 @@ def script(stage):
     return str(Path(workflow.basedir) / "scripts" / f"{stage}.py")
 
 
+def stage_module(stage):
+    """The stage's own module ``workflow/clusterbench/<stage>.py``: an input, so editing it
+    reruns the stage and what follows (the shared modules it imports are no input)."""
+    return str(Path(workflow.basedir) / "workflow" / "clusterbench" / f"{stage}.py")
+
+
+def remote_download():
+    """``CLUSTERBENCH_REMOTE_DOWNLOAD=1``: the site's compute nodes have internet, so the
+    download runs as a cluster job; unset or ``0``: it runs on the submit host."""
+    value = os.environ.get("CLUSTERBENCH_REMOTE_DOWNLOAD", "")
+    if value not in ("", "0", "1"):
+        raise WorkflowError(
+            f"environment variable CLUSTERBENCH_REMOTE_DOWNLOAD={value!r}: expected 1 (download "
+            "in a cluster job) or 0/unset (download on the submit host)"
+        )
+    return value == "1"
+
+
+#: The download runs on the submit host (its `localrule:`): compute nodes often have no
+#: internet. The report always does (rules/report.smk): it needs no compute-node resources.
+LOCAL_DOWNLOAD = not remote_download()
+
+
+def alternatives(names):
+    """A wildcard constraint matching exactly ``names``: a run name may contain ``.``."""
+    return "|".join(re.escape(name) for name in names)
+
+
 wildcard_constraints:
-    dataset="|".join(DATASETS),
-    run="|".join(RUNS),
+    dataset=alternatives(DATASETS),
+    run=alternatives(RUNS),
 
 
 def run_of(wildcards):

@@ -1,12 +1,16 @@
+# On the submit host unless CLUSTERBENCH_REMOTE_DOWNLOAD=1 (see rules/common.smk): compute nodes
+# often have no internet.
 rule download:
     input:
         script=script("download"),
+        code=stage_module("download"),
     output:
         manifest="results/raw/{dataset}/MANIFEST.json",
     log:
         "results/logs/download/{dataset}.log",
     benchmark:
         "results/benchmarks/download/{dataset}.tsv"
+    localrule: LOCAL_DOWNLOAD
     conda:
         SOFTWARE
     params:

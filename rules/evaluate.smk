@@ -1,6 +1,7 @@
 rule evaluate:
     input:
         script=script("evaluate"),
+        code=stage_module("evaluate"),
         model=rules.train.output.model,
         data=lambda wc: data_files(run_of(wc)["dataset"]),
     output:

@@ -1,6 +1,7 @@
 rule preprocess:
     input:
         script=script("preprocess"),
+        code=stage_module("preprocess"),
         manifest=rules.download.output.manifest,
     output:
         data_files("{dataset}"),

@@ -1,9 +1,11 @@
 REPORT_DIR = "results/report"
 
 
+# On the submit host: the report needs no compute-node resources.
 rule report:
     input:
         script=script("report"),
+        code=stage_module("report"),
         runs=expand(
             "results/runs/{run}/{name}", run=RUNS, name=["run.json", "metrics.jsonl"]
         ),
@@ -50,6 +52,7 @@ rule report:
         "results/logs/report/report.log",
     benchmark:
         "results/benchmarks/report/report.tsv"
+    localrule: True
     conda:
         SOFTWARE
     params:

@@ -4,6 +4,7 @@
 rule train:
     input:
         script=script("train"),
+        code=stage_module("train"),
         data=lambda wc: data_files(run_of(wc)["dataset"]),
     output:
         info="results/runs/{run}/run.json",

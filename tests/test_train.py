@@ -18,12 +18,15 @@ import torch
 from clusterbench.config import ConfigError
 from clusterbench.models import build_model
 from clusterbench.train import (
+    PROGRESS_INTERVAL,
     DeviceError,
     check_device,
     epoch_permutation,
     global_batches,
     learning_rate,
     main,
+    progress_due,
+    progress_line,
     shard_bounds,
     shard_sizes,
     validate_run,
@@ -187,6 +190,39 @@ def test_learning_rate_warms_up_linearly_per_step_to_lr_times_scale():
     assert all(b > a for a, b in zip(steps, steps[1:], strict=False))
     assert lr(0, 0, warmup=0) == pytest.approx(0.4)  # no warm-up
     assert lr(0, 3, workers=1) == pytest.approx(0.1)
+
+
+def test_progress_is_due_every_interval_and_at_least_once_per_epoch():
+    assert PROGRESS_INTERVAL == 10
+
+    def due(now, last=100.0, step=5, steps=400, printed=False):
+        return progress_due(now, last, step, steps, printed)
+
+    assert not due(109.9) and due(110.0) and due(250.0)  # 10 s after the last line (or start)
+    assert not due(109.9, printed=True) and due(110.0, printed=True)
+    # the last step of an epoch without any line yet always logs one, however short the epoch
+    assert due(100.1, step=400) and due(100.0, step=1, steps=1)
+    assert not due(100.1, step=400, printed=True)  # but never twice within 10 s
+
+    def logged_steps(steps, seconds_per_step):
+        last, printed, logged = 0.0, False, []
+        for step in range(1, steps + 1):
+            now = step * seconds_per_step
+            if progress_due(now, last, step, steps, printed):
+                last, printed = now, True
+                logged.append(step)
+        return logged
+
+    assert logged_steps(100, 0.25) == [40, 80]  # a 25 s epoch: at 10 s and 20 s
+    assert logged_steps(100, 0.375) == [27, 54, 81]  # 10.125 s, 20.25 s, 30.375 s
+    assert logged_steps(10, 0.25) == [10]  # a 2.5 s epoch: its last step, once
+
+
+def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
+    line = progress_line(epoch=3, step=120, steps=400, images=120 * 128, seconds=12.0)
+    assert line == "train: epoch 3 step 120/400 (30%), 1280 images/s, ETA 28 s"
+    assert progress_line(1, 7, 7, 700, 0.5).endswith("(100%), 1400 images/s, ETA 0 s")
+    assert "\r" not in line and "\n" not in line
 
 
 @pytest.mark.parametrize(

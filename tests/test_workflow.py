@@ -6,13 +6,16 @@ tests of this module, which then change one setting at a time and check which st
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, default_config, snakemake, snakemake_cmd, write_config
+from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +79,16 @@ def test_full_pipeline_produces_every_output(finished: Path):
         assert any((res / "runs" / run / "tensorboard").iterdir())
         assert (res / "eval" / run / "metrics.json").is_file()
         assert (res / "benchmarks" / "train" / f"{run}.tsv").is_file()
+        # progress within every epoch, on plain lines, from rank 0 alone
+        log = (res / "logs" / "train" / f"{run}.log").read_text()
+        progress = re.findall(
+            r"^(.*)train: epoch (\d+) step \d+/\d+ \(\d+%\), \d+ images/s, ETA \d+ s$",
+            log,
+            re.MULTILINE,
+        )
+        assert {int(epoch) for _, epoch in progress} == set(range(1, len(metrics) + 1)), log
+        assert {prefix for prefix, _ in progress} <= {"", "[0]<stdout>:"}, log
+        assert "\r" not in log
     pdf = res / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     for table in ("runs.csv", "epochs.csv", "benchmarks.csv"):
@@ -111,13 +124,33 @@ def test_second_invocation_does_nothing(finished: Path):
     assert rerun_stages(before, stage_mtimes(finished)) == set()
 
 
-def _change(workdir: Path, mutate) -> set[tuple[str, str]]:
+@contextlib.contextmanager
+def _edited(path: Path):
+    """``path`` with a comment appended; afterwards its content and its mtime are restored.
+
+    An edit, not a touch: Snakemake 9 reruns a job for an input newer than its outputs only if
+    the input's checksum differs from the one it recorded. The restored mtime keeps the file
+    older than every output, so the restore makes nothing stale.
+    """
+    text, stat = path.read_bytes(), path.stat()
+    try:
+        path.write_bytes(text + b"\n# edited by tests/test_workflow.py\n")
+        yield
+    finally:
+        path.write_bytes(text)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _change(workdir: Path, mutate, edit: Path | None = None) -> set[tuple[str, str]]:
+    """Rerun with the config changed by ``mutate`` (and the file ``edit`` edited meanwhile):
+    the stages that reran."""
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
     mutate(cfg)
     write_config(workdir, cfg)
     before = stage_mtimes(workdir)
-    run_local(workdir)
+    with _edited(edit) if edit else contextlib.nullcontext():
+        run_local(workdir)
     return rerun_stages(before, stage_mtimes(workdir))
 
 
@@ -147,17 +180,31 @@ def test_download_retries_rerun_nothing(finished: Path):
     assert reran == set()
 
 
+def _every_config_change(c):
+    """The config changes of all the staleness tests above, the last one included."""
+    c["report"].update(title="A new title")
+    c["evaluate"].update(batch_size=97)
+    c["download"].update(retries=9)
+    c["runs"][0]["lr"] = 0.02
+
+
 def test_one_runs_lr_reruns_that_run_and_the_report(finished: Path):
     target = default_config()["runs"][0]["name"]
-
-    def mutate(c):
-        c["report"].update(title="A new title")
-        c["evaluate"].update(batch_size=97)
-        c["download"].update(retries=9)
-        c["runs"][0]["lr"] = 0.02
-
-    reran = _change(finished, mutate)
+    reran = _change(finished, _every_config_change)
     assert reran == {("train", target), ("evaluate", target), ("report", "")}
+
+
+def test_editing_the_training_code_reruns_training_and_what_follows(finished: Path):
+    reran = _change(finished, _every_config_change, edit=REPO / "workflow/clusterbench/train.py")
+    runs = {r["name"] for r in default_config()["runs"]}
+    assert reran == {(stage, run) for stage in ("train", "evaluate") for run in runs} | {
+        ("report", "")
+    }
+
+
+def test_editing_the_report_code_reruns_only_the_report(finished: Path):
+    reran = _change(finished, _every_config_change, edit=REPO / "workflow/clusterbench/report.py")
+    assert reran == {("report", "")}
 
 
 def test_snakefile_parses_without_torch(finished: Path):
@@ -184,3 +231,68 @@ def test_invalid_config_stops_before_any_job(tmp_path: Path):
     assert proc.returncode != 0
     assert "runs[1].workers" in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_run_names_are_literal_in_the_wildcard_constraint(tmp_path: Path):
+    """``a.b`` is a name, not a pattern: it must not make ``aXb`` a run."""
+    cfg = default_config()
+    cfg["runs"][0]["name"], cfg["runs"][1]["name"] = "a.b", "aZb"
+    write_config(tmp_path, cfg)
+    plan = snakemake(tmp_path, "--dry-run", "--cores", "1").stdout
+    assert "results/runs/a.b/model.pt" in plan and "results/runs/aZb/model.pt" in plan
+    target = "results/eval/aXb/metrics.json"
+    proc = snakemake(tmp_path, "--dry-run", "--cores", "1", target, check=False)
+    assert proc.returncode != 0
+    assert f"No rule to produce {target}" in proc.stdout + proc.stderr, proc.stderr
+
+
+def local_rules(workdir: Path, env: dict[str, str]) -> list[str]:
+    """The workflow's local rules (run on the submit host), as Snakemake's API parses them."""
+    code = (
+        "import json\n"
+        "from pathlib import Path\n"
+        "from snakemake.api import SnakemakeApi\n"
+        "from snakemake.settings.types import ConfigSettings, ResourceSettings\n"
+        "with SnakemakeApi() as api:\n"
+        "    wf = api.workflow(\n"
+        "        ResourceSettings(cores=1),\n"
+        f"        ConfigSettings(configfiles=[Path({str(workdir / 'config.yaml')!r})]),\n"
+        f"        snakefile=Path({str(REPO / 'Snakefile')!r}),\n"
+        f"        workdir=Path({str(workdir)!r}),\n"
+        "    )\n"
+        "    print(json.dumps(sorted(wf._workflow._localrules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=snakemake_env(env),
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_download_and_report_run_on_the_submit_host(tmp_path: Path):
+    write_config(tmp_path, default_config())
+    assert local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": ""}) == ["download", "report"]
+    # the switch for sites whose compute nodes have internet: the download becomes a job
+    assert local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": "1"}) == ["report"]
+    # and a dry run under the Slurm profile plans every job
+    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "slurm"), "--dry-run")
+    for rule in ("download", "preprocess", "train", "evaluate", "report"):
+        assert f"rule {rule}:" in proc.stdout, proc.stdout
+
+
+def test_remote_download_switch_rejects_other_values(tmp_path: Path):
+    write_config(tmp_path, default_config())
+    proc = snakemake(
+        tmp_path,
+        "--dry-run",
+        "--cores",
+        "1",
+        check=False,
+        env={"CLUSTERBENCH_REMOTE_DOWNLOAD": "yes"},
+    )
+    assert proc.returncode != 0
+    assert "CLUSTERBENCH_REMOTE_DOWNLOAD='yes'" in proc.stdout + proc.stderr

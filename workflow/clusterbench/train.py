@@ -31,6 +31,9 @@ backend branches.
   ``channels_last`` uses that memory format. The data sets stay resident on the device.
 * Timing: each epoch's clock stops after the device is synchronised. ``metrics.jsonl`` holds
   every epoch; the report excludes warm-up epochs from its averages.
+* Progress: rank 0 logs ``train: epoch E step S/N (P%), R images/s, ETA T s`` lines within an
+  epoch, at most every ``PROGRESS_INTERVAL`` (10) seconds and at least once per epoch, from its
+  host clock (no synchronisation), then one summary line per epoch.
 * Validation is sharded over the ranks; loss and counts are summed over them.
 * Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
   comes first (rank 0 decides, every rank follows).
@@ -71,6 +74,8 @@ if TYPE_CHECKING:
 EVAL_BATCH = 1024
 #: Where TensorBoard events are written during training; renamed to ``tensorboard/`` at the end.
 TB_PARTIAL = ".tensorboard.partial"
+#: Seconds between two progress lines of rank 0 within an epoch (see :func:`progress_due`).
+PROGRESS_INTERVAL = 10.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,6 +144,31 @@ def learning_rate(
         return target
     progress = min(1.0, (epoch + step / steps_per_epoch) / warmup_epochs)
     return base_lr + (target - base_lr) * progress
+
+
+def progress_due(
+    now: float,
+    last: float,
+    step: int,
+    steps: int,
+    printed: bool,
+    interval: float = PROGRESS_INTERVAL,
+) -> bool:
+    """Whether rank 0 logs a progress line after ``step`` of the epoch's ``steps`` (1-based):
+    once ``interval`` seconds have passed since ``last`` (its previous line, or the epoch's
+    start), and after the last step of an epoch that has ``printed`` no line yet."""
+    return now - last >= interval or (step == steps and not printed)
+
+
+def progress_line(epoch: int, step: int, steps: int, images: int, seconds: float) -> str:
+    """``images`` trained (all ranks) in the ``seconds`` of the ``epoch``'s first ``step`` steps
+    (1-based), as one log line: the rate and the epoch's ETA at that rate."""
+    rate = images / seconds if seconds > 0 else 0.0
+    eta = seconds * (steps - step) / step
+    return (
+        f"train: epoch {epoch} step {step}/{steps} ({100 * step // steps}%), "
+        f"{rate:.0f} images/s, ETA {eta:.0f} s"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,7 +458,9 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
     """One pass over the training set; returns ``(mean train loss, last lr, images trained)``.
 
     The step has no host synchronisation of its own: the loss is summed on the device and read
-    once per epoch.
+    once per epoch. Rank 0 logs progress (:func:`progress_due`) from its host clock alone: no
+    collective, no device synchronisation, no loss (reading it would wait for the device); on a
+    GPU its rate is approximate, the host running a little ahead of the device.
     """
     import torch
     import torch.nn.functional as F
@@ -443,6 +475,8 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
     ctx.net.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
     lr = run["lr"]
+    started = last = time.monotonic() if rank == 0 else 0.0
+    printed, images = False, 0
     for step, (start, stop) in enumerate(batches):
         lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, len(batches))
         for group in ctx.optimizer.param_groups:
@@ -458,7 +492,13 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
         (summed * (workers / (stop - start))).backward()
         ctx.optimizer.step()
         loss_sum += summed.detach()
-    images = sum(stop - start for start, stop in batches)
+        images += stop - start
+        if rank == 0:
+            now = time.monotonic()
+            if progress_due(now, last, step + 1, len(batches), printed):
+                line = progress_line(epoch + 1, step + 1, len(batches), images, now - started)
+                print(line, flush=True)
+                last, printed = now, True
     total = ctx.rt.allreduce_sum(loss_sum.cpu().view(1), name="train.loss")
     return float(total) / images, lr, images
 
