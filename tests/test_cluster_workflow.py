@@ -220,11 +220,13 @@ def _rank_pid(rank: int, workdir: Path) -> int | None:
     return None
 
 
-def kill_rank_during_training(workdir: Path, profile: str, env: dict, extra=()) -> tuple:
+def kill_rank_during_training(
+    workdir: Path, profile: str, env: dict, extra=(), backend: str = "horovod"
+) -> tuple:
     """Start the workflow, SIGKILL rank 1 once training runs; return (proc, log text, seconds)."""
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
-    run = dict(cfg["runs"][1], name="doomed", epochs=500, runtime=15)
+    run = dict(cfg["runs"][1], name="doomed", epochs=500, runtime=15, backend=backend)
     cfg["runs"] = [run]
     write_config(workdir, cfg)
     log = workdir / "results" / "logs" / "train" / "doomed.log"
@@ -272,9 +274,10 @@ def _assert_failed_fast(returncode, out, log, seconds):
     assert "Error in rule train" in out, out
 
 
-def test_killing_a_rank_fails_the_local_job(tmp_path):
+@pytest.mark.parametrize("backend", ["horovod", "ddp"])
+def test_killing_a_rank_fails_the_local_job(tmp_path, backend):
     workdir = tmp_path / "w"
-    returncode, out, log, seconds = kill_rank_during_training(workdir, "local", {})
+    returncode, out, log, seconds = kill_rank_during_training(workdir, "local", {}, backend=backend)
     _assert_failed_fast(returncode, out, log, seconds)
     assert _rank_pid(0, workdir) is None  # the surviving rank was stopped too
 

@@ -190,35 +190,10 @@ def test_backends_produce_the_same_first_step_weights(bn, tmp_path):
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory) -> Path:
     """The demo's digits data, made by the real download and preprocess stages (offline)."""
-    from clusterbench import download, preprocess
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_data import build_digits
 
-    root = tmp_path_factory.mktemp("digits")
-    manifest = root / "raw" / "MANIFEST.json"
-    download.main(
-        [
-            "--dataset",
-            "digits",
-            "--params",
-            json.dumps({"cache_dir": str(root / "cache")}),
-            "--out",
-            str(manifest),
-        ]
-    )
-    params = {"val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}
-    out = root / "data"
-    preprocess.main(
-        [
-            "--dataset",
-            "digits",
-            "--manifest",
-            str(manifest),
-            "--params",
-            json.dumps(params),
-            "--out-dir",
-            str(out),
-        ]
-    )
-    return out
+    return build_digits(tmp_path_factory.mktemp("digits"))
 
 
 @pytest.mark.slow

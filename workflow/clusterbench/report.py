@@ -42,6 +42,7 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
+from clusterbench.config import TRAIN_KEYS
 from clusterbench.params import json_object, read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
@@ -57,21 +58,7 @@ EPOCH_FIELDS = (
     "epoch_seconds",
     "images_per_second",
 )
-RUN_FIELDS = (
-    "name",
-    "dataset",
-    "model",
-    "workers",
-    "nodes",
-    "batch_size",
-    "lr",
-    "backend",
-    "bn",
-    "batch_scaling",
-    "deterministic",
-    "precision",
-    "channels_last",
-)
+RUN_FIELDS = TRAIN_KEYS  # run.json "run": the run's whole training slice
 EFFECTIVE_FIELDS = ("global_batch", "lr", "batch_scaling")
 EVAL_FIELDS = ("split", "accuracy", "loss", "n")
 PER_CLASS_FIELDS = ("class", "precision", "recall", "f1", "support")

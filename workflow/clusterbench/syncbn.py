@@ -116,15 +116,19 @@ class CPUSyncBatchNorm(nn.BatchNorm2d):
         return out
 
 
-def cpu_sync_factory(comm: SyncComm) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
-    """Makes a :class:`CPUSyncBatchNorm` over ``comm`` with the arguments of a BatchNorm."""
+def batchnorm_factory(cls: type[nn.Module], **extra: Any) -> Callable[[nn.BatchNorm2d], Any]:
+    """Makes a ``cls`` (a BatchNorm class) with the arguments of a given BatchNorm, plus
+    ``extra`` keyword arguments: the ``make`` of :func:`convert_batchnorm`."""
 
-    def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
-        return CPUSyncBatchNorm(
-            bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, comm=comm
-        )
+    def make(bn: nn.BatchNorm2d) -> Any:
+        return cls(bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, **extra)
 
     return make
+
+
+def cpu_sync_factory(comm: SyncComm | None) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+    """Makes a :class:`CPUSyncBatchNorm` over ``comm`` with the arguments of a BatchNorm."""
+    return batchnorm_factory(CPUSyncBatchNorm, comm=comm)
 
 
 def convert_batchnorm(

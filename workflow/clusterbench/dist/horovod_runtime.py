@@ -43,7 +43,7 @@ from clusterbench.dist.base import (
     flat_grads,
     unflatten_into,
 )
-from clusterbench.syncbn import RunningStatsAggregator, cpu_sync_factory
+from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
 
 #: Horovod background-cycle time (ms) of CPU runs unless HOROVOD_CYCLE_TIME is set (see above).
 CYCLE_TIME_MS = "2"
@@ -122,14 +122,7 @@ class HorovodRuntime(Runtime):
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # hvd.SyncBatchNorm refuses CPU tensors
-        hvd = self.hvd
-
-        def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
-            return hvd.SyncBatchNorm(
-                bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
-            )
-
-        return make
+        return batchnorm_factory(self.hvd.SyncBatchNorm)
 
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from clusterbench.dist.base import DistributedOptimizer, Identity, Runtime, env_int
-from clusterbench.syncbn import RunningStatsAggregator, cpu_sync_factory
+from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
 
 
 class AggregatingOptimizer(DistributedOptimizer):
@@ -117,13 +117,7 @@ class TorchRuntime(Runtime):
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # nn.SyncBatchNorm runs on GPUs only
-
-        def make(bn: nn.BatchNorm2d) -> nn.BatchNorm2d:
-            return nn.SyncBatchNorm(
-                bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
-            )
-
-        return make
+        return batchnorm_factory(nn.SyncBatchNorm)
 
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
