@@ -1263,7 +1263,8 @@ def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
     title = "Backend comparison"
     subtitle = (
         "Mean throughput (timed epochs, \u00b1 sample sd) of runs that differ only in their "
-        "backend: same dataset, model, workers, nodes, device, BN mode and global batch. The "
+        "backend: same dataset, model, workers, nodes, device, BN mode, global batch and "
+        "precision/memory format. The "
         f"ratio is each backend's throughput over {REFERENCE_BACKEND}'s (> 1: faster)."
     )
     cmp = backend_comparison(runs_df)
