@@ -153,16 +153,6 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
     return problems
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and validate a YAML config file."""
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
-    try:
-        return validate(raw)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-
-
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON: the form every params slice is passed in."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
