@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -98,6 +99,38 @@ def write_metrics(out_dir: Path, records: list[dict[str, Any]]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
     (out_dir / "metrics.jsonl").write_text(text)
+
+
+#: The training settings both references take (flags, or the trainer's --run JSON).
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "model": "small_cnn",
+    "epochs": 8,
+    "batch_size": 128,
+    "lr": 0.05,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "seed": 1,
+}
+
+
+def settings_cli(description: str, defaults: dict[str, Any]) -> argparse.ArgumentParser:
+    """A reference script's parser: --data-dir, --out-dir, --run and one flag per setting."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
+    parser.add_argument("--out-dir", type=Path, help="write metrics.jsonl here")
+    parser.add_argument("--run", help="the trainer's run JSON (overrides the flags below)")
+    for key, value in defaults.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    return parser
+
+
+def parsed_settings(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The settings of parsed ``args``: the flags, overridden by ``--run`` where it has them."""
+    return settings_from_run(args.run, {k: getattr(args, k) for k in defaults})
 
 
 def settings_from_run(run_json: str | None, defaults: dict[str, Any]) -> dict[str, Any]:

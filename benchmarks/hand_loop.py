@@ -25,7 +25,6 @@ images_per_second, train_loss). ``--run`` takes the trainer's run JSON slice ins
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import Any
@@ -33,20 +32,17 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_data import cpu_cores, load_arrays, settings_from_run, write_metrics
+from bench_data import (
+    TRAINING_DEFAULTS,
+    cpu_cores,
+    load_arrays,
+    parsed_settings,
+    settings_cli,
+    write_metrics,
+)
 from clusterbench.models import build_model, normalize_images
 
-DEFAULTS = {
-    "model": "small_cnn",
-    "epochs": 8,
-    "batch_size": 128,
-    "lr": 0.05,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-    "seed": 1,
-    "precision": "fp32",
-    "channels_last": False,
-}
+DEFAULTS = {**TRAINING_DEFAULTS, "precision": "fp32", "channels_last": False}
 
 
 def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[dict[str, Any]]:
@@ -113,19 +109,8 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
-    parser.add_argument("--out-dir", type=Path, help="write metrics.jsonl here")
-    parser.add_argument("--run", help="the trainer's run JSON (overrides the flags below)")
-    for key, value in DEFAULTS.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            parser.add_argument(flag, action="store_true")
-        else:
-            parser.add_argument(flag, type=type(value), default=value)
-    args = parser.parse_args(argv)
-    settings = settings_from_run(args.run, {k: getattr(args, k) for k in DEFAULTS})
-    train(args.data_dir, args.out_dir, **settings)
+    args = settings_cli(__doc__.split("\n\n")[0], DEFAULTS).parse_args(argv)
+    train(args.data_dir, args.out_dir, **parsed_settings(args, DEFAULTS))
     return 0
 
 

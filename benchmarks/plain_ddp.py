@@ -25,7 +25,6 @@ Rank 0 prints each epoch and writes ``metrics.jsonl`` (images/s over all ranks) 
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -36,19 +35,19 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from bench_data import cpu_cores, free_port, load_arrays, settings_from_run, write_metrics
+from bench_data import (
+    TRAINING_DEFAULTS,
+    cpu_cores,
+    free_port,
+    load_arrays,
+    parsed_settings,
+    settings_cli,
+    write_metrics,
+)
 from clusterbench.models import build_model, normalize_images
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-DEFAULTS = {
-    "model": "small_cnn",
-    "epochs": 8,
-    "batch_size": 128,
-    "lr": 0.05,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-    "seed": 1,
-}
+DEFAULTS = TRAINING_DEFAULTS
 
 
 def shard(batch: int, ranks: int, rank: int) -> tuple[int, int]:
@@ -144,16 +143,10 @@ def train(data_dir: Path, nproc: int = 2, out_dir: Path | None = None, **setting
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
+    parser = settings_cli(__doc__.split("\n\n")[0], DEFAULTS)
     parser.add_argument("--nproc", type=int, default=2, help="number of ranks (processes)")
-    parser.add_argument("--out-dir", type=Path, help="write metrics.jsonl here")
-    parser.add_argument("--run", help="the trainer's run JSON (overrides the flags below)")
-    for key, value in DEFAULTS.items():
-        parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=value)
     args = parser.parse_args(argv)
-    settings = settings_from_run(args.run, {k: getattr(args, k) for k in DEFAULTS})
-    train(args.data_dir, args.nproc, args.out_dir, **settings)
+    train(args.data_dir, args.nproc, args.out_dir, **parsed_settings(args, DEFAULTS))
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from clusterbench.syncbn import RunningStatsAggregator, aggregate_formula
+from clusterbench.syncbn import RunningStatsAggregator
 from torch import nn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +34,19 @@ def two_bn_net() -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1), nn.BatchNorm2d(2)
     )
+
+
+def aggregate_formula(
+    counts: list[int], means: list[torch.Tensor], variances: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The issue's formula, written out: the ``f_i = n_i / N`` weighted mixture of the
+    workers' means and variances."""
+    total = float(sum(counts))
+    mean = sum(n / total * m for n, m in zip(counts, means, strict=True))
+    var = sum(
+        n / total * (v + (m - mean) ** 2) for n, m, v in zip(counts, means, variances, strict=True)
+    )
+    return mean, var
 
 
 def rank_batch(rank: int, n: int) -> torch.Tensor:

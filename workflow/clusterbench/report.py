@@ -58,7 +58,6 @@ EPOCH_FIELDS = (
     "epoch_seconds",
     "images_per_second",
 )
-RUN_FIELDS = TRAIN_KEYS  # run.json "run": the run's whole training slice
 EFFECTIVE_FIELDS = ("global_batch", "lr", "batch_scaling")
 EVAL_FIELDS = ("split", "accuracy", "loss", "n")
 PER_CLASS_FIELDS = ("class", "precision", "recall", "f1", "support")
@@ -217,7 +216,7 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     _require(info, ("run", "train_seconds"), run_dir / "run.json")
     if not isinstance(info["run"], dict):
         raise ValueError(f"{run_dir / 'run.json'}: 'run' must be an object")
-    _require(info["run"], RUN_FIELDS, run_dir / "run.json", " in 'run'")
+    _require(info["run"], TRAIN_KEYS, run_dir / "run.json", " in 'run'")
     if not isinstance(info.get("effective"), dict):
         raise ValueError(
             f"{run_dir / 'run.json'}: missing field 'effective' (an object with "
@@ -821,13 +820,7 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 fmt_duration(r.train_seconds),
             ]
         )
-    untimed = runs_df[runs_df["timed_epochs"] == 0]
-    note = None
-    if not untimed.empty:
-        note = "* n/a: no epoch left to time: " + "; ".join(
-            f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
-        )
-        note = textwrap.shorten(note, 300, placeholder=" ...") + "."
+    note = untimed_note(runs_df, "* ")
     chunks = [rows[i : i + TABLE_ROWS_PER_PAGE] for i in range(0, len(rows), TABLE_ROWS_PER_PAGE)]
     for page_no, chunk in enumerate(chunks, start=1):
         suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
@@ -873,6 +866,17 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         ax.add_table(table)
 
 
+def untimed_note(runs_df: pd.DataFrame, mark: str = "") -> str | None:
+    """The page note naming the runs without a timed epoch and why; None when every run has one."""
+    untimed = runs_df[runs_df["timed_epochs"] == 0]
+    if untimed.empty:
+        return None
+    note = f"{mark}n/a: no epoch left to time: " + "; ".join(
+        f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
+    )
+    return textwrap.shorten(note, 300, placeholder=" ...") + "."
+
+
 def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
     warmup = pages.params.timing_warmup_epochs
     excluded = (
@@ -882,13 +886,7 @@ def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame
         if warmup
         else "No warm-up epoch is excluded: the mean is over all epochs."
     )
-    untimed = runs_df[runs_df["timed_epochs"] == 0]
-    note = None
-    if not untimed.empty:
-        note = "n/a: no epoch left to time: " + "; ".join(
-            f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
-        )
-        note = textwrap.shorten(note, 300, placeholder=" ...") + "."
+    note = untimed_note(runs_df)
     fig = pages.new(
         "Time per epoch",
         "Left: mean \u00b1 sample sd of the time per epoch of each run over its timed epochs "

@@ -219,15 +219,3 @@ class RunningStatsAggregator:
             layer.running_mean.copy_(centre + mean_d)
             layer.running_var.copy_((second - mean_d * mean_d).clamp_min_(0))
         self.reset_centres()
-
-
-def aggregate_formula(
-    counts: list[int], means: list[torch.Tensor], variances: list[torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference formula (for tests and docs): ``f_i = n_i / N`` weighted mixture."""
-    total = float(sum(counts))
-    mean = sum(n / total * m for n, m in zip(counts, means, strict=True))
-    var = sum(
-        n / total * (v + (m - mean) ** 2) for n, m, v in zip(counts, means, variances, strict=True)
-    )
-    return mean, var

@@ -322,7 +322,7 @@ def cpu_threads(local_size: int, env: Mapping[str, str] = os.environ) -> int:
 
     ``OMP_NUM_THREADS`` only caps the node's total: Snakemake sets it to the whole job's
     ``threads``, and taking it per rank oversubscribed a 2-core machine 2x and made 2-worker
-    training about 18x slower (measured with benchmarks/bench_train.py).
+    training about 18x slower (measured with the 2-worker trainer on the digits).
     """
     cpus = len(os.sched_getaffinity(0))
     if env.get("OMP_NUM_THREADS", "").isdigit():
