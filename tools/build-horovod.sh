@@ -10,7 +10,7 @@
 set -euo pipefail
 
 py=${PYTHON:-python3}
-HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+HOROVOD_VERSION=${HOROVOD_VERSION:-$("$py" "$(dirname "${BASH_SOURCE[0]}")/deps.py" pin horovod)}
 CACHE=${CLUSTERBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clusterbench}
 WHEELS="$CACHE/wheels"
 bindir=$(dirname "$("$py" -c 'import sys; print(sys.executable)')")
@@ -76,6 +76,7 @@ else
     else
         say "using cached wheel $(ls "$wheel_dir"/horovod-*.whl)"
     fi
+    pip install -q "cloudpickle" "psutil" "pyyaml" "packaging"   # horovod's own dependencies
     pip install -q --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
 fi
 

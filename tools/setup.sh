@@ -11,8 +11,9 @@ cd "$here"
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-TORCH_VERSION=${TORCH_VERSION:-2.13.0}
-HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+# Versions come from their one declaration, pyproject.toml's dependencies (tools/deps.py).
+TORCH_VERSION=$("$PYTHON" tools/deps.py pin torch)
+HOROVOD_VERSION=$("$PYTHON" tools/deps.py pin horovod)
 CACHE=${CLUSTERBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clusterbench}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
@@ -43,22 +44,21 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     fi
 fi
 
-# Requirements and the editable package: skipped when nothing changed since the last set-up.
+# ---------------------------------------------------------------------------------------------
+# horovod (patched sdist build, cached wheel): before the package, whose dependencies name it
+PYTHON="$py" HOROVOD_VERSION="$HOROVOD_VERSION" CLUSTERBENCH_CACHE="$CACHE" tools/build-horovod.sh
+
+# The package with every other dependency of pyproject.toml (torch and horovod are already
+# satisfied): skipped when pyproject.toml has not changed since the last set-up.
 stamp="$VENV/.clusterbench-requirements"
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing pinned requirements (snakemake, executor plugins, pandas, seaborn, ...)"
-    pip install -q -r requirements.txt
-    say "installing clusterbench (editable, source root workflow/)"
-    pip install -q --no-deps --no-build-isolation -e .
+    say "installing clusterbench (editable) and its pinned dependencies from pyproject.toml"
+    pip install -q --no-build-isolation -e ".[dev]"
     echo "$want" > "$stamp"
 else
-    say "requirements and clusterbench already installed"
+    say "dependencies and clusterbench already installed"
 fi
-
-# ---------------------------------------------------------------------------------------------
-# horovod (patched sdist build, cached wheel)
-PYTHON="$py" HOROVOD_VERSION="$HOROVOD_VERSION" CLUSTERBENCH_CACHE="$CACHE" tools/build-horovod.sh
 
 # ---------------------------------------------------------------------------------------------
 # named profiles: `snakemake --profile slurm` looks in ~/.config/snakemake/<name>
