@@ -7,11 +7,13 @@ SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test bench lint format report-html clean
+.PHONY: help setup demo test check bench lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
 	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
+	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
+	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
 	@echo "            (BENCH_ARGS=--quick for a fast check) -> benchmarks/results/*.json"
@@ -31,6 +33,9 @@ test: setup
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
 	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
+
+check: lint
+	python -m pytest -q -m "not slow and not slurm and not sge" $(PYTEST_ARGS)
 
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.evaluate import main
 from clusterbench.models import build_model
 from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
@@ -287,18 +289,19 @@ def test_checkpoint_without_arch(data_dir: Path, tmp_path: Path):
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ("not json", "not valid JSON"),
-        ("[16]", "must be a JSON object"),
-        ('{"split": "train"}', "split must be one of"),
-        ('{"batch_size": 0}', "batch_size must be an integer >= 1"),
-        ('{"batch_size": 2.5}', "batch_size must be an integer >= 1"),
-        ('{"batch_size": 8, "epochs": 3}', r"unknown key\(s\) \['epochs'\]"),
+        ("not json", "--params is not valid JSON"),
+        ("[16]", "--params must be a JSON object"),
+        ('{"split": "train"}', r"--params.split: 'train' is not one of \['test', 'val'\]"),
+        ('{"batch_size": 0}', "--params.batch_size: 0 is less than the minimum of 1"),
+        ('{"batch_size": 2.5}', "--params.batch_size: 2.5 is not of type 'integer'"),
+        ('{"batch_size": 8, "epochs": 3}', r"\('epochs' was unexpected\)"),
     ],
 )
-def test_bad_params(data_dir: Path, tmp_path: Path, params: str, message: str):
+def test_bad_params(data_dir: Path, tmp_path: Path, params: str, message: str, capsys):
     model = save_model(tmp_path / "model.pt", random_model())
-    with pytest.raises(ValueError, match=message):
-        run_eval(data_dir, model, tmp_path / "eval", params)
+    assert run_eval(data_dir, model, tmp_path / "eval", params) == EXIT_BAD_SETTINGS
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "eval").exists()
 
 
 def test_bad_data_dir(data_dir: Path, tmp_path: Path):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 from clusterbench.atomic import atomic_path
-from clusterbench.models import MODELS, build_model, load_model, normalize_images
+from clusterbench.evaluate import build, load_model_file
+from clusterbench.models import MODELS, build_model, normalize_images
 from torch import nn
 
 
@@ -80,8 +81,9 @@ def test_model_file_round_trip(tmp_path, name):
     with atomic_path(tmp_path / "model.pt") as tmp:
         torch.save({"arch": arch, "state_dict": net.state_dict(), "mean": [0.3], "std": [0.4]}, tmp)
 
-    loaded, ckpt = load_model(str(tmp_path / "model.pt"))
+    ckpt = load_model_file(tmp_path / "model.pt")  # the evaluate stage's loader
+    loaded = build(ckpt, tmp_path / "model.pt").eval()
 
-    assert not loaded.training and ckpt["mean"] == [0.3]
+    assert ckpt["mean"] == [0.3]
     x = torch.randn(3, 1, 8, 8)
     torch.testing.assert_close(loaded(x), net(x), rtol=0, atol=0)

@@ -15,7 +15,6 @@ import pytest
 from clusterbench.resources import (
     SGE_MPI_PE,
     TRAIN_RESOURCE_KEYS,
-    plain_resources,
     train_resources,
 )
 from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
@@ -146,18 +145,6 @@ def test_missing_field_is_named() -> None:
     del run["nodes"]
     with pytest.raises(ValueError, match="run 'r': nodes must be"):
         train_resources(run)
-
-
-def test_plain_resources() -> None:
-    res = plain_resources(threads=2, mem_mb=1000, runtime=5)
-    assert res == {
-        "mem_mb": 1000,
-        "runtime": 5,
-        "threads": 2,
-        "sge_resources": "h_vmem=INFINITY,tmem=500M",
-    }
-    with pytest.raises(ValueError, match="threads must be"):
-        plain_resources(threads=0)
 
 
 # ------------------------------------------------------------------------------------------------

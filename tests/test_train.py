@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from clusterbench.config import ConfigError
+from clusterbench.config import EXIT_BAD_SETTINGS, ConfigError
 from clusterbench.models import build_model
 from clusterbench.train import (
     PROGRESS_INTERVAL,
@@ -285,22 +285,15 @@ def test_validate_run_names_a_missing_key():
         validate_run(run)
 
 
-def test_main_rejects_bad_run_config_before_training(tmp_path):
+def test_main_rejects_bad_run_config_before_training(tmp_path, capsys):
     data = make_dataset(tmp_path / "data")
     out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="batch_size"):
-        main(
-            [
-                "--data-dir",
-                str(data),
-                "--run",
-                json.dumps(run_config(batch_size=1)),
-                "--out-dir",
-                str(out),
-            ]
-        )
-    with pytest.raises(ConfigError, match="not valid JSON"):
-        main(["--data-dir", str(data), "--run", "{nope", "--out-dir", str(out)])
+    bad = json.dumps(run_config(batch_size=1))
+    args = ["--data-dir", str(data), "--out-dir", str(out), "--run"]
+    assert main([*args, bad]) == EXIT_BAD_SETTINGS
+    assert "--run.batch_size: global batch 1 is smaller than workers=2" in capsys.readouterr().err
+    assert main([*args, "{nope"]) == EXIT_BAD_SETTINGS
+    assert "--run is not valid JSON" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -14,12 +14,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+from clusterbench.model_registry import MODEL_CLASSES
+from clusterbench.params import json_object
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
@@ -51,12 +56,29 @@ RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime")
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; the message names the offending key."""
+    """Bad settings (the config, or a stage's ``--params``); the message names the offending key.
+
+    The one error type for bad settings: every stage's ``main`` turns it into
+    :data:`EXIT_BAD_SETTINGS`.
+    """
+
+
+#: Exit status of every stage whose settings are invalid (a failure of the work itself is 1).
+EXIT_BAD_SETTINGS = 2
+
+
+def bad_settings(stage: str, exc: ConfigError) -> int:
+    """Report ``exc`` for ``stage`` on stderr; the exit status of a stage with bad settings."""
+    print(f"{stage}: error: {exc}", file=sys.stderr)
+    return EXIT_BAD_SETTINGS
 
 
 def load_schema() -> dict[str, Any]:
+    """The config schema, with the choices of ``model`` from the model registry."""
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    schema["$defs"]["run_settings"]["properties"]["model"]["enum"] = list(MODEL_CLASSES)
+    return schema
 
 
 def _key_path(parts: Iterable[Any]) -> str:
@@ -84,12 +106,22 @@ def _fill_defaults(schema: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
-def _schema_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+def _schema_problems(
+    value: Any, schema: Mapping[str, Any], prefix: tuple[Any, ...] = ()
+) -> list[str]:
+    """One line per schema violation of ``value``, each naming its key (under ``prefix``)."""
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"  {_key_path(e.absolute_path)}: {e.message}" for e in errors]
-        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+    errors = sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
+    return [f"{_key_path((*prefix, *e.absolute_path))}: {e.message}" for e in errors]
+
+
+def _raise_problems(what: str, problems: list[str]) -> None:
+    if problems:
+        raise ConfigError(f"invalid {what}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _schema_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    _raise_problems("configuration", _schema_problems(config, schema))
 
 
 def validate(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,6 +185,50 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class StageSettings:
+    """Where a stage's ``--params`` are defined in the schema (a JSON pointer) and which of those
+    keys it takes (None: all); ``required`` keys must be given, the others take the schema's
+    defaults; ``check`` adds the cross-key checks the schema cannot express."""
+
+    pointer: str
+    keys: tuple[str, ...] | None = None
+    required: tuple[str, ...] = ()
+    check: Callable[[Mapping[str, Any], str], list[str]] | None = None
+
+
+def _definition(schema: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+    node: Any = schema
+    for part in pointer.strip("/").split("/"):
+        node = node[part]
+    return dict(node)
+
+
+def stage_params(stage: str, params: str | Mapping[str, Any], what: str = "--params") -> dict:
+    """A stage's ``--params`` (JSON text or an object), validated against the schema's
+    definition for that stage (:data:`STAGES`) with its defaults filled in.
+
+    The one check of every setting a stage takes: the stages do not re-check values by hand.
+    Raises :class:`ConfigError` naming each offending key as ``<what>.<key>``.
+    """
+    stage_def = STAGES[stage]
+    raw = json_object(params, what=what, error=ConfigError) if isinstance(params, str) else params
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{what} must be a JSON object, got {raw!r}")
+    definition = _definition(load_schema(), stage_def.pointer)
+    if stage_def.keys is not None:
+        props = definition.get("properties", {})
+        definition["properties"] = {key: props[key] for key in stage_def.keys}
+    definition["required"] = sorted({*definition.get("required", ()), *stage_def.required})
+    definition["additionalProperties"] = False
+    problems = _schema_problems(raw, definition, (what,))
+    resolved = _fill_defaults(definition, copy.deepcopy(dict(raw)))
+    if not problems and stage_def.check is not None:
+        problems = stage_def.check(resolved, what)
+    _raise_problems(f"{stage} settings", problems)
+    return resolved
+
+
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON: the form every params slice is passed in."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
@@ -200,3 +276,14 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     if dataset_cfg.get("urls"):
         source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
     return {"source": source}
+
+
+#: The definition of each stage's ``--params`` (see :func:`stage_params`).
+STAGES: dict[str, StageSettings] = {
+    "train": StageSettings(
+        "/$defs/run_settings", keys=TRAIN_KEYS, required=TRAIN_KEYS, check=run_problems
+    ),
+    "evaluate": StageSettings("/properties/evaluate"),
+    "report": StageSettings("/properties/report"),
+    "download": StageSettings("/properties/download"),
+}

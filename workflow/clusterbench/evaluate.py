@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from clusterbench.atomic import atomic_open, write_json
-from clusterbench.params import json_object, read_json_object
+from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.params import read_json_object
 
-SPLITS = ("test", "val")
 ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
 
 
@@ -47,15 +47,8 @@ class SplitData:
 
 
 def parse_params(text: str) -> EvalParams:
-    """Validate the ``--params`` JSON: ``{"batch_size": int >= 1, "split": "test"|"val"}``."""
-    raw = json_object(text, allowed=("batch_size", "split"))
-    batch_size = raw.get("batch_size", 512)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"--params.batch_size must be an integer >= 1, got {batch_size!r}")
-    split = raw.get("split", "test")
-    if split not in SPLITS:
-        raise ValueError(f"--params.split must be one of {list(SPLITS)}, got {split!r}")
-    return EvalParams(batch_size=batch_size, split=split)
+    """The ``--params`` JSON, checked against the config schema's ``evaluate`` settings."""
+    return EvalParams(**stage_params("evaluate", text))
 
 
 def load_split(data_dir: Path, split: str) -> SplitData:
@@ -267,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, required=True, help="results/eval/RUN")
     args = parser.parse_args(argv)
 
-    params = parse_params(args.params)
+    try:
+        params = parse_params(args.params)
+    except ConfigError as exc:
+        return bad_settings("evaluate", exc)
     data = load_split(args.data_dir, params.split)
     ckpt = load_model_file(args.model)
     check_compatible(ckpt, data.meta, args.model)

@@ -8,11 +8,12 @@ mean/std (``meta.json``, and repeated in ``model.pt``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from clusterbench.model_registry import MODEL_CLASSES
 
 #: Smallest image side the models accept (two 2x down-samplings must leave >= 2 pixels).
 MIN_IMAGE_SIZE = 4
@@ -108,7 +109,10 @@ class ResNet(nn.Module):
         return self.head(self.layers(self.stem(x)))
 
 
-MODELS: dict[str, Callable[[int, int], nn.Module]] = {"small_cnn": SmallCNN, "resnet": ResNet}
+#: The built-in models by name (the names and their order come from the registry).
+MODELS: dict[str, Callable[[int, int], nn.Module]] = {
+    name: globals()[cls] for name, cls in MODEL_CLASSES.items()
+}
 
 
 def build_model(
@@ -141,14 +145,3 @@ def normalize_images(
     std_t = torch.as_tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
     x = x.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
     return (x - mean_t) / std_t
-
-
-def load_model(path: str, map_location: Any = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the network saved in a ``model.pt`` (eval mode); returns ``(model, checkpoint)``.
-
-    Feed it ``normalize_images(x, checkpoint["mean"], checkpoint["std"])``.
-    """
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    net = build_model(**ckpt["arch"])
-    net.load_state_dict(ckpt["state_dict"])
-    return net.eval(), ckpt

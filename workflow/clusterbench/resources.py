@@ -75,22 +75,6 @@ def _sge_memory(mem_mb: int, slots: int) -> str:
     return f"h_vmem=INFINITY,tmem={math.ceil(mem_mb / slots)}M"
 
 
-def plain_resources(*, threads: int = 1, mem_mb: int = 1000, runtime: int = 30) -> dict[str, Any]:
-    """Resources of an ordinary one-task rule using ``threads`` CPUs (local, Slurm, SGE).
-
-    Slurm wraps it in ``srun -n1 --cpus-per-task=<threads>``; SGE gives it ``threads`` slots in
-    the profile's PE with memory not enforced as h_vmem (PyTorch-safe).
-    """
-    threads = _int_at_least(threads, "threads")
-    mem_mb = _int_at_least(mem_mb, "mem_mb")
-    return {
-        "mem_mb": mem_mb,
-        "runtime": _int_at_least(runtime, "runtime"),
-        "threads": threads,
-        "sge_resources": _sge_memory(mem_mb, threads),
-    }
-
-
 def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
     """The resources of one training run (``workers`` Horovod ranks on ``nodes`` nodes).
 

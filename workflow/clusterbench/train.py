@@ -59,13 +59,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import numpy as np
 
 from clusterbench.atomic import atomic_path, write_json, write_text
-from clusterbench.config import TRAIN_KEYS, ConfigError, load_schema, run_problems
+from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.evaluate import SplitData, load_split
-from clusterbench.params import json_object
 
 if TYPE_CHECKING:
     from clusterbench.dist.base import Runtime
@@ -175,20 +173,10 @@ def progress_line(epoch: int, step: int, steps: int, images: int, seconds: float
 # Input checks (all before any Horovod work)
 
 
-def validate_run(run: Any) -> dict[str, Any]:
-    """Check the ``--run`` slice against the config schema's run settings; names each bad key."""
-    if not isinstance(run, dict):
-        raise ConfigError(f"--run must be a JSON object, got {type(run).__name__}")
-    schema = {**load_schema()["$defs"]["run_settings"], "required": list(TRAIN_KEYS)}
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(run), key=lambda e: list(e.path)
-    )
-    problems = [f"run{''.join(f'.{p}' for p in e.path)}: {e.message}" for e in errors]
-    if not errors:
-        problems += run_problems(run)
-    if problems:
-        raise ConfigError("invalid run config:\n" + "\n".join(f"  {p}" for p in problems))
-    return dict(run)
+def validate_run(run: str | dict[str, Any]) -> dict[str, Any]:
+    """The ``--run`` slice (JSON text or object), checked against the config schema's run
+    settings (:func:`clusterbench.config.stage_params`); names each bad key."""
+    return stage_params("train", run, what="--run")
 
 
 @dataclass(frozen=True)
@@ -717,8 +705,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    run = validate_run(json_object(args.run, what="--run", error=ConfigError))
-    check_device(run)  # before reading data or starting any backend
+    try:
+        run = validate_run(args.run)
+        check_device(run)  # before reading data or starting any backend
+    except ConfigError as exc:
+        return bad_settings("train", exc)
     data = load_data(args.data_dir, run)
     train(
         run,
