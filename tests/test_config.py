@@ -172,3 +172,46 @@ def test_download_slice_maps_overrides_and_leaves_out_operational_settings():
         }
     }
     assert cb.download_slice({"mirror": None, "urls": {}}) == {"source": {}}
+
+
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("run", "lr", float("nan"), r"runs\[0\]\.lr: nan is not a finite number"),
+        ("run", "lr", float("inf"), r"runs\[0\]\.lr: inf is not a finite number"),
+        ("run", "minutes", float("inf"), r"runs\[0\]\.minutes: inf is not a finite number"),
+        ("run", "lr", "1e-3", r"runs\[0\]\.lr: .*YAML read 1e-3 as a string.*e\.g\. 1\.0e-3"),
+        ("run", "model", False, r"runs\[0\]\.model: .*YAML read an unquoted yes/no"),
+        ("run", "name", "r" * 101, r"runs\[0\]\.name: 'r{39}\.\.\.' \(101 characters\) is longer"),
+        ("report", "title", "   ", r"report\.title: '   ' is blank"),
+        ("report", "author", "x" * 301, r"report\.author: .* is longer than the limit of 300"),
+    ],
+)
+def test_bad_values_are_named_with_how_yaml_read_them(section, key, value, message):
+    cfg = default_config()
+    (cfg["runs"][0] if section == "run" else cfg[section])[key] = value
+    with pytest.raises(cb.ConfigError, match=message):
+        cb.validate(cfg)
+
+
+def test_non_finite_numbers_are_refused_in_a_stage_params_too():
+    run = cb.train_slice(cb.validate(default_config())["runs"][0])
+    with pytest.raises(cb.ConfigError, match=r"--run\.lr: nan is not a finite number"):
+        cb.stage_params("train", {**run, "lr": float("nan")}, what="--run")
+
+
+def test_a_run_name_snakemake_would_take_for_a_cycle_is_refused():
+    cfg = default_config()
+    cfg["runs"][0]["name"] = "run-" + "0" * 20
+    with pytest.raises(cb.ConfigError, match=r"runs\[0\]\.name: .* ends in '0' repeated 20"):
+        cb.validate(cfg)
+    cfg["runs"][0]["name"] = "run-" + "0" * 19  # one short of Snakemake's detector: fine
+    cb.validate(cfg)
+
+
+def test_stage_params_fill_the_schema_defaults_and_name_unknown_keys():
+    assert cb.stage_params("evaluate", "{}") == {"batch_size": 512, "split": "test"}
+    with pytest.raises(cb.ConfigError, match=r"--params: .*'epochs' was unexpected"):
+        cb.stage_params("evaluate", '{"epochs": 1}')
+    with pytest.raises(cb.ConfigError, match=r"--params is not valid JSON"):
+        cb.stage_params("evaluate", "{")

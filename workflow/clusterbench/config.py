@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -106,13 +108,66 @@ def _fill_defaults(schema: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
+#: A number PyYAML reads as a string: YAML 1.1 wants a ``.`` in the mantissa (``1e-3``).
+_NUMBER_AS_STRING = re.compile(r"^[+-]?(\d+)([eE][+-]?\d+)$")
+
+
+def _yaml_hint(error: jsonschema.ValidationError) -> str:
+    """How YAML read a value that fails the schema, where that is the likely cause."""
+    value = error.instance
+    if error.validator not in ("type", "enum", "pattern", "minLength"):
+        return ""
+    if isinstance(value, str):
+        match = _NUMBER_AS_STRING.match(value.strip())
+        if match:
+            return (
+                f" (YAML read {value} as a string, not a number: write it with a decimal point, "
+                f"e.g. {match.group(1)}.0{match.group(2)})"
+            )
+    if isinstance(value, bool):
+        return (
+            f" (YAML read an unquoted yes/no/on/off/true/false as the boolean {value}: "
+            "quote the value if you meant text)"
+        )
+    return ""
+
+
+def _non_finite(value: Any, path: tuple[Any, ...]) -> list[str]:
+    """A problem for every NaN or infinite number in ``value`` (the schema's bounds let NaN by)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{_key_path(path)}: {value!r} is not a finite number"]
+    if isinstance(value, Mapping):
+        return [p for key, sub in value.items() for p in _non_finite(sub, (*path, key))]
+    if isinstance(value, list):
+        return [p for i, sub in enumerate(value) for p in _non_finite(sub, (*path, i))]
+    return []
+
+
 def _schema_problems(
     value: Any, schema: Mapping[str, Any], prefix: tuple[Any, ...] = ()
 ) -> list[str]:
     """One line per schema violation of ``value``, each naming its key (under ``prefix``)."""
+    problems = _non_finite(value, prefix)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
-    return [f"{_key_path((*prefix, *e.absolute_path))}: {e.message}" for e in errors]
+    for e in errors:
+        if isinstance(e.instance, float) and not math.isfinite(e.instance):
+            continue  # already named above
+        problems.append(f"{_key_path((*prefix, *e.absolute_path))}: {_message(e)}")
+    return problems
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    """``error``'s message, with a long value cut short and the YAML hint where it applies."""
+    shown = repr(error.instance)
+    if error.validator == "pattern" and error.validator_value == r"\S":
+        return f"{shown} is blank: it needs a character other than spaces"
+    message = error.message
+    if error.validator == "maxLength":
+        message = f"{shown} is longer than the limit of {error.validator_value} characters"
+    if len(shown) > 60 and isinstance(error.instance, str):
+        message = message.replace(shown, f"{shown[:40]}...' ({len(error.instance)} characters)")
+    return message + _yaml_hint(error)
 
 
 def _raise_problems(what: str, problems: list[str]) -> None:
@@ -151,6 +206,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"{where}.name: {run['name']!r} is already used by runs[{seen[run['name']]}]"
             )
         seen.setdefault(run["name"], i)
+        problems += wildcard_problems(run["name"], f"{where}.name")
         if run["dataset"] not in resolved["datasets"]:
             problems.append(
                 f"{where}.dataset: {run['dataset']!r} is not declared under 'datasets' "
@@ -166,6 +222,24 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
+
+
+def wildcard_problems(value: str, where: str) -> list[str]:
+    """A problem if Snakemake would refuse ``value`` as a wildcard value.
+
+    Snakemake takes a value ending in a part repeated 20 or more times (``run-000...0``) for a
+    cyclic dependency (PeriodicWildcardError) and skips the job in silence: refuse it here, with
+    Snakemake's own detector, before any job.
+    """
+    from snakemake.io import PeriodicityDetector
+
+    repeated = PeriodicityDetector().is_periodic(value)
+    if repeated is None:
+        return []
+    return [
+        f"{where}: {value!r} ends in {repeated!r} repeated 20 or more times, which Snakemake "
+        "cannot use as a wildcard value (it would take it for a cyclic dependency); rename it"
+    ]
 
 
 def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
