@@ -23,7 +23,9 @@ include: "rules/evaluate.smk"
 include: "rules/report.smk"
 
 
+# The default target: the first rule of this file (rules from included files never are). No
+# `default_target: True`: as a module of another workflow (README, "Use it as a module") that
+# would take the including workflow's default target over.
 rule all:
-    default_target: True
     input:
         "results/report/report.pdf",

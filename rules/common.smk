@@ -5,12 +5,22 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
+#: The clusterbench checkout: the parent of this file's directory. Not ``workflow.basedir``,
+#: which is the directory of the *main* Snakefile: that of the consuming workflow when
+#: clusterbench is a Snakemake module. A local path: scripts and stage modules are inputs.
+CHECKOUT = Path(workflow.current_basedir.get_path_or_uri(secret_free=False)).parent
+if not CHECKOUT.is_dir():
+    raise WorkflowError(
+        f"clusterbench must be a local checkout (module snakefile: a local path), not {CHECKOUT}"
+    )
+
 # Make the package importable even from a snakemake that is not the project's venv.
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
-from snakemake.exceptions import WorkflowError
 
 try:
     CFG = cbconfig.validate(config)
@@ -33,8 +43,8 @@ def prepend_path(var, entry):
 
 os.environ.update(
     PATH=prepend_path("PATH", str(Path(sys.executable).parent)),
-    PYTHONPATH=prepend_path("PYTHONPATH", str(Path(workflow.basedir) / "workflow")),
-    CLUSTERBENCH_HOME=str(Path(workflow.basedir)),
+    PYTHONPATH=prepend_path("PYTHONPATH", str(CHECKOUT / "workflow")),
+    CLUSTERBENCH_HOME=str(CHECKOUT),
     CLUSTERBENCH_DOWNLOAD=cbconfig.canonical_json(CFG["download"]),
 )
 #: Every rule runs in this software environment (see tools/setup.sh for the venv equivalent).
@@ -43,13 +53,13 @@ SOFTWARE = "../workflow/envs/clusterbench.yaml"
 
 def script(stage):
     """The entry point ``scripts/<stage>.py``: an input, so editing it reruns the stage."""
-    return str(Path(workflow.basedir) / "scripts" / f"{stage}.py")
+    return str(CHECKOUT / "scripts" / f"{stage}.py")
 
 
 def stage_module(stage):
     """The stage's own module ``workflow/clusterbench/<stage>.py``: an input, so editing it
     reruns the stage and what follows (the shared modules it imports are no input)."""
-    return str(Path(workflow.basedir) / "workflow" / "clusterbench" / f"{stage}.py")
+    return str(CHECKOUT / "workflow" / "clusterbench" / f"{stage}.py")
 
 
 def remote_download():
@@ -87,6 +97,19 @@ def data_dir(dataset):
     return f"results/data/{dataset}"
 
 
+# A directory a command needs comes from the rule's own input or output paths, never from a
+# literal: Snakemake puts a module's `prefix:` in front of input, output, log and benchmark paths,
+# but not of params.
+def dir_of(path):
+    """The directory of ``path`` (an input or output file of the job)."""
+    return os.path.dirname(str(path))
+
+
+def dirs_of(paths):
+    """The directories of ``paths``, each once, in order."""
+    return list(dict.fromkeys(dir_of(path) for path in paths))
+
+
 ARRAY_FILES = [
     f"{split}_{kind}.npy" for split in ("train", "val", "test") for kind in "xy"
 ]
@@ -106,18 +129,39 @@ def train_resource(key):
     return lambda wildcards: TRAIN_RESOURCES[wildcards.run].get(key)
 
 
-onstart:
-    # Slurm accepts jobs larger than their partition and leaves them pending forever: refuse
-    # such a training job before anything is submitted (see clusterbench.preflight).
-    if workflow.executor_plugin.name == "slurm":
-        from clusterbench.preflight import PreflightError, check_slurm
+#: sinfo's view of the partitions, asked once per Snakemake process (see slurm_preflight).
+SINFO = {}
 
-        train_jobs = [
-            (job.wildcards.run, job.resources)
-            for job in workflow.dag.needrun_jobs()
-            if job.rule.name == "train"
-        ]
-        try:
-            check_slurm(train_jobs)
-        except PreflightError as exc:
-            raise WorkflowError(str(exc)) from None
+
+def slurm_preflight(wildcards):
+    """Input function of the train step; it adds no file. Under the Slurm executor it refuses
+    a training job the cluster could never start (Slurm would accept it and leave it pending
+    forever; see clusterbench.preflight), with the resources the job would be submitted with.
+
+    Snakemake calls input functions while it builds the job graph, after it has chosen the
+    executor and before it submits any job. Not ``onstart``, which Snakemake ignores in a
+    module; not at parse time, when the executor is not known yet. Only in the main process:
+    cluster jobs parse and build their graph again (under the jobstep executor), and dry runs
+    and ``--report`` have no Slurm executor.
+    """
+    plugin = workflow.executor_plugin
+    if not (workflow.is_main_process and plugin is not None and plugin.name == "slurm"):
+        return []
+    from clusterbench import preflight
+
+    # this workflow's train step, under its module name (`use rule ... as`) if any
+    train = rules.train.rule
+    try:
+        if "text" not in SINFO:
+            SINFO["text"] = preflight.sinfo()
+        resources = train.expand_resources(
+            dict(wildcards.items()),
+            [],
+            attempt=1,
+            skip_evaluation=set(train.resources.keys())
+            - {"_cores", *preflight.SLURM_RESOURCE_KEYS},
+        )
+        preflight.check_slurm([(wildcards.run, resources)], SINFO["text"])
+    except preflight.PreflightError as exc:
+        raise WorkflowError(str(exc)) from None
+    return []

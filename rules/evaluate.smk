@@ -16,8 +16,8 @@ rule evaluate:
         SOFTWARE
     params:
         settings=lambda wc: cbconfig.canonical_json(CFG["evaluate"]),
-        data_dir=lambda wc: data_dir(run_of(wc)["dataset"]),
-        out_dir=lambda wc: f"results/eval/{wc.run}",
+        data_dir=lambda wc, input: dir_of(input.data[0]),
+        out_dir=lambda wc, output: dir_of(output.metrics),
     shell:
         "python {input.script} --data-dir {params.data_dir} --model {input.model} "
         "--params {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -15,7 +15,7 @@ rule preprocess:
         split=lambda wc: cbconfig.canonical_json(
             cbconfig.preprocess_slice(CFG["datasets"][wc.dataset])
         ),
-        out_dir=lambda wc: data_dir(wc.dataset),
+        out_dir=lambda wc, output: dir_of(output[-1]),
     shell:
         "python {input.script} --dataset {wildcards.dataset} "
         "--manifest {input.manifest} --params {params.split:q} "

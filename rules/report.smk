@@ -59,8 +59,8 @@ rule report:
         settings=cbconfig.canonical_json(
             {**CFG["report"], "config_hash": cbconfig.config_hash(CFG)}
         ),
-        run_dirs=[f"results/runs/{run}" for run in RUNS],
-        eval_dirs=[f"results/eval/{run}" for run in RUNS],
+        run_dirs=lambda wc, input: dirs_of(input.runs),
+        eval_dirs=lambda wc, input: dirs_of(input.evals),
     shell:
         "python {input.script} --params {params.settings:q} "
         "--run-dirs {params.run_dirs} --eval-dirs {params.eval_dirs} "

@@ -6,6 +6,7 @@ rule train:
         script=script("train"),
         code=stage_module("train"),
         data=lambda wc: data_files(run_of(wc)["dataset"]),
+        preflight=slurm_preflight,  # no file: refuses a job Slurm could never start
     output:
         info="results/runs/{run}/run.json",
         metrics="results/runs/{run}/metrics.jsonl",
@@ -23,8 +24,8 @@ rule train:
     params:
         run=lambda wc: cbconfig.canonical_json(cbconfig.train_slice(run_of(wc))),
         workers=lambda wc: run_of(wc)["workers"],
-        data_dir=lambda wc: data_dir(run_of(wc)["dataset"]),
-        out_dir=lambda wc: f"results/runs/{wc.run}",
+        data_dir=lambda wc, input: dir_of(input.data[0]),
+        out_dir=lambda wc, output: dir_of(output.info),
     shell:
         "python -m clusterbench.launch --np {params.workers} -- "
         "python {input.script} --data-dir {params.data_dir} --run {params.run:q} "

@@ -2,9 +2,10 @@
 
 Slurm accepts a job that asks for more than its partition has (unless the site sets
 ``EnforcePartLimits``) and leaves it pending forever with reason ``PartitionConfig``. Before the
-first job is submitted, the workflow (``onstart`` in rules/common.smk, Slurm executor only)
-compares each training job that is about to run with the partition's nodes, CPUs and GPUs as
-``sinfo`` reports them, and stops with a message naming the run and both sizes.
+first job is submitted, the workflow (``slurm_preflight`` in rules/common.smk, an input function
+of the train rule that acts under the Slurm executor only) compares each training job of the job
+graph with the partition's nodes, CPUs and GPUs as ``sinfo`` reports them, and stops with a
+message naming the run and both sizes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 
 #: ``sinfo`` format: partition (``*`` marks the default), node count, CPUs per node, GRES.
 SINFO_FORMAT = "%P|%D|%c|%G"
+
+#: The rule resources :func:`slurm_problems` reads.
+SLURM_RESOURCE_KEYS = ("slurm_partition", "nodes", "tasks", "cpus_per_task", "slurm_extra")
 
 
 class PreflightError(RuntimeError):
@@ -113,20 +117,23 @@ def slurm_problems(
     ]
 
 
+def sinfo() -> str:
+    """``sinfo -h -o SINFO_FORMAT``: the partitions as this host's Slurm reports them."""
+    try:
+        return subprocess.run(
+            ["sinfo", "-h", "-o", SINFO_FORMAT],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise PreflightError(f"cannot ask Slurm for its partitions (sinfo): {exc}") from exc
+
+
 def check_slurm(jobs: Iterable[tuple[str, Mapping[str, Any]]], sinfo_text: str | None = None):
     """Raise :class:`PreflightError` if any ``(run, resources)`` could never start on Slurm."""
-    if sinfo_text is None:
-        try:
-            sinfo_text = subprocess.run(
-                ["sinfo", "-h", "-o", SINFO_FORMAT],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            ).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise PreflightError(f"cannot ask Slurm for its partitions (sinfo): {exc}") from exc
-    partitions = parse_sinfo(sinfo_text)
+    partitions = parse_sinfo(sinfo() if sinfo_text is None else sinfo_text)
     problems = [p for run, resources in jobs for p in slurm_problems(run, resources, partitions)]
     if problems:
         raise PreflightError("\n".join(problems))

@@ -1,0 +1,264 @@
+"""clusterbench as a Snakemake module of another workflow.
+
+The consumer is written into a scratch directory (its own working directory, not the checkout)
+and includes this repository's Snakefile the way README.md shows:
+
+    module clusterbench:
+        snakefile: "<repo>/Snakefile"
+        config: config["bench"]
+        prefix: "bench"
+    use rule * from clusterbench as bench_*
+
+Every path clusterbench reads or writes must then lie under ``bench/``, its config must be the
+consumer's ``bench`` key, and the Slurm pre-flight check must still run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from clusterbench import config as cbconfig
+from conftest import REPO, default_config, snakemake, snakemake_env, write_config
+
+PREFIX = "bench"
+RUN = "module-digits-1w"  # a name no other test uses: the checkout must never see it
+TITLE = "Module consumer: one digits run"
+
+CONSUMER_SNAKEFILE = """\
+configfile: "config.yaml"
+
+
+# The consumer's own default target comes first; clusterbench's `all` (imported as bench_all)
+# must not take it over.
+rule all:
+    input:
+        "{prefix}/results/report/report.pdf",
+
+
+module clusterbench:
+    snakefile:
+        {snakefile!r}
+    config:
+        config["bench"]
+    prefix:
+        "{prefix}"
+
+
+use rule * from clusterbench as bench_*
+"""
+
+
+def bench_config(cache: Path) -> dict:
+    """A small clusterbench config: one 1-worker digits run of 2 epochs, its own title."""
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(cache)
+    cfg["run_defaults"]["epochs"] = 2
+    cfg["runs"] = [{"name": RUN, "dataset": "digits", "workers": 1}]
+    cfg["report"]["title"] = TITLE
+    return cfg
+
+
+def write_consumer(directory: Path, bench: dict) -> Path:
+    """A workflow in ``directory`` that uses clusterbench as a module under ``bench/``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "Snakefile").write_text(
+        CONSUMER_SNAKEFILE.format(snakefile=str(REPO / "Snakefile"), prefix=PREFIX)
+    )
+    consumer_config = {"consumer": {"note": "not clusterbench's"}, "bench": bench}
+    (directory / "config.yaml").write_text(yaml.safe_dump(consumer_config, sort_keys=False))
+    return directory
+
+
+def run_consumer(directory: Path, *args: str, check: bool = True, env=None, timeout=900):
+    """``snakemake ARGS`` in the consumer's directory (its Snakefile, its working directory)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=snakemake_env(env),
+    )
+    if check and proc.returncode != 0:
+        logs = "\n".join(
+            f"--- {p}\n{p.read_text()[-3000:]}"
+            for p in sorted(directory.glob(f"{PREFIX}/results/logs/*/*"))
+        )
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{logs}"
+        )
+    return proc
+
+
+def expected_report_params(bench: dict) -> str:
+    """The report's `--params` for ``bench``: its title and its config hash."""
+    cfg = cbconfig.validate(bench)
+    return cbconfig.canonical_json({**cfg["report"], "config_hash": cbconfig.config_hash(cfg)})
+
+
+def checkout_untouched() -> None:
+    """Nothing of the consumer's run landed in the checkout."""
+    assert not (REPO / PREFIX).exists()
+    assert not [p for p in (REPO / "results").rglob(f"*{RUN}*")], "consumer output in checkout"
+
+
+# ------------------------------------------------------------------------------------ dry run
+def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
+    bench = bench_config(tmp_path / "cache")
+    consumer = write_consumer(tmp_path / "consumer", bench)
+    out = run_consumer(consumer, "--dry-run", "--printshellcmds", "--cores", "1").stdout
+
+    # the consumer's own `all` is the default target; bench_all is not even needed
+    assert re.search(r"^rule all:$", out, re.MULTILINE), out
+    assert "bench_all" not in out
+    for rule in ("download", "preprocess", "train", "evaluate", "report"):
+        assert f"rule bench_{rule}:" in out
+
+    # outputs, logs and benchmarks: under the prefix
+    for kind in ("output", "log", "benchmark"):
+        paths = [
+            path
+            for line in re.findall(rf"^    {kind}: (.*)$", out, re.MULTILINE)
+            for path in line.split(", ")
+        ]
+        assert paths, kind
+        assert all(path.startswith(f"{PREFIX}/results/") for path in paths), (kind, paths)
+    # inputs: under the prefix, or the stage code in the checkout (real files: edits rerun)
+    inputs = [
+        path
+        for line in re.findall(r"^    input: (.*)$", out, re.MULTILINE)
+        for path in line.split(", ")
+    ]
+    code = [path for path in inputs if not path.startswith(f"{PREFIX}/results/")]
+    assert code and all(
+        path.startswith(str(REPO / "scripts")) or path.startswith(str(REPO / "workflow"))
+        for path in code
+    ), code
+    assert all(Path(path).is_file() for path in code), code
+
+    # every path a command is given, params included, lies under the prefix or in the checkout
+    commands = re.findall(r"^Shell command: (python .*)$", out, re.MULTILINE)
+    assert len(commands) == 5, out
+    for command in commands:
+        for word in command.split():
+            if "results/" in word:
+                assert word.removesuffix(")").startswith(f"{PREFIX}/results/"), (word, command)
+    for option in ("--data-dir", "--out-dir", "--run-dirs", "--eval-dirs", "--manifest"):
+        for value in re.findall(rf"{option} (?:\$\(dirname )?(\S+)", "\n".join(commands)):
+            assert value.startswith(f"{PREFIX}/results/"), (option, value)
+
+    # the consumer's config, not the checkout's config/config.yaml
+    assert f"--run-dirs {PREFIX}/results/runs/{RUN} " in out
+    assert f"--params '{expected_report_params(bench)}'" in out
+    assert "digits-cnn-2w" not in out  # a run of config/config.yaml
+
+
+# ---------------------------------------------------------------------- Slurm pre-flight check
+FAKE_SINFO = "debug*|2|2|(null)"  # 2 nodes of 2 CPUs
+
+
+def fake_slurm(directory: Path) -> dict[str, str]:
+    """``sinfo`` answering FAKE_SINFO, and Slurm commands that log their call and fail."""
+    directory.mkdir(parents=True)
+    calls = directory / "calls"
+    (directory / "sinfo").write_text(f"#!/bin/sh\necho 'sinfo' >> {calls}\necho '{FAKE_SINFO}'\n")
+    for command in ("sbatch", "srun", "squeue", "sacct", "scontrol", "sacctmgr"):
+        (directory / command).write_text(f'#!/bin/sh\necho "{command} $*" >> {calls}\nexit 1\n')
+    for tool in directory.iterdir():
+        tool.chmod(0o755)
+    return {"PATH": f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+@pytest.mark.parametrize("use", ["standalone", "module"])
+def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use: str):
+    """The check once ran in `onstart`, which Snakemake ignores in a module: it must run in both
+    uses, under the Slurm executor, before anything runs or is submitted."""
+    bench = bench_config(tmp_path / "cache")
+    bench["runs"].append({"name": "too-big", "dataset": "digits", "workers": 64})
+    env = fake_slurm(tmp_path / "bin")
+    args = ("--executor", "slurm", "--jobs", "1")
+    if use == "module":
+        workdir = write_consumer(tmp_path / "consumer", bench)
+        proc = run_consumer(workdir, *args, check=False, env=env)
+    else:
+        workdir = tmp_path / "work"
+        write_config(workdir, bench)
+        proc = snakemake(workdir, *args, check=False, env=env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "run 'too-big' asks for 64 workers x 1 CPU(s) = 64 CPUs" in text, text
+    assert "forever" in text
+    calls = (tmp_path / "bin" / "calls").read_text().splitlines()
+    assert "sinfo" in calls
+    assert not [call for call in calls if call.startswith(("sbatch", "srun"))], calls
+    assert not (workdir / "results").exists() and not (workdir / PREFIX).exists()
+
+
+def test_slurm_preflight_stays_out_of_dry_runs(tmp_path: Path):
+    """A dry run submits nothing, so it asks Slurm nothing (and works without Slurm)."""
+    bench = bench_config(tmp_path / "cache")
+    bench["runs"].append({"name": "too-big", "dataset": "digits", "workers": 64})
+    env = fake_slurm(tmp_path / "bin")
+    consumer = write_consumer(tmp_path / "consumer", bench)
+    run_consumer(consumer, "--executor", "slurm", "--jobs", "1", "--dry-run", env=env)
+    calls = tmp_path / "bin" / "calls"
+    assert not calls.exists() or "sinfo" not in calls.read_text().splitlines()
+
+
+# -------------------------------------------------------------------------------- real run
+@pytest.mark.slow
+def test_module_runs_the_pipeline_under_its_prefix(tmp_path: Path, dataset_cache: Path):
+    bench = bench_config(dataset_cache)
+    consumer = write_consumer(tmp_path / "consumer", bench)
+    proc = run_consumer(consumer, "--cores", "2", "--printshellcmds", "--show-failed-logs")
+
+    res = consumer / PREFIX / "results"
+    pdf = res / "report" / "report.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
+    for table in ("runs.csv", "epochs.csv", "benchmarks.csv"):
+        assert (res / "report" / table).stat().st_size > 0
+    assert RUN in (res / "report" / "runs.csv").read_text()
+    metrics = (res / "runs" / RUN / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 2  # the consumer's epochs, not config/config.yaml's
+    assert (res / "runs" / RUN / "model.pt").stat().st_size > 0
+    assert json.loads((res / "eval" / RUN / "metrics.json").read_text())["accuracy"] > 0
+    assert (res / "raw" / "digits" / "MANIFEST.json").is_file()
+    assert (res / "data" / "digits" / "meta.json").is_file()
+    for rule in ("download", "preprocess", "train", "evaluate", "report"):
+        assert any((res / "logs" / rule).iterdir()), rule
+        assert any((res / "benchmarks" / rule).iterdir()), rule
+
+    # nothing outside the prefix, apart from the consumer's own files and Snakemake's state
+    own = {"Snakefile", "config.yaml", ".snakemake"}
+    assert {p.name for p in consumer.iterdir()} == own | {PREFIX}
+    assert [p.name for p in (consumer / PREFIX).iterdir()] == ["results"]
+    checkout_untouched()
+
+    # the report was made from the consumer's config: its title and its config hash
+    assert f"--params '{expected_report_params(bench)}'" in proc.stdout + proc.stderr
+    if shutil.which("pdftotext"):
+        text = subprocess.run(
+            ["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True
+        ).stdout
+        assert TITLE in text, text[:2000]
+        cfg = cbconfig.validate(bench)
+        assert cbconfig.config_hash(cfg) in text
+
+    # Snakemake's HTML report finds the module's captions and outputs
+    html = tmp_path / "report.html"
+    run_consumer(consumer, "--report", str(html))
+    text = html.read_text(errors="replace")
+    assert "report.pdf" in text and "runs.csv" in text
+
+    # and a second invocation has nothing to do
+    again = run_consumer(consumer, "--dry-run", "--cores", "2")
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
