@@ -56,12 +56,14 @@ rule report:
     conda:
         SOFTWARE
     params:
-        settings=cbconfig.canonical_json(
-            {**CFG["report"], "config_hash": cbconfig.config_hash(CFG)}
-        ),
+        # functions: Snakemake expands wildcards in a plain string, and a title may hold braces
+        settings=lambda wc: cbconfig.canonical_json(CFG["report"]),
+        config_hash=lambda wc: cbconfig.config_hash(CFG),
         run_dirs=lambda wc, input: dirs_of(input.runs),
         eval_dirs=lambda wc, input: dirs_of(input.evals),
+        out_dir=lambda wc, output: dir_of(output.pdf),
     shell:
-        "python {input.script} --params {params.settings:q} "
-        "--run-dirs {params.run_dirs} --eval-dirs {params.eval_dirs} "
-        "--benchmarks {input.benchmarks} --out-dir $(dirname {output.pdf}) > {log} 2>&1"
+        "python {input.script:q} --params {params.settings:q} "
+        "--config-hash {params.config_hash:q} "
+        "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
+        "--benchmarks {input.benchmarks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clusterbench import provenance, report
+from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.report import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +47,9 @@ FAKE_RUNS = [
 TRAIN_SIZE = {"digits": 1150, "mnist": 54000}
 TEST_SIZE = {"digits": 360, "mnist": 10000}
 CLASSES = {"digits": [str(i) for i in range(10)], "mnist": [str(i) for i in range(10)]}
+#: The fake runs' training hardware and software (a spec may override cpu_model and torch).
+FAKE_CPU = "Fake Xeon Gold 6330 @ 2.00GHz"
+FAKE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
 
@@ -176,6 +180,9 @@ def make_fake_results(
             "train_seconds": sum(seconds) + 4.0,
             "versions": {"torch": "2.13.0", "horovod": "0.28.1", "python": "3.11.7"},
         }
+        if spec.get("provenance", True):
+            run_json["provenance"] = fake_provenance(spec, hosts, workers)
+            run_json["versions"] = run_json["provenance"]["versions"]
         (run_dir / "run.json").write_text(json.dumps(run_json))
         (run_dir / "model.pt").write_bytes(b"not read by the report")
 
@@ -234,17 +241,47 @@ def make_fake_results(
     return out
 
 
+def fake_provenance(spec: dict, hosts: list[str], workers: int) -> dict:
+    """run.json's provenance of a fake run: ranks round-robin over ``hosts``."""
+    return {
+        "date": "2025-10-09T10:00:00+00:00",
+        "git": {"commit": spec.get("commit", FAKE_COMMIT), "dirty": spec.get("dirty", False)},
+        "versions": {
+            "python": "3.11.7",
+            "torch": spec.get("torch", "2.13.0"),
+            "horovod": "0.28.1",
+            "numpy": "2.4.6",
+        },
+        "hosts": [
+            {
+                "host": host,
+                "node": host,
+                "platform": "Linux-6.1-x86_64",
+                "cpu_model": spec.get("cpu_model", FAKE_CPU),
+                "cpu_cores": {"logical": 56, "physical": 28},
+                "gpus": spec.get("gpus", []),
+                "gpu_driver": spec.get("gpu_driver"),
+                "ranks": list(range(i, workers, len(hosts))),
+            }
+            for i, host in enumerate(hosts)
+        ],
+    }
+
+
 PARAMS = {
     "title": "Cluster benchmark: digits and MNIST",
     "author": "QA",
-    "config_hash": "3fa9c01d2e7b",
     "timing_warmup_epochs": 1,
 }
+CONFIG_HASH = "3fa9c01d2e7b"
 
 
-def run_report(fake: dict, out_dir: Path, params: dict = PARAMS, benchmarks=None) -> int:
+def run_report(
+    fake: dict, out_dir: Path, params: dict = PARAMS, benchmarks=None, config_hash=CONFIG_HASH
+) -> int:
     bench = fake["benchmarks"] if benchmarks is None else benchmarks
-    argv = ["--params", json.dumps(params), "--run-dirs", *fake["run_dirs"]]
+    argv = ["--params", json.dumps(params), "--config-hash", config_hash]
+    argv += ["--run-dirs", *fake["run_dirs"]]
     argv += ["--eval-dirs", *fake["eval_dirs"], "--benchmarks", *bench, "--out-dir", str(out_dir)]
     return main(argv)
 
@@ -291,13 +328,14 @@ EXPECTED_FIGURES = {
 PAGE = {
     "title": 0,
     "runs": 1,
-    "epoch_time": 2,
-    "throughput": 3,
-    "scaling": 4,
-    "backends": 5,
-    "curves": 6,
-    "confusion": 7,
-    "benchmarks": 8,
+    "provenance": 2,
+    "epoch_time": 3,
+    "throughput": 4,
+    "scaling": 5,
+    "backends": 6,
+    "curves": 7,
+    "confusion": 8,
+    "benchmarks": 9,
 }
 N_PAGES = len(PAGE)
 
@@ -314,7 +352,7 @@ def test_report_writes_all_outputs(default_report):
     assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
     for png in (out / "figures").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # title, runs table, 7 sections
+    # title, runs table, provenance table, 7 sections
     assert pdf_pages(out / "report.pdf") == N_PAGES
     if shutil.which("pdfinfo"):
         info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)
@@ -363,6 +401,13 @@ def test_runs_csv_sorted_by_accuracy_with_values(default_report):
         assert pd.isna(runs.loc[name, "speedup"]) and pd.isna(runs.loc[name, "efficiency"])
         assert pd.isna(runs.loc[name, "baseline_run"])
     assert runs.loc["digits-4w-2n", "hosts"] == "node01 node02"
+    assert runs.loc["digits-4w-2n", "host_ranks"] == "node01 (ranks 0, 2); node02 (ranks 1, 3)"
+    assert runs.loc["digits-2w", "host_ranks"] == "node01 (ranks 0-1)"
+    assert (runs["cpu_model"] == FAKE_CPU).all() and (runs["cpu_cores"] == 56).all()
+    assert (runs["gpus"] == "none").all() and (runs["gpu_driver"] == "none").all()
+    assert (runs["commit"] == FAKE_COMMIT).all() and (runs["torch"] == "2.13.0").all()
+    assert (runs["provenance"] == "recorded").all()
+    assert runs["provenance_differs"].isna().all()  # written empty: no run differs
 
 
 def test_runs_csv_training_conventions(default_report):
@@ -436,30 +481,38 @@ def test_epochs_and_benchmarks_csv(default_report):
 
 
 def test_title_page_provenance(default_report):
+    """The title page: training hardware and software from the runs' run.json, the report's
+    own host only as where the report was generated."""
     _, out = default_report
     text = pdf_text(out / "report.pdf")
-    first = text.split("\f")[0]
+    first = " ".join(text.split("\f")[0].split())
     prov = provenance.collect()
     for expected in (
         "Cluster benchmark: digits and MNIST",
         "3fa9c01d2e7b",
         "Best run: mnist-2w",
         "98.70 %",
-        prov["host"],
-        prov["cpu_model"],
-        prov["versions"]["torch"],
-        prov["versions"]["snakemake"],
-        prov["versions"]["horovod"],
-        prov["versions"]["python"],
-        "Workflow commit",
+        "Training hosts",
+        "node01 (5 runs), node02 (1 run)",
+        f"Training CPUs {FAKE_CPU}",
+        "Training GPUs (driver) none",
+        f"Training commit {FAKE_COMMIT[:12]}",
+        "Training Python / torch / Horovod 3.11.7 / 2.13.0 / 0.28.1",
+        "Runs that differ none",
+        f"Report generated on {prov['host']}",
         provenance.describe_commit(prov["git"]),
-        "GPUs",
+        prov["versions"]["snakemake"],
+        prov["versions"]["matplotlib"],
         "left out as warm-up",
         "cpu; ddp, horovod;",
     ):
         assert expected in first, expected
-    # every page carries the footer with the config hash and its page number
-    assert len(re.findall(rf"config 3fa9c01d2e7b +page \d of {N_PAGES}", text)) == N_PAGES
+    # the report host's hardware is no longer presented as the training's
+    assert prov["cpu_model"] not in first or prov["cpu_model"] == FAKE_CPU
+    # every page carries the footer: config hash, commit of the report's code, page number
+    commit = report.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    footer = rf"config 3fa9c01d2e7b · commit {re.escape(commit)} +page \d+ of {N_PAGES}"
+    assert len(re.findall(footer, text)) == N_PAGES
 
 
 def test_pdf_written_last_and_no_temp_files(default_report):
@@ -643,7 +696,8 @@ def test_more_than_eight_node_counts(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=specs, epochs=3, benchmarks=False)
     out = tmp_path / "report"
     assert run_report(fake, out, benchmarks=[]) == 0
-    assert pdf_pages(out / "report.pdf") == N_PAGES
+    # 11 runs on up to 11 hosts (three lines each in the provenance table): two pages of it
+    assert pdf_pages(out / "report.pdf") == N_PAGES + 1
     assert pd.read_csv(out / "runs.csv")["speedup"].notna().all()
     styles = [report.node_marker(i) for i in range(17)]
     assert styles[8] == {"marker": styles[0]["marker"], "hollow": True}
@@ -659,8 +713,9 @@ def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=specs, epochs=3)
     out = tmp_path / "report"
     assert run_report(fake, out) == 0
-    # 20 runs: the table takes two pages; 42 benchmarked jobs take two pages as well
-    assert pdf_pages(out / "report.pdf") == N_PAGES + 2
+    # 20 runs: the runs and the provenance tables take two pages each; 42 benchmarked jobs
+    # take two pages as well
+    assert pdf_pages(out / "report.pdf") == N_PAGES + 3
     assert (out / "figures" / "benchmarks-2.png").is_file()
     assert pd.read_csv(out / "runs.csv")["run"].iloc[0] == "digits-run-19"
 
@@ -745,24 +800,30 @@ def test_eval_must_match_runs(fake: dict, tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("params", "message"),
+    "params, message",
     [
-        ({"author": "x", "config_hash": "abc"}, r"title must be a non-empty string"),
-        ({"title": "t"}, r"config_hash must be a non-empty string"),
-        ({**PARAMS, "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
-        (
-            {k: v for k, v in PARAMS.items() if k != "timing_warmup_epochs"},
-            r"--params\.timing_warmup_epochs is required",
-        ),
-        ({**PARAMS, "timing_warmup_epochs": -1}, r"--params\.timing_warmup_epochs must be an"),
-        ({**PARAMS, "timing_warmup_epochs": 1.5}, r"--params\.timing_warmup_epochs must be an"),
-        ({**PARAMS, "timing_warmup_epochs": "1"}, r"--params\.timing_warmup_epochs must be an"),
-        ({**PARAMS, "timing_warmup_epochs": True}, r"--params\.timing_warmup_epochs must be an"),
+        ({"author": "x"}, r"--params: 'title' is a required property"),
+        ({**PARAMS, "title": "  "}, r"--params\.title: '  ' is blank"),
+        ({**PARAMS, "colour": "red"}, r"\('colour' was unexpected\)"),
+        ({**PARAMS, "timing_warmup_epochs": -1}, r"--params\.timing_warmup_epochs: -1 is less"),
+        ({**PARAMS, "timing_warmup_epochs": 1.5}, r"timing_warmup_epochs: 1\.5 is not of type"),
+        ({**PARAMS, "timing_warmup_epochs": "1"}, r"timing_warmup_epochs: '1' is not of type"),
+        ({**PARAMS, "timing_warmup_epochs": True}, r"timing_warmup_epochs: True is not of type"),
     ],
 )
-def test_bad_params(fake: dict, tmp_path: Path, params, message):
-    with pytest.raises(ValueError, match=message):
-        run_report(fake, tmp_path / "report", params=params)
+def test_bad_params(fake: dict, tmp_path: Path, params, message, capsys):
+    assert run_report(fake, tmp_path / "report", params=params) == EXIT_BAD_SETTINGS
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_settings_take_the_schema_defaults_and_need_a_config_hash(
+    fake: dict, tmp_path: Path, capsys
+):
+    params = {"title": "t"}  # author and timing_warmup_epochs: the schema's defaults
+    assert report.parse_params(json.dumps(params), "abc").timing_warmup_epochs == 1
+    assert run_report(fake, tmp_path / "r", params=params, config_hash=" ") == EXIT_BAD_SETTINGS
+    assert "--config-hash is empty" in capsys.readouterr().err
 
 
 def test_corrupt_benchmark_file(fake: dict, tmp_path: Path):
@@ -776,6 +837,7 @@ def test_script_entry_point_with_benchmark_dir(fake: dict, tmp_path: Path):
     out = tmp_path / "report"
     bench_dir = tmp_path / "results" / "benchmarks"
     cmd = [sys.executable, str(REPO / "scripts" / "report.py"), "--params", json.dumps(PARAMS)]
+    cmd += ["--config-hash", CONFIG_HASH]
     cmd += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
     cmd += ["--benchmarks", str(bench_dir), str(tmp_path / "gone.tsv"), "--out-dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -832,3 +894,168 @@ def test_git_commit_and_dirty_flag(tmp_path: Path):
 def test_provenance_import_does_not_import_torch():
     code = "import sys, clusterbench.provenance; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# per-run provenance: table, differences, runs recorded before provenance, footer on every figure
+
+H100 = ["NVIDIA H100 80GB HBM3"] * 2
+
+
+def provenance_specs() -> list[dict]:
+    """Three runs: two alike, one on another CPU, with GPUs, torch and a dirty commit."""
+    base = {"dataset": "digits", "nodes": 1, "acc": 0.95}
+    return [
+        {**base, "name": "alike-1w", "workers": 1, "ips": 1000},
+        {**base, "name": "alike-2w", "workers": 2, "ips": 1800},
+        {
+            **base,
+            "name": "other-2w",
+            "workers": 2,
+            "ips": 2500,
+            "cpu_model": "Other CPU 9000",
+            "gpus": H100,
+            "gpu_driver": "550.54.15",
+            "torch": "2.1.0",
+            "dirty": True,
+        },
+    ]
+
+
+def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
+    fake = make_fake_results(tmp_path, runs=provenance_specs(), epochs=3, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, benchmarks=[]) == 0
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
+    assert runs.loc["other-2w", "provenance_differs"] == "CPU, GPUs, GPU driver, commit, torch"
+    assert runs.loc["alike-1w", "provenance_differs"] == ""
+    assert runs.loc["alike-2w", "provenance_differs"] == ""
+    assert runs.loc["other-2w", "gpus"] == "2\u00d7 NVIDIA H100 80GB HBM3"
+    assert runs.loc["other-2w", "gpu_driver"] == "550.54.15"
+    assert runs.loc["other-2w", "torch"] == "2.1.0" and runs.loc["other-2w", "dirty"]
+
+    text = pdf_text(out / "report.pdf").split("\f")
+    page = " ".join(text[PAGE["provenance"]].split())
+    assert "Provenance of the runs" in page
+    for expected in (
+        f"CPU differs: {FAKE_CPU} (alike-1w and alike-2w); Other CPU 9000 (other-2w)",
+        "torch differs: 2.13.0 (alike-1w and alike-2w); 2.1.0 (other-2w)",
+        f"commit differs: {FAKE_COMMIT} (alike-1w and alike-2w); {FAKE_COMMIT} (dirty)",
+        "driver 550.54.15",
+        "(56 cores)",
+        "node01 (0-1)",
+        FAKE_COMMIT[:10],
+        "(dirty)",
+        "3.11.7 / 2.1.0",
+    ):
+        assert expected in page, expected
+    title = " ".join(text[PAGE["title"]].split())
+    differs = "DIFFERS in CPU, GPUs, GPU driver, commit, torch (see the provenance page)"
+    assert f"Runs that differ {differs}: 1 run, other-2w" in title
+    assert f"Training CPUs {FAKE_CPU} (2 runs), Other CPU 9000 (1 run)" in title
+
+
+def test_provenance_differences_without_a_majority_flag_every_run(tmp_path: Path):
+    """Two runs on two CPUs: neither is 'the others', so both are marked; unknown is never
+    compared."""
+    specs = provenance_specs()[:2]
+    specs[1] = {**specs[1], "cpu_model": "Other CPU 9000"}
+    specs.append({**specs[0], "name": "old-1w", "provenance": False})
+    fake = make_fake_results(tmp_path, runs=specs, epochs=2, benchmarks=False)
+    runs = [report.load_run(Path(r), Path(e)) for r, e in zip(*fake_dirs(fake), strict=True)]
+    df = report.runs_table(runs).set_index("run")
+    assert df.loc["alike-1w", "provenance_differs"] == "CPU"
+    assert df.loc["alike-2w", "provenance_differs"] == "CPU"
+    assert df.loc["old-1w", "provenance_differs"] == ""
+
+
+def fake_dirs(fake: dict) -> tuple[list[str], list[str]]:
+    return fake["run_dirs"], fake["eval_dirs"]
+
+
+def test_run_json_without_provenance_is_reported_as_unknown(tmp_path: Path):
+    """A run.json written before provenance was recorded: accepted, its hardware and commit
+    unknown, its hosts and versions as rank 0 recorded them; it is never 'differing'."""
+    specs = provenance_specs()[:2]
+    specs[1] = {**specs[1], "provenance": False}
+    fake = make_fake_results(tmp_path, runs=specs, epochs=2, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, benchmarks=[]) == 0
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
+    old = runs.loc["alike-2w"]
+    assert old["provenance"] == "not recorded"
+    assert (old["cpu_model"], old["gpus"], old["commit"]) == ("unknown",) * 3
+    assert old["torch"] == "2.13.0" and old["host_ranks"] == "node01"
+    assert old["provenance_differs"] == "" and runs.loc["alike-1w", "provenance_differs"] == ""
+    text = pdf_text(out / "report.pdf").split("\f")
+    page = " ".join(text[PAGE["provenance"]].split())
+    assert "not recorded" in page and "Not recorded for alike-2w" in page
+    assert "not recorded for alike-2w" in " ".join(text[PAGE["title"]].split())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: "yes", r"'provenance' must be an object"),
+        (lambda p: {**p, "hosts": []}, r"malformed 'provenance': 'hosts' must be a non-empty"),
+        (lambda p: {**p, "hosts": [{"host": "a"}]}, r"'hosts' must be a non-empty list"),
+        (lambda p: {**p, "git": "abc"}, r"'git' must be an object with 'commit'"),
+        (lambda p: {k: v for k, v in p.items() if k != "versions"}, r"'versions' must be an"),
+    ],
+)
+def test_malformed_provenance_is_an_error_naming_the_file(
+    fake: dict, tmp_path: Path, edit, message
+):
+    path = tmp_path / "results" / "runs" / "digits-2w" / "run.json"
+    info = json.loads(path.read_text())
+    info["provenance"] = edit(info["provenance"])
+    path.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=rf"digits-2w/run\.json: .*{message}"):
+        run_report(fake, tmp_path / "report")
+    assert not (tmp_path / "report").exists()
+
+
+def test_fmt_ranks_and_gpus():
+    assert report.fmt_ranks([5, 0, 1, 2, 3, 7, 8]) == "0-3, 5, 7-8"
+    assert report.fmt_ranks([0]) == "0"
+    assert report.fmt_gpus(["A", "B", "A"]) == "2\u00d7 A, 1\u00d7 B"
+    assert report.fmt_gpus([]) == "none"
+    assert report.host_label({"host": "vm", "node": "localhost"}) == "vm"
+    assert report.host_label({"host": "n1.cluster", "node": "n1"}) == "n1.cluster"
+    assert report.host_label({"host": "vm", "node": "node2"}) == "node2 on vm"
+
+
+def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
+    """The text drawn on each figure when it is saved as PNG includes the footer (title, config
+    hash, commit) and its page number, and the PNG's metadata holds the footer as well."""
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    drawn: dict[str, list[str]] = {}
+    save = Figure.savefig
+
+    def spy(fig, fname, *args, **kwargs):
+        if kwargs.get("format") == "png":
+            drawn[Path(fname).name] = [t.get_text() for t in fig.texts]
+        return save(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    fake = make_fake_results(tmp_path, runs=provenance_specs()[:2], epochs=2)
+    out = tmp_path / "report"
+    assert run_report(fake, out) == 0
+    prov = provenance.collect()
+    params = report.ReportParams(
+        title=PARAMS["title"], author="", config_hash="3fa9c01d2e7b", timing_warmup_epochs=1
+    )
+    footer = report.footer_text(params, prov)
+    commit = report.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    assert footer == f"{PARAMS['title']}  \u00b7  config 3fa9c01d2e7b  \u00b7  commit {commit}"
+    pngs = sorted((out / "figures").glob("*.png"))
+    assert len(drawn) == len(pngs) == len(EXPECTED_FIGURES)
+    for texts in drawn.values():
+        assert footer in texts
+        assert any(re.fullmatch(rf"page \d+ of {N_PAGES}", t) for t in texts), texts
+    for png in pngs:
+        with Image.open(png) as image:
+            assert image.text["Description"] == footer
+            assert image.text["Title"] == PARAMS["title"]

@@ -146,6 +146,25 @@ def read_metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def assert_provenance(info: dict, ranks: list[int]) -> None:
+    """run.json's provenance of a run whose ``ranks`` all ran on this machine: one host entry
+    holding them, this machine's facts, the commit of this checkout, rank 0's versions."""
+    from clusterbench import provenance
+
+    prov = info["provenance"]
+    here = provenance.collect()
+    assert len(prov["hosts"]) == 1, prov["hosts"]
+    host = prov["hosts"][0]
+    assert host["ranks"] == ranks
+    assert host["host"] == here["host"] and host["node"] in info["world"]["hosts"]
+    for key in ("cpu_model", "cpu_cores", "gpus", "gpu_driver", "platform"):
+        assert host[key] == here[key], key
+    assert "differs_from_rank0" not in host
+    assert prov["git"] == here["git"] and prov["versions"] == here["versions"]
+    assert prov["versions"]["torch"] == torch.__version__ and info["versions"] == prov["versions"]
+    assert prov["date"][:4].isdigit() and "T" in prov["date"]
+
+
 # --------------------------------------------------------------------------------------------
 # Pure helpers
 
@@ -426,6 +445,7 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "lr": 0.05,
     }
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
+    assert_provenance(info, ranks=[0, 1])
 
     ckpt = torch.load(out / "checkpoints" / "epoch-002.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and ckpt["config"] == run
@@ -458,6 +478,9 @@ def test_one_worker_matches_two_workers_with_the_same_lr_under_sync_bn(backend, 
         torch.testing.assert_close(one[key], two[key], rtol=1e-4, atol=1e-4, msg=key)
     m1, m2 = read_metrics(tmp_path / "out"), read_metrics(tmp_path / "two")
     assert [m["workers"] for m in m1] == [1, 1]
+    # provenance gathered over the backend's allgather: both ranks on this host
+    assert_provenance(json.loads((tmp_path / "two" / "run.json").read_text()), ranks=[0, 1])
+    assert_provenance(json.loads((tmp_path / "out" / "run.json").read_text()), ranks=[0])
     for a, b in zip(m1, m2, strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
         assert a["val_accuracy"] == b["val_accuracy"]

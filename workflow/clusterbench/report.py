@@ -2,7 +2,7 @@
 
 ```
 python scripts/report.py \
-    --params '{"title": ..., "author": ..., "config_hash": ..., "timing_warmup_epochs": 1}' \
+    --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
     --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
 ```
@@ -12,9 +12,18 @@ Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.jso
 Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
 ``runs.csv`` (one row per run, sorted by accuracy), ``epochs.csv`` (one row per run and epoch),
 ``benchmarks.csv`` (one row per benchmark record), ``figures/*.png`` and, last, ``report.pdf``
-(A4 landscape): title page with provenance, runs table, time per epoch, throughput, scaling,
-backend comparison, training curves, confusion matrix of the best run, per-rule wall time and
-memory.
+(A4 landscape): title page with a summary and provenance, runs table, provenance of each run,
+time per epoch, throughput, scaling, backend comparison, training curves, confusion matrix of
+the best run, per-rule wall time and memory. Every page and every PNG figure carries the same
+footer (:func:`footer_text`: title, config hash, commit of the report's code).
+
+Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
+where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
+package versions). The provenance page has one row per run and marks the values in which a run
+differs from the others (also ``provenance_differs`` in runs.csv). A ``run.json`` written before
+provenance was recorded is accepted: its hardware and commit are reported as unknown (its
+``versions`` and ``world.hosts`` were recorded by rank 0 and are used). The report's own host
+appears only as where the report was generated.
 
 Timing is honest: the first ``timing_warmup_epochs`` epochs of every run (start-up, caches,
 compilation) are left out of its epoch time and throughput, which are mean and sample standard
@@ -42,8 +51,8 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
-from clusterbench.config import TRAIN_KEYS
-from clusterbench.params import json_object, read_json_object
+from clusterbench.config import TRAIN_KEYS, ConfigError, bad_settings, stage_params
+from clusterbench.params import read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
 TABLE_ROWS_PER_PAGE = 12
@@ -102,6 +111,9 @@ BASELINE_WORDS = (
 )
 REFERENCE_BACKEND = "horovod"  # the denominator of the backend ratios, when present
 NODE_MARKERS = "osD^vP*X"
+DIFFERS_COLOR = "#fbd3ad"  # table cells whose provenance differs from the other runs'
+#: Smallest height of a table text line unit (points): tables with more lines take more pages.
+TABLE_UNIT_PT = 12.5
 
 
 # ------------------------------------------------------------------------------------------------
@@ -113,7 +125,7 @@ class ReportParams:
     title: str
     author: str
     config_hash: str
-    timing_warmup_epochs: int = 1
+    timing_warmup_epochs: int
 
 
 @dataclass
@@ -128,29 +140,17 @@ class RunData:
     per_class: pd.DataFrame
 
 
-def parse_params(text: str) -> ReportParams:
-    """Validate ``--params``: ``{"title": str, "author": str (optional), "config_hash": str,
-    "timing_warmup_epochs": int >= 0}``."""
-    raw = json_object(text, allowed=("title", "author", "config_hash", "timing_warmup_epochs"))
-    for key in ("title", "config_hash"):
-        if not isinstance(raw.get(key), str) or not raw[key].strip():
-            raise ValueError(f"--params.{key} must be a non-empty string, got {raw.get(key)!r}")
-    author = raw.get("author", "")
-    if not isinstance(author, str):
-        raise ValueError(f"--params.author must be a string, got {author!r}")
-    if "timing_warmup_epochs" not in raw:
-        raise ValueError(
-            "--params.timing_warmup_epochs is required: the number of epochs at the start of "
-            "each run left out of its timing (an integer >= 0)"
-        )
-    warmup = raw["timing_warmup_epochs"]
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"--params.timing_warmup_epochs must be an integer >= 0, got {warmup!r}")
+def parse_params(text: str, config_hash: str) -> ReportParams:
+    """``--params``, checked against the config schema's ``report`` settings, and the hash of
+    the config the results come from (``--config-hash``)."""
+    settings = stage_params("report", text)
+    if not config_hash.strip():
+        raise ConfigError("--config-hash is empty")
     return ReportParams(
-        title=raw["title"].strip(),
-        author=author.strip(),
-        config_hash=raw["config_hash"],
-        timing_warmup_epochs=warmup,
+        title=settings["title"].strip(),
+        author=settings["author"].strip(),
+        config_hash=config_hash,
+        timing_warmup_epochs=settings["timing_warmup_epochs"],
     )
 
 
@@ -223,6 +223,7 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
             f"{list(EFFECTIVE_FIELDS)})"
         )
     _require(info["effective"], EFFECTIVE_FIELDS, run_dir / "run.json", " in 'effective'")
+    check_provenance(info, run_dir / "run.json")
     name = str(info["run"]["name"])
     epochs = read_epochs(run_dir / "metrics.jsonl")
 
@@ -305,6 +306,185 @@ def load_benchmarks(files: list[Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["rule", "job", "repeat", *BENCH_COLUMNS, "file"])
     return pd.concat(frames, ignore_index=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# provenance of the runs (run.json's "provenance", recorded where each run trained)
+
+UNKNOWN = provenance.UNKNOWN
+#: Package versions of the training shown per run (runs.csv columns of the same names).
+PROVENANCE_VERSIONS = ("python", "torch", "horovod", "numpy")
+#: runs.csv columns compared between runs -> their name in the report.
+PROVENANCE_COMPARED = {
+    "cpu_model": "CPU",
+    "cpu_cores": "cores",
+    "gpus": "GPUs",
+    "gpu_driver": "GPU driver",
+    "commit": "commit",
+    "python": "Python",
+    "torch": "torch",
+    "horovod": "Horovod",
+    "numpy": "NumPy",
+}
+#: Names of the local host that a scheduler node name may be (the same machine as its host).
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def check_provenance(info: dict[str, Any], path: Path) -> None:
+    """Check ``run.json``'s ``provenance`` when it has one (see the module docstring)."""
+    prov = info.get("provenance")
+    if prov is None:
+        return  # written before provenance was recorded: reported as unknown
+    if not isinstance(prov, dict):
+        raise ValueError(f"{path}: 'provenance' must be an object, got {type(prov).__name__}")
+    problems = []
+    hosts = prov.get("hosts")
+
+    def host_ok(h: Any) -> bool:
+        ranks = h.get("ranks") if isinstance(h, dict) else None
+        return isinstance(h.get("host"), str) and isinstance(ranks, list) and bool(ranks)
+
+    if not isinstance(hosts, list) or not hosts or not all(map(host_ok, hosts)):
+        problems.append("'hosts' must be a non-empty list of objects with 'host' and 'ranks'")
+    if not isinstance(prov.get("git"), dict) or "commit" not in prov["git"]:
+        problems.append("'git' must be an object with 'commit'")
+    if not isinstance(prov.get("versions"), dict):
+        problems.append("'versions' must be an object")
+    if problems:
+        raise ValueError(f"{path}: malformed 'provenance': {'; '.join(problems)}")
+
+
+def fmt_ranks(ranks: list[int]) -> str:
+    """Rank numbers as ranges: [0, 1, 2, 3, 5] -> '0-3, 5'."""
+    spans: list[list[int]] = []
+    for r in sorted(set(map(int, ranks))):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def fmt_gpus(names: list[str]) -> str:
+    """['A', 'A', 'B'] -> '2\u00d7 A, 1\u00d7 B'; 'none' without GPUs."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[str(name)] = counts.get(str(name), 0) + 1
+    return ", ".join(f"{n}\u00d7 {name}" for name, n in counts.items()) or "none"
+
+
+def host_label(entry: dict[str, Any]) -> str:
+    """A host entry's name: the machine's, with the scheduler's node name where that differs
+    ('node2 on vm': several scheduler nodes on one machine)."""
+    host, node = str(entry.get("host") or UNKNOWN), entry.get("node")
+    if not node or node == host or node in LOCAL_NAMES or host.startswith(f"{node}."):
+        return host
+    return f"{node} on {host}"
+
+
+def _join(values: Any) -> str:
+    """Distinct values joined by ' + ' (hosts of one run that differ); 'unknown' if none."""
+    return " + ".join(dict.fromkeys(str(v) for v in values)) or UNKNOWN
+
+
+def provenance_columns(info: dict[str, Any]) -> dict[str, Any]:
+    """The runs.csv provenance columns of one run from its (checked) ``run.json``."""
+    prov = info.get("provenance")
+    if prov is None:  # older run.json: rank 0 recorded its versions and the node names only
+        world = info.get("world") or {}
+        versions = info.get("versions") if isinstance(info.get("versions"), dict) else {}
+        return {
+            "provenance": "not recorded",
+            "host_ranks": "; ".join(dict.fromkeys(map(str, world.get("hosts") or []))) or UNKNOWN,
+            "host_count": len(set(world.get("hosts") or [])),
+            **dict.fromkeys(("cpu_model", "cpu_cores", "gpus", "gpu_driver", "commit"), UNKNOWN),
+            "dirty": None,
+            **{k: str(versions.get(k, UNKNOWN)) for k in PROVENANCE_VERSIONS},
+            "rank_differences": "",
+        }
+    hosts = prov["hosts"]
+    git, versions = prov["git"], prov["versions"]
+    has_gpus = any(h.get("gpus") for h in hosts)
+
+    def cores(h: dict[str, Any]) -> Any:
+        c = h.get("cpu_cores")
+        return (c.get("logical") if isinstance(c, dict) else c) or UNKNOWN
+
+    rank_diffs = []
+    for h in hosts:
+        differs = h.get("differs_from_rank0") or {}
+        if differs:
+            what = [
+                "commit " + provenance.describe_commit(v) if k == "git" else f"{k} {v}"
+                for k, v in differs.items()
+            ]
+            rank_diffs.append(f"{host_label(h)}: {', '.join(what)}")
+    return {
+        "provenance": "recorded",
+        "host_ranks": "; ".join(f"{host_label(h)} (ranks {fmt_ranks(h['ranks'])})" for h in hosts),
+        "host_count": len(hosts),
+        "cpu_model": _join(h.get("cpu_model") or UNKNOWN for h in hosts),
+        "cpu_cores": _join(cores(h) for h in hosts),
+        "gpus": _join(fmt_gpus(h.get("gpus") or []) for h in hosts),
+        "gpu_driver": _join(h.get("gpu_driver") or UNKNOWN for h in hosts if h.get("gpus"))
+        if has_gpus
+        else "none",
+        "commit": str(git.get("commit") or UNKNOWN),
+        "dirty": git.get("dirty"),
+        **{k: str(versions.get(k, UNKNOWN)) for k in PROVENANCE_VERSIONS},
+        "rank_differences": "; ".join(rank_diffs),
+    }
+
+
+def commit_text(commit: str, dirty: Any, digits: int | None = None) -> str:
+    """'<sha>', '<sha> (dirty)' or 'unknown'; the sha cut to ``digits`` characters if given."""
+    if commit == UNKNOWN or not isinstance(commit, str):
+        return UNKNOWN
+    dirty = isinstance(dirty, bool | np.bool_) and bool(dirty)  # None: unknown, not dirty
+    return (commit[:digits] if digits else commit) + (" (dirty)" if dirty else "")
+
+
+def _compared_values(runs_df: pd.DataFrame, col: str) -> pd.Series:
+    if col == "commit":
+        return pd.Series(
+            [commit_text(c, d) for c, d in zip(runs_df["commit"], runs_df["dirty"], strict=True)],
+            index=runs_df.index,
+        )
+    return runs_df[col].astype(str)
+
+
+def provenance_differences(runs_df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Which provenance fields (``PROVENANCE_COMPARED``) of each run differ from the other
+    runs', and one note per differing field listing its values and their runs.
+
+    A run differs in a field when its value is not the one most runs share; when no value is
+    shared by more runs than any other, every run differs in it. Unknown values are never
+    compared. A run whose ranks ran other software than its rank 0 differs 'within the run'.
+    """
+    flags: dict[Any, list[str]] = {i: [] for i in runs_df.index}
+    notes = []
+    for col, label in PROVENANCE_COMPARED.items():
+        values = _compared_values(runs_df, col)
+        known = values[values != UNKNOWN]
+        counts = known.value_counts(sort=True)
+        if len(counts) < 2:
+            continue
+        top = counts[counts == counts.max()]
+        odd = known.index if len(top) > 1 else known.index[known != top.index[0]]
+        for i in odd:
+            flags[i].append(label)
+        notes.append(
+            f"{label} differs: "
+            + "; ".join(
+                f"{value} ({list_runs(sorted(runs_df.loc[known.index[known == value], 'run']), 3)})"
+                for value in counts.index
+            )
+        )
+    for i, text in runs_df["rank_differences"].items():
+        if text:
+            flags[i].append("within the run")
+            notes.append(f"{runs_df.loc[i, 'run']}: ranks differ from rank 0: {text}")
+    return pd.Series({i: ", ".join(f) for i, f in flags.items()}, dtype=object), notes
 
 
 # ------------------------------------------------------------------------------------------------
@@ -404,10 +584,12 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
                 **timing_stats(ep, warmup),
                 "train_seconds": float(r.info["train_seconds"]),
+                **provenance_columns(r.info),
             }
         )
     df = pd.DataFrame(rows)
     df["images_per_second_per_worker"] = df["images_per_second"] / df["workers"]
+    df["provenance_differs"] = provenance_differences(df)[0]
     df = add_scaling(df)
     df = df.sort_values(["accuracy", "run"], ascending=[False, True], kind="stable")
     return df.reset_index(drop=True)
@@ -723,37 +905,63 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
     )
 
     versions = prov["versions"]
-    cores = prov["cpu_cores"]
-    core_text = _plural(cores["logical"] or 0, "logical core")
-    if cores.get("physical"):
-        core_text += f" ({cores['physical']} physical)"
-    train_hosts = sorted({h for h in " ".join(runs_df["hosts"]).split() if h})
+    differs = runs_df[runs_df["provenance_differs"] != ""]
+    unrecorded = runs_df[runs_df["provenance"] != "recorded"]
+    if differs.empty:
+        diff_text = "none: every run's hardware and software match the others'"
+    else:
+        flagged = {f for text in differs["provenance_differs"] for f in text.split(", ")}
+        fields = [f for f in [*PROVENANCE_COMPARED.values(), "within the run"] if f in flagged]
+        diff_text = (
+            f"DIFFERS in {', '.join(fields)} (see the provenance page): "
+            f"{_plural(len(differs), 'run')}, {list_runs(sorted(differs['run']), 3)}"
+        )
+    if not unrecorded.empty:
+        diff_text += f"; not recorded for {list_runs(sorted(unrecorded['run']), 3)}"
+    commits = [
+        commit_text(c, d, 12) for c, d in zip(runs_df["commit"], runs_df["dirty"], strict=True)
+    ]
     rows = [
         ("Config hash", params.config_hash),
-        ("Workflow commit", provenance.describe_commit(prov["git"])),
-        ("Report generated", f"{prov['date']} on {prov['host']}"),
-        ("Platform", prov["platform"]),
-        ("CPU", f"{prov['cpu_model']}, {core_text}"),
-        ("GPUs", ", ".join(prov["gpus"]) or "none"),
-        ("Python / torch", f"{versions['python']} / {versions['torch']}"),
-        ("Horovod / Snakemake", f"{versions['horovod']} / {versions['snakemake']}"),
+        ("Training hosts", summarise_values(host_names(runs_df))),
+        ("Training CPUs", summarise_values(runs_df["cpu_model"])),
         (
-            "pandas / matplotlib / seaborn",
-            f"{versions['pandas']} / {versions['matplotlib']} / {versions['seaborn']}",
+            "Training GPUs (driver)",
+            summarise_values(
+                [
+                    g if g in ("none", UNKNOWN) else f"{g} (driver {d})"
+                    for g, d in zip(runs_df["gpus"], runs_df["gpu_driver"], strict=True)
+                ]
+            ),
         ),
-        ("Training hosts", ", ".join(train_hosts) or "unknown"),
+        ("Training commit", summarise_values(commits)),
+        (
+            "Training Python / torch / Horovod",
+            " / ".join(summarise_values(runs_df[k]) for k in ("python", "torch", "horovod")),
+        ),
         (
             "Training devices; backends; launchers",
             f"{', '.join(sorted(runs_df['device'].unique()))}; "
             f"{', '.join(sorted(runs_df['backend'].unique()))}; "
             f"{', '.join(sorted(runs_df['launcher'].unique()))}",
         ),
+        ("Runs that differ", diff_text),
+        (
+            "Report generated on",
+            f"{prov['host']}, {prov['date']}, commit {provenance.describe_commit(prov['git'])}",
+        ),
+        (
+            "Report software",
+            f"Python {versions['python']}, pandas {versions['pandas']}, matplotlib "
+            f"{versions['matplotlib']}, seaborn {versions['seaborn']}, Snakemake "
+            f"{versions['snakemake']}",
+        ),
     ]
     ax = fig.add_axes((0.03, 0.06, 0.94, 0.44))
     ax.set_axis_off()
     ax.text(0, 1, "Provenance", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
     table = ax.table(
-        cellText=[[k, textwrap.shorten(str(v), 100)] for k, v in rows],
+        cellText=[[k, textwrap.shorten(str(v), 92, placeholder=" ...")] for k, v in rows],
         colWidths=[0.25, 0.75],
         cellLoc="left",
         bbox=(0.01, 0, 0.99, 0.88),
@@ -761,16 +969,38 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
     )
     table.auto_set_font_size(False)
     table.set_fontsize(10)
-    for (_, col), cell in table.get_celld().items():
+    for (row, col), cell in table.get_celld().items():
         cell.set_edgecolor("0.85")
         cell.get_text().set_weight("bold" if col == 0 else "normal")
         if col == 1:
             cell.get_text().set_family("monospace")
+        if rows[row][0] == "Runs that differ" and not differs.empty:
+            cell.set_facecolor(DIFFERS_COLOR)
+
+
+def summarise_values(values: Any) -> str:
+    """The distinct values of the runs, with their number of runs where they are several:
+    'a' or 'a (3 runs), b (1 run)'; 'unknown' when no run knows it."""
+    counts = pd.Series(list(values), dtype=object).astype(str).value_counts(sort=True)
+    known = counts[counts.index != UNKNOWN]
+    if known.empty:
+        return UNKNOWN
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return ", ".join(f"{v} ({_plural(int(n), 'run')})" for v, n in counts.items())
+
+
+def host_names(runs_df: pd.DataFrame) -> list[str]:
+    """Every training host of every run (one entry per run and host), from ``host_ranks``."""
+    return [
+        part.split(" (ranks ")[0].strip()
+        for text in runs_df["host_ranks"]
+        for part in str(text).split(";")
+        if part.strip()
+    ]
 
 
 def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
-    from matplotlib.table import Table
-
     warmup = pages.params.timing_warmup_epochs
     splits = runs_df["eval_split"].unique()
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
@@ -839,31 +1069,187 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             layout=None,
             note=note,
         )
-        ax = fig.add_axes((0.03, 0.08 if note else 0.06, 0.94, 0.72))
-        ax.set_axis_off()
-        n_lines = [2] + [max(c.count("\n") + 1 for c in row) for row in chunk]
-        units = [1 + 0.9 * n for n in n_lines]  # row height in text lines, with padding
-        line_h = min(0.038, 1 / sum(units))  # axes fraction per unit: fill at most the page
-        heights = [line_h * u for u in units]
-        table = Table(ax, bbox=(0, 1 - sum(heights), 1, sum(heights)))
-        for row, (cells, height) in enumerate(zip([header, *chunk], heights, strict=True)):
-            for col, (text, (_, width, right)) in enumerate(zip(cells, columns, strict=True)):
-                cell = table.add_cell(
-                    row, col, width, height, text=text, loc="right" if right else "left"
-                )
-                cell.PAD = 0.06
-                cell.set_edgecolor("white")
-                cell.get_text().set_fontsize(9.5)
-                if row == 0:
-                    cell.set_facecolor("#2f4b7c")
-                    cell.get_text().set(color="white", weight="bold", fontsize=9)
-                elif page_no == 1 and row == 1:  # the best run
-                    cell.set_facecolor("#d4ecd0")
+
+        def style(row: int, col: int, page_no: int = page_no) -> tuple[str, bool]:
+            if page_no == 1 and row == 0:  # the best run
+                return "#d4ecd0", True
+            return ("#eef1f6" if row % 2 == 0 else "white"), False
+
+        draw_table(fig, columns, header, chunk, style, bottom=0.08 if note else 0.06)
+
+
+def draw_table(fig, columns, header, rows, style, bottom: float = 0.06, top: float = 0.8) -> None:
+    """A table of ``rows`` (lists of cell texts) under a header, in the page's width from the
+    top of the page's content (``top``) down; ``columns``: (header, relative width,
+    right-aligned); ``style(row, col) -> (face colour, bold)`` for the body cells (row 0 =
+    first row). Row heights follow their number of text lines; the table fills at most the
+    space above ``bottom``."""
+    from matplotlib.table import Table
+
+    ax = fig.add_axes((0.03, bottom, 0.94, top - bottom))
+    ax.set_axis_off()
+    n_lines = [max(c.count("\n") + 1 for c in row) for row in [header, *rows]]
+    units = [1 + 0.9 * n for n in n_lines]  # row height in text lines, with padding
+    line_h = min(0.038, 1 / sum(units))  # axes fraction per unit: fill at most the page
+    heights = [line_h * u for u in units]
+    table = Table(ax, bbox=(0, 1 - sum(heights), 1, sum(heights)))
+    for row, (cells, height) in enumerate(zip([header, *rows], heights, strict=True)):
+        for col, (text, (_, width, right)) in enumerate(zip(cells, columns, strict=True)):
+            cell = table.add_cell(
+                row, col, width, height, text=text, loc="right" if right else "left"
+            )
+            cell.PAD = 0.06
+            cell.set_edgecolor("white")
+            cell.get_text().set_fontsize(9.5)
+            if row == 0:
+                cell.set_facecolor("#2f4b7c")
+                cell.get_text().set(color="white", weight="bold", fontsize=9)
+            else:
+                face, bold = style(row - 1, col)
+                cell.set_facecolor(face)
+                if bold:
                     cell.get_text().set_weight("bold")
-                else:
-                    cell.set_facecolor("#eef1f6" if row % 2 else "white")
-        table.auto_set_font_size(False)
-        ax.add_table(table)
+    table.auto_set_font_size(False)
+    ax.add_table(table)
+
+
+def table_units(row: list[str]) -> float:
+    """Height of a table row in line units (see :func:`draw_table`)."""
+    return 1 + 0.9 * max(c.count("\n") + 1 for c in row)
+
+
+def chunk_rows(rows: list[list[str]], max_units: float, max_rows: int) -> list[list[list[str]]]:
+    """``rows`` split into pages of at most ``max_rows`` rows and ``max_units`` line units."""
+    chunks: list[list[list[str]]] = [[]]
+    used = 0.0
+    for row in rows:
+        u = table_units(row)
+        if chunks[-1] and (used + u > max_units or len(chunks[-1]) >= max_rows):
+            chunks.append([])
+            used = 0.0
+        chunks[-1].append(row)
+        used += u
+    return chunks
+
+
+def _cut_lines(text: str, width: int, max_lines: int) -> list[str]:
+    """``text`` wrapped at ``width``, at most ``max_lines`` lines (the last one shortened)."""
+    lines = textwrap.wrap(text, width, break_on_hyphens=True) or [text]
+    if len(lines) > max_lines:
+        rest = " ".join(lines[max_lines - 1 :])
+        lines = [*lines[: max_lines - 1], textwrap.shorten(rest, width, placeholder=" ...")]
+    return lines
+
+
+#: Columns of the provenance table: runs.csv fields shown -> (header, width, right-aligned).
+PROVENANCE_TABLE = (
+    ("#", 0.025, True),
+    ("Run", 0.13, False),
+    ("Training hosts\n(ranks)", 0.135, False),
+    ("CPU\n(logical cores per host)", 0.18, False),
+    ("GPUs\n(NVIDIA driver)", 0.16, False),
+    ("Commit", 0.09, False),
+    ("Python / torch /\nHorovod / NumPy", 0.145, False),
+    ("Differs from\nthe other runs", 0.135, False),
+)
+#: The provenance table's column of each field of ``PROVENANCE_COMPARED`` (and 'within the run').
+PROVENANCE_FIELD_COLUMN = {
+    "CPU": 3,
+    "cores": 3,
+    "GPUs": 4,
+    "GPU driver": 4,
+    "commit": 5,
+    "Python": 6,
+    "torch": 6,
+    "Horovod": 6,
+    "NumPy": 6,
+    "within the run": 2,
+}
+
+
+def provenance_cells(rank: int, r: Any) -> list[str]:
+    """One run's row of the provenance table (``r``: a runs.csv row as a named tuple)."""
+    hosts = [h.strip() for h in str(r.host_ranks).split(";") if h.strip()]
+    host_lines = [
+        textwrap.shorten(h.replace(" (ranks ", " ("), 24, placeholder="...") for h in hosts[:3]
+    ]
+    if len(hosts) > 3:
+        host_lines[-1] = f"+ {len(hosts) - 2} more hosts"
+    cpu = [UNKNOWN]
+    if r.cpu_model != UNKNOWN or r.cpu_cores != UNKNOWN:
+        cpu = _cut_lines(f"{r.cpu_model} ({r.cpu_cores} cores)", 27, 3)
+    gpus = [str(r.gpus)]
+    if r.gpus not in ("none", UNKNOWN):
+        gpus = _cut_lines(f"{r.gpus}, driver {r.gpu_driver}", 24, 3)
+    commit = commit_text(r.commit, r.dirty, 10).replace(" (dirty)", "\n(dirty)")
+    versions = f"{r.python} / {r.torch}\n{r.horovod} / {r.numpy}"
+    if r.provenance != "recorded":
+        differs = "not recorded"
+    else:
+        differs = (
+            "\n".join(_cut_lines(r.provenance_differs, 15, 3)) if r.provenance_differs else "none"
+        )
+    return [
+        str(rank),
+        wrap_label(r.run, 17),
+        "\n".join(host_lines),
+        "\n".join(cpu),
+        "\n".join(gpus),
+        commit,
+        versions,
+        differs,
+    ]
+
+
+def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+    """One row per run: where it trained and with what (run.json's provenance), the values in
+    which it differs from the other runs highlighted and named."""
+    _, notes = provenance_differences(runs_df)
+    unrecorded = runs_df[runs_df["provenance"] != "recorded"]
+    if not unrecorded.empty:
+        notes.append(
+            f"Not recorded for {list_runs(sorted(unrecorded['run']), 4)}: its run.json is older "
+            "than provenance recording, so its CPU, GPUs and commit are unknown (hosts and "
+            "versions as its rank 0 recorded them)."
+        )
+    notes = [textwrap.shorten(n, 290, placeholder=" ...") for n in notes[:6]]
+    note = "\n".join(notes) if notes else None
+    note_lines = sum(len(textwrap.wrap(n, 150)) for n in notes)
+    bottom = 0.045 + 0.021 * note_lines + 0.015 if notes else 0.06
+    top = 0.8
+    header = [c[0] for c in PROVENANCE_TABLE]
+    rows = [provenance_cells(i, r) for i, r in enumerate(runs_df.itertuples(index=False), 1)]
+    height_pt = (top - bottom) * PAGE_SIZE[1] * 72
+    budget = height_pt / TABLE_UNIT_PT - table_units(header)
+    chunks = chunk_rows(rows, budget, TABLE_ROWS_PER_PAGE)
+    flags = list(runs_df["provenance_differs"])
+    unknown = list(runs_df["provenance"] != "recorded")
+    start = 0
+    for page_no, chunk in enumerate(chunks, start=1):
+        suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
+        fig = pages.new(
+            "Provenance of the runs" + suffix,
+            "Where and with what each run trained, as its ranks saw it on the training hosts "
+            "and its rank 0 recorded it in run.json: hosts (ranks on each), CPU and cores, GPUs "
+            "and NVIDIA driver, git commit of the code (dirty: with uncommitted changes) and "
+            "package versions. Same order as the runs table. Highlighted: a value that differs "
+            "from the one most runs share (from every run's where no value is the most common).",
+            layout=None,
+            note=note,
+        )
+
+        def style(row: int, col: int, first: int = start) -> tuple[str, bool]:
+            i = first + row
+            fields = flags[i].split(", ") if flags[i] else []
+            marked = {PROVENANCE_FIELD_COLUMN[f] for f in fields} | ({7} if fields else set())
+            if col in marked:
+                return DIFFERS_COLOR, col == 7
+            if unknown[i] and col == 7:
+                return "#e6e6e6", False
+            return ("#eef1f6" if row % 2 == 0 else "white"), False
+
+        draw_table(fig, PROVENANCE_TABLE, header, chunk, style, bottom=bottom, top=top)
+        start += len(chunk)
 
 
 def untimed_note(runs_df: pd.DataFrame, mark: str = "") -> str | None:
@@ -1563,6 +1949,7 @@ def build_pages(
     pages = Pages(params, runs_df)
     title_page(pages, prov, runs_df, bench)
     runs_table_pages(pages, runs_df)
+    provenance_pages(pages, runs_df)
     epoch_time_page(pages, runs_df, epochs_df)
     throughput_page(pages, runs_df)
     scaling_page(pages, runs_df)
@@ -1612,21 +1999,35 @@ def write_outputs(
 
     with matplotlib.rc_context(theme()):
         pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing)
+        total = len(pages.pages)
+        footer = footer_text(params, prov)
+        for i, (_, fig) in enumerate(pages.pages, start=1):
+            stamp_footer(fig, footer, i, total)
+        png_metadata = {"Title": params.title, "Description": footer}
         for png, fig in pages.pages:
             if png:
                 with atomic_path(out_dir / "figures" / f"{png}.png") as tmp:
-                    fig.savefig(tmp, format="png")
-        total = len(pages.pages)
-        footer = f"{textwrap.shorten(params.title, 100)}  \u00b7  config {params.config_hash}"
+                    fig.savefig(tmp, format="png", metadata=png_metadata)
         with atomic_path(out_dir / "report.pdf") as tmp:
             with PdfPages(tmp, metadata=pdf_metadata(params, prov)) as pdf:
-                for i, (_, fig) in enumerate(pages.pages, start=1):
-                    fig.text(0.03, 0.015, footer, fontsize=8.5, color="0.5")
-                    fig.text(
-                        0.97, 0.015, f"page {i} of {total}", fontsize=8.5, color="0.5", ha="right"
-                    )
+                for _, fig in pages.pages:
                     pdf.savefig(fig)
     return total
+
+
+def footer_text(params: ReportParams, prov: dict[str, Any]) -> str:
+    """The footer of every PDF page and PNG figure: title, config hash and the commit of the
+    report's code (12 characters, '(dirty)' with uncommitted changes)."""
+    git = prov["git"]
+    commit = commit_text(git["commit"], git.get("dirty"), 12)
+    title = textwrap.shorten(params.title, 80, placeholder=" ...")
+    return f"{title}  \u00b7  config {params.config_hash}  \u00b7  commit {commit}"
+
+
+def stamp_footer(fig, footer: str, page: int, total: int) -> None:
+    """Draw ``footer`` and 'page N of M' at the bottom of the page ``fig``."""
+    fig.text(0.03, 0.015, footer, fontsize=8.5, color="0.5")
+    fig.text(0.97, 0.015, f"page {page} of {total}", fontsize=8.5, color="0.5", ha="right")
 
 
 def pdf_metadata(params: ReportParams, prov: dict[str, Any]) -> dict[str, str]:
@@ -1642,8 +2043,9 @@ def pdf_metadata(params: ReportParams, prov: dict[str, Any]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--params", required=True, help='{"title", "author", "config_hash", "timing_warmup_epochs"}'
+        "--params", required=True, help='the report settings: {"title", "author", ...}'
     )
+    parser.add_argument("--config-hash", required=True, help="hash of the config (provenance)")
     parser.add_argument("--run-dirs", type=Path, nargs="+", required=True, metavar="DIR")
     parser.add_argument("--eval-dirs", type=Path, nargs="+", required=True, metavar="DIR")
     parser.add_argument(
@@ -1656,7 +2058,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     args = parser.parse_args(argv)
 
-    params = parse_params(args.params)
+    try:
+        params = parse_params(args.params, args.config_hash)
+    except ConfigError as exc:
+        return bad_settings("report", exc)
     runs = [
         load_run(run_dir, eval_dir)
         for run_dir, eval_dir in pair_dirs(args.run_dirs, args.eval_dirs)

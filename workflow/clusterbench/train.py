@@ -40,6 +40,9 @@ backend branches.
 * Rank 0 alone writes ``checkpoints/epoch-NNN.pt``, ``metrics.jsonl`` and TensorBoard events
   each epoch, then ``run.json`` and, last, ``model.pt``. TensorBoard events go to
   ``.tensorboard.partial/`` first and are renamed to ``tensorboard/`` at the end.
+* ``run.json``'s ``provenance`` is what every rank saw where it ran (host, CPU, GPUs and
+  driver, package versions, git commit), gathered once before training and written by rank 0,
+  one entry per host (:func:`rank_provenance`, :func:`clusterbench.provenance.merge_ranks`).
 * ``--resume`` continues from the newest checkpoint (same run config required): the epoch-keyed
   shuffling and LR schedule make the result identical to an uninterrupted run. Without it, a
   start removes an earlier run's checkpoints.
@@ -323,6 +326,26 @@ def node_name() -> str:
     return os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
 
 
+def rank_provenance(rank: int, local_rank: int, device: Any) -> dict[str, Any]:
+    """This rank's provenance facts (:func:`clusterbench.provenance.rank_facts`; the git state
+    from one rank per node) and the name of the GPU it trains on (None on the CPU)."""
+    import torch
+
+    from clusterbench import provenance
+
+    facts = provenance.rank_facts(rank, node_name(), with_git=local_rank == 0)
+    cuda = torch.device(device).type == "cuda"
+    facts["device_name"] = torch.cuda.get_device_name(device) if cuda else None
+    return facts
+
+
+def run_provenance(facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``run.json``'s ``provenance`` from every rank's :func:`rank_provenance`, dated now."""
+    from clusterbench import provenance
+
+    return {**provenance.merge_ranks(facts), "date": provenance.now()}
+
+
 def _launcher() -> str:
     """What started the ranks: the name clusterbench-launch exports to them, else a guess."""
     name = os.environ.get("CLUSTERBENCH_LAUNCHER", "auto")
@@ -418,10 +441,9 @@ class Outputs:
         effective: dict[str, Any],
         train_seconds: float,
         model_file: dict,
+        provenance: dict[str, Any],
     ) -> None:
         import torch
-
-        from clusterbench.provenance import versions
 
         self.tb.close()
         final_tb = self.out_dir / "tensorboard"
@@ -435,7 +457,8 @@ class Outputs:
                 "effective": effective,
                 "epochs_completed": len(self.records),
                 "train_seconds": train_seconds,
-                "versions": versions(),
+                "versions": provenance["versions"],  # rank 0's, as before provenance existed
+                "provenance": provenance,
             },
         )
         with atomic_path(self.out_dir / "model.pt") as tmp:
@@ -608,7 +631,10 @@ def _train(
         std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
     )
     workers = rt.size
-    hosts = list(dict.fromkeys(rt.allgather_object(node_name(), name="train.hosts")))
+    facts = rt.allgather_object(
+        rank_provenance(rt.rank, rt.local_rank, device), name="train.provenance"
+    )
+    hosts = list(dict.fromkeys(f["node"] for f in facts))
     outputs = Outputs(out_dir, run, checkpoint) if rt.rank == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
 
@@ -665,9 +691,7 @@ def _train(
             "hosts": hosts,
             "device": device.type,
             "gpus": workers if device.type == "cuda" else 0,
-            "gpu_names": sorted({torch.cuda.get_device_name(device)})
-            if device.type == "cuda"
-            else [],
+            "gpu_names": sorted({f["device_name"] for f in facts if f["device_name"]}),
             "launcher": _launcher(),
             "backend": rt.name,
         }
@@ -677,7 +701,7 @@ def _train(
             "mean": [float(m) for m in meta["mean"]],
             "std": [float(s) for s in meta["std"]],
         }
-        outputs.finish(world, effective_settings(run), elapsed, model_file)
+        outputs.finish(world, effective_settings(run), elapsed, model_file, run_provenance(facts))
         print(f"train: {epoch} epoch(s) in {elapsed:.1f} s -> {out_dir}", flush=True)
     return record
 
