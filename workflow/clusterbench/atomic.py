@@ -15,12 +15,31 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells (``/proc``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and set it back at once
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path next to ``dest``; rename it onto ``dest`` if the block succeeds."""
+    """Yield a temporary path next to ``dest``; rename it onto ``dest`` if the block succeeds.
+
+    The file gets the mode an ordinary ``open()`` would give it (0666 less the umask), not
+    mkstemp's 0600: on a shared cluster the group must be able to read the results.
+    """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     tmp_path = Path(tmp)
     try:
