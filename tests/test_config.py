@@ -215,3 +215,12 @@ def test_stage_params_fill_the_schema_defaults_and_name_unknown_keys():
         cb.stage_params("evaluate", '{"epochs": 1}')
     with pytest.raises(cb.ConfigError, match=r"--params is not valid JSON"):
         cb.stage_params("evaluate", "{")
+
+
+def test_a_time_box_must_end_before_the_jobs_runtime_limit():
+    cfg = default_config()
+    cfg["runs"][0].update(epochs=None, minutes=30, runtime=30)
+    with pytest.raises(cb.ConfigError, match=r"runs\[0\]\.minutes: a time box of 30 min .*30 min"):
+        cb.validate(cfg)
+    cfg["runs"][0].update(minutes=25)
+    cb.validate(cfg)

@@ -20,11 +20,13 @@ from clusterbench.models import build_model
 from clusterbench.train import (
     PROGRESS_INTERVAL,
     DeviceError,
+    NonFiniteLossError,
     check_device,
     epoch_permutation,
     global_batches,
     learning_rate,
     main,
+    non_finite_message,
     progress_due,
     progress_line,
     shard_bounds,
@@ -548,3 +550,18 @@ def test_cpu_threads_share_the_node_and_treat_omp_as_the_job_total(monkeypatch):
     assert cpu_threads(2, {"OMP_NUM_THREADS": "2"}) == 1  # Snakemake: the job's threads
     assert cpu_threads(1, {"OMP_NUM_THREADS": "8"}) == 4  # never more than the CPUs
     assert cpu_threads(8, {}) == 1
+
+
+def test_non_finite_message_names_the_first_bad_step_over_the_ranks():
+    msg = non_finite_message("r1", 3, [-1, 7, 5], steps=20, lr=0.5)
+    assert "run 'r1'" in msg and "epoch 3, step 6/20 (rank 2)" in msg and "lr" in msg
+
+
+def test_a_loss_that_becomes_non_finite_stops_the_run_naming_epoch_and_step(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    run = run_config(workers=1, epochs=3, lr=1e30, momentum=0.0)
+    out = tmp_path / "out"
+    args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
+    with pytest.raises(NonFiniteLossError, match=r"non-finite .* at epoch 1, step \d+/\d+"):
+        main(args)  # in this process: one worker
+    assert not (out / "model.pt").exists()

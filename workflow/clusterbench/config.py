@@ -207,6 +207,12 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             )
         seen.setdefault(run["name"], i)
         problems += wildcard_problems(run["name"], f"{where}.name")
+        if run["minutes"] is not None and run["minutes"] >= run["runtime"]:
+            problems.append(
+                f"{where}.minutes: a time box of {run['minutes']:g} min does not end before the "
+                f"job's wall-clock limit (runtime: {run['runtime']} min): the scheduler would kill "
+                "the job before it writes its model; raise runtime or lower minutes"
+            )
         if run["dataset"] not in resolved["datasets"]:
             problems.append(
                 f"{where}.dataset: {run['dataset']!r} is not declared under 'datasets' "

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import shutil
 import socket
@@ -485,6 +486,8 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
     scale = lr_scale(run)
     ctx.net.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    # the first step whose loss is not finite (-1: none), tracked on the device: no sync
+    first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
     lr = run["lr"]
     started = last = time.monotonic() if rank == 0 else 0.0
     printed, images = False, 0
@@ -503,6 +506,7 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
         (summed * (workers / (stop - start))).backward()
         ctx.optimizer.step()
         loss_sum += summed.detach()
+        first_bad = torch.where(torch.isfinite(summed.detach()) | (first_bad >= 0), first_bad, step)
         images += stop - start
         if rank == 0:
             now = time.monotonic()
@@ -511,7 +515,27 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
                 print(line, flush=True)
                 last, printed = now, True
     total = ctx.rt.allreduce_sum(loss_sum.cpu().view(1), name="train.loss")
+    if not math.isfinite(float(total)):
+        bad = ctx.rt.allgather_object(int(first_bad), name="train.first_bad")
+        raise NonFiniteLossError(non_finite_message(run["name"], epoch + 1, bad, len(batches), lr))
     return float(total) / images, lr, images
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite: every later step would train on garbage."""
+
+
+def non_finite_message(run: str, epoch: int, first_bad: list[int], steps: int, lr: float) -> str:
+    """Where the loss first stopped being finite: ``first_bad[r]`` is rank r's first such step
+    (0-based, -1 for none)."""
+    where = [(step, rank) for rank, step in enumerate(first_bad) if step >= 0]
+    step, rank = min(where) if where else (None, None)
+    at = f"step {step + 1}/{steps} (rank {rank})" if step is not None else "a step"
+    return (
+        f"run {run!r}: the training loss became non-finite (NaN or inf) at epoch {epoch}, {at}, "
+        f"learning rate {lr:g}; the run is stopped. Lower the run's lr (or raise warmup_epochs) "
+        "and run it again."
+    )
 
 
 def _validate(ctx: _Context) -> tuple[float, float]:
