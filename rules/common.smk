@@ -22,6 +22,20 @@ sys.path.insert(0, str(CHECKOUT / "workflow"))
 from clusterbench import config as cbconfig
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
 
+#: The default config, relative to the working directory (as Snakemake reads `configfile:`);
+#: `--configfile` files are merged over it. Skipped in a module given `config:`.
+DEFAULT_CONFIGFILE = "config/config.yaml"
+# Checked first: Snakemake would only say "not valid JSON or YAML", naming no file and no line.
+if not workflow.modifier.skip_configfile and os.path.exists(DEFAULT_CONFIGFILE):
+    try:
+        cbconfig.load_file(DEFAULT_CONFIGFILE)
+    except cbconfig.ConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+configfile: DEFAULT_CONFIGFILE
+
+
 try:
     CFG = cbconfig.validate(config)
 except cbconfig.ConfigError as exc:

@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -81,6 +82,39 @@ def load_schema() -> dict[str, Any]:
         schema = yaml.safe_load(fh)
     schema["$defs"]["run_settings"]["properties"]["model"]["enum"] = list(MODEL_CLASSES)
     return schema
+
+
+def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config file ``path`` as a mapping; :class:`ConfigError` naming the file (and the line
+    and column of a YAML syntax error) when it is no UTF-8 text or no YAML mapping."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}, line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+            "save the config file as UTF-8"
+        ) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        raise ConfigError(
+            f"{path}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+        ) from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: a config file must be a YAML mapping of keys, got {type(loaded).__name__}"
+        )
+    return loaded
 
 
 def _key_path(parts: Iterable[Any]) -> str:
@@ -367,3 +401,25 @@ STAGES: dict[str, StageSettings] = {
     "report": StageSettings("/properties/report"),
     "download": StageSettings("/properties/download"),
 }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m clusterbench.config FILE...``: check config files as the workflow would."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.files:
+        try:
+            validate(load_file(path))
+        except ConfigError as exc:
+            status = bad_settings(str(path), exc)
+        else:
+            print(f"{path}: ok")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
