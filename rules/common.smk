@@ -143,39 +143,56 @@ def train_resource(key):
     return lambda wildcards: TRAIN_RESOURCES[wildcards.run].get(key)
 
 
-#: sinfo's view of the partitions, asked once per Snakemake process (see slurm_preflight).
+#: sinfo's view of the partitions, asked once per Snakemake process (see preflight).
 SINFO = {}
 
 
-def slurm_preflight(wildcards):
-    """Input function of the train step; it adds no file. Under the Slurm executor it refuses
-    a training job the cluster could never start (Slurm would accept it and leave it pending
-    forever; see clusterbench.preflight), with the resources the job would be submitted with.
+def preflight(wildcards):
+    """Input function of the train step; it adds no file. Refuses, before any job starts, a
+    training job this executor could never run as asked (clusterbench.preflight):
+
+    - slurm: a job larger than every partition (Slurm would leave it pending forever), with
+      the resources the job would be submitted with;
+    - local: a run needing more cores than local jobs get (its ranks would share cores).
 
     Snakemake calls input functions while it builds the job graph, after it has chosen the
-    executor and before it submits any job. Not ``onstart``, which Snakemake ignores in a
-    module; not at parse time, when the executor is not known yet. Only in the main process:
-    cluster jobs parse and build their graph again (under the jobstep executor), and dry runs
-    and ``--report`` have no Slurm executor.
+    executor and before it runs any job. Not ``onstart``, which Snakemake ignores in a module;
+    not at parse time, when the executor is not known yet. Only in the main process: cluster
+    jobs parse and build their graph again (under the jobstep executor); dry runs and
+    ``--report`` use neither executor.
     """
     plugin = workflow.executor_plugin
-    if not (workflow.is_main_process and plugin is not None and plugin.name == "slurm"):
+    if not (workflow.is_main_process and plugin is not None):
         return []
-    from clusterbench import preflight
+    from clusterbench import preflight as checks
 
-    # this workflow's train step, under its module name (`use rule ... as`) if any
-    train = rules.train.rule
     try:
-        if "text" not in SINFO:
-            SINFO["text"] = preflight.sinfo()
-        resources = train.expand_resources(
-            dict(wildcards.items()),
-            [],
-            attempt=1,
-            skip_evaluation=set(train.resources.keys())
-            - {"_cores", *preflight.SLURM_RESOURCE_KEYS},
-        )
-        preflight.check_slurm([(wildcards.run, resources)], SINFO["text"])
-    except preflight.PreflightError as exc:
+        if plugin.name == "slurm":
+            check_slurm_job(checks, wildcards)
+        elif plugin.name == "local":
+            run = RUNS[wildcards.run]
+            cores = min(workflow.resource_settings.cores or 1, os.cpu_count() or 1)
+            problems = checks.local_problems(
+                run["name"], run["workers"], run["cpus_per_worker"], cores
+            )
+            if problems:
+                raise checks.PreflightError("\n".join(problems))
+    except checks.PreflightError as exc:
         raise WorkflowError(str(exc)) from None
     return []
+
+
+def check_slurm_job(checks, wildcards):
+    """clusterbench.preflight.check_slurm on the train job of ``wildcards``."""
+    # this workflow's train step, under its module name (`use rule ... as`) if any
+    train = rules.train.rule
+    if "text" not in SINFO:
+        SINFO["text"] = checks.sinfo()
+    resources = train.expand_resources(
+        dict(wildcards.items()),
+        [],
+        attempt=1,
+        skip_evaluation=set(train.resources.keys())
+        - {"_cores", *checks.SLURM_RESOURCE_KEYS},
+    )
+    checks.check_slurm([(wildcards.run, resources)], SINFO["text"])

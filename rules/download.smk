@@ -18,5 +18,5 @@ rule download:
             cbconfig.download_slice(CFG["datasets"][wc.dataset])
         ),
     shell:
-        "python {input.script} --dataset {wildcards.dataset} --params {params.source:q} "
-        "--out {output.manifest} > {log} 2>&1"
+        "python {input.script:q} --dataset {wildcards.dataset:q} --params {params.source:q} "
+        "--out {output.manifest:q} > {log:q} 2>&1"

@@ -19,5 +19,5 @@ rule evaluate:
         data_dir=lambda wc, input: dir_of(input.data[0]),
         out_dir=lambda wc, output: dir_of(output.metrics),
     shell:
-        "python {input.script} --data-dir {params.data_dir} --model {input.model} "
-        "--params {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "python {input.script:q} --data-dir {params.data_dir:q} --model {input.model:q} "
+        "--params {params.settings:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

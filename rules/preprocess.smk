@@ -17,6 +17,6 @@ rule preprocess:
         ),
         out_dir=lambda wc, output: dir_of(output[-1]),
     shell:
-        "python {input.script} --dataset {wildcards.dataset} "
-        "--manifest {input.manifest} --params {params.split:q} "
-        "--out-dir {params.out_dir} > {log} 2>&1"
+        "python {input.script:q} --dataset {wildcards.dataset:q} "
+        "--manifest {input.manifest:q} --params {params.split:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -6,7 +6,7 @@ rule train:
         script=script("train"),
         code=stage_module("train"),
         data=lambda wc: data_files(run_of(wc)["dataset"]),
-        preflight=slurm_preflight,  # no file: refuses a job Slurm could never start
+        preflight=preflight,  # no file: refuses a job this executor could never run as asked
     output:
         info="results/runs/{run}/run.json",
         metrics="results/runs/{run}/metrics.jsonl",
@@ -28,5 +28,5 @@ rule train:
         out_dir=lambda wc, output: dir_of(output.info),
     shell:
         "python -m clusterbench.launch --np {params.workers} -- "
-        "python {input.script} --data-dir {params.data_dir} --run {params.run:q} "
-        "--out-dir {params.out_dir} > {log} 2>&1"
+        "python {input.script:q} --data-dir {params.data_dir:q} --run {params.run:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

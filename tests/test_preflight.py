@@ -64,3 +64,13 @@ def test_check_names_every_bad_run():
     assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in msg
     assert "partition 'cpu' (10 node(s), 640 CPUs" in msg and "fine" not in msg
     check_slurm(jobs[:1], SINFO)  # no error
+
+
+def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
+    from clusterbench.preflight import local_problems
+
+    assert local_problems("r", workers=2, cpus_per_worker=1, cores=2) == []
+    (problem,) = local_problems("big", workers=4, cpus_per_worker=1, cores=2)
+    assert "run 'big' needs 4 cores (4 workers x cpus_per_worker=1)" in problem
+    assert "local jobs get 2" in problem
+    assert local_problems("r", workers=2, cpus_per_worker=2, cores=3) != []

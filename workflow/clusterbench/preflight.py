@@ -1,11 +1,12 @@
-"""Refuse, before anything is submitted, a training job the Slurm cluster could never start.
+"""Refuse, before any job starts, a training job the executor could never run as asked.
 
 Slurm accepts a job that asks for more than its partition has (unless the site sets
 ``EnforcePartLimits``) and leaves it pending forever with reason ``PartitionConfig``. Before the
-first job is submitted, the workflow (``slurm_preflight`` in rules/common.smk, an input function
-of the train rule that acts under the Slurm executor only) compares each training job of the job
-graph with the partition's nodes, CPUs and GPUs as ``sinfo`` reports them, and stops with a
-message naming the run and both sizes.
+first job is submitted, the workflow (``preflight`` in rules/common.smk, an input function
+of the train rule) compares each training job of the job graph with the partition's nodes, CPUs
+and GPUs as ``sinfo`` reports them, and stops with a message naming the run and both sizes.
+Under the local executor it refuses a run needing more cores than local jobs get
+(:func:`local_problems`): its ranks would share cores and its timing would measure that.
 """
 
 from __future__ import annotations
@@ -129,6 +130,20 @@ def sinfo() -> str:
         ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise PreflightError(f"cannot ask Slurm for its partitions (sinfo): {exc}") from exc
+
+
+def local_problems(run: str, workers: int, cpus_per_worker: int, cores: int) -> list[str]:
+    """A problem if a training run needs more cores than local jobs get: its ranks would share
+    cores, and its timing would measure that rather than the machine."""
+    needed = workers * cpus_per_worker
+    if needed <= cores:
+        return []
+    return [
+        f"run {run!r} needs {needed} cores ({workers} workers x cpus_per_worker="
+        f"{cpus_per_worker}) but local jobs get {cores} here: its ranks would share cores and "
+        "its time per epoch would measure that; lower workers or cpus_per_worker, or run it "
+        "through a cluster profile (--profile profiles/slurm or profiles/sge)"
+    ]
 
 
 def check_slurm(jobs: Iterable[tuple[str, Mapping[str, Any]]], sinfo_text: str | None = None):
