@@ -20,6 +20,11 @@ Each rank's output is streamed with a ``[rank]`` prefix. When a rank fails the o
 stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with the failing
 rank's exit code and a message naming its rank, host, exit code and last log lines.
 
+SIGINT and SIGTERM stop every rank the same way; a second one kills them at once (SIGKILL), and
+the launcher exits with ``128 + signal`` within a bounded time whatever the ranks do (see
+:class:`StopSignals`: no lock is taken in a signal handler, and Horovod's own handlers, which
+take one, are never installed).
+
 Every rank gets Horovod's variables (from ``launch_gloo``) and the ``torch.distributed`` ones
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
 ``GROUP_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` of rank 0's node, see
@@ -30,8 +35,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import logging
 import os
+import queue
+import select
 import shlex
 import shutil
 import signal
@@ -82,6 +90,16 @@ _PY_LEVELS = {
 }
 _TOOL_TIMEOUT_S = 60  # scontrol / squeue answering
 _SIGNAL_TIMEOUT_S = 15  # scancel --signal / qrsh -inherit kill answering
+
+# After a stop signal (SIGINT/SIGTERM) every rank gets SIGTERM at once (Horovod's middleman
+# follows with SIGKILL after its own 5 s); what is left of the ranks is killed (SIGKILL) after
+# KILL_AFTER_S, and the launcher exits by EXIT_AFTER_S whatever still runs. A second signal
+# kills every rank at once and the launcher exits within EXIT_AFTER_SECOND_S of it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+KILL_AFTER_S = 8.0
+EXIT_AFTER_S = 12.0
+EXIT_AFTER_SECOND_S = 3.0
+SWEEP_EVERY_S = 0.5  # once killing, SIGKILL whatever appeared since, this often
 
 
 class LaunchError(RuntimeError):
@@ -245,6 +263,9 @@ class Executor:
     """
 
     env: dict[str, str] | None = None  # environment of the local process (None: inherit)
+    # The rank is not this host's process but a scheduler's task (srun step, qrsh -inherit):
+    # killing it goes through ``signal_rank``, and killing the local srun/qrsh is a last resort.
+    remote = False
 
     def shell_command(self, command: str, slot_info: Any) -> str:
         return command
@@ -281,6 +302,8 @@ class SlurmExecutor(Executor):
     srun answers SIGTERM by killing its step at once (SIGKILL), so ``signal_rank`` signals the
     step's task with ``scancel --signal``.
     """
+
+    remote = True
 
     def __init__(self, alloc: Allocation, tag: str, overlap: bool):
         self.alloc, self.tag, self.overlap = alloc, tag, overlap
@@ -335,6 +358,8 @@ class SgeExecutor(Executor):
     dies of one; ``signal_rank`` signals that pid: directly when the host is this machine, else
     through another ``qrsh -inherit``. The client then ends by itself with the rank's status.
     """
+
+    remote = True
 
     def __init__(self, local_hosts: set[str]) -> None:
         self.cwd = os.getcwd()
@@ -436,9 +461,10 @@ def free_port(address: str) -> int:
 class RankRunner:
     """``exec_command(command, slot_info, events)`` for :func:`launch_gloo`: runs one slot's
     command through ``executor`` with :func:`safe_shell_exec.execute` (``[rank]``-prefixed
-    output) and stops all ranks when one fails or an event (SIGINT/SIGTERM) is set: first
-    ``executor.signal_rank`` (SIGTERM, then SIGKILL, each followed by a grace period), then
-    safe_shell_exec's own SIGTERM/SIGKILL of the local process (srun, qrsh or the rank)."""
+    output) and stops all ranks when one fails or an event (the launcher's shutdown event, set
+    by :class:`StopSignals`) is set: first ``executor.signal_rank`` (SIGTERM, then SIGKILL, each
+    followed by a grace period), then safe_shell_exec's own SIGTERM/SIGKILL of the local process
+    (srun, qrsh or the rank). :meth:`kill_all` is the short way: SIGKILL to every rank at once."""
 
     def __init__(
         self,
@@ -450,8 +476,9 @@ class RankRunner:
         self.devices = devices
         self.master = master
         self.stop_all = threading.Event()
-        self.signalled = threading.Event()
         self.results: dict[int, RankResult] = {}
+        self.slots: dict[int, Any] = {}  # the slots whose rank was started
+        self.reaper = Reaper()
         self._lock = threading.Lock()
         self._out_lock = threading.Lock()
 
@@ -487,6 +514,10 @@ class RankRunner:
             on_event(event, self.stop_all.set, stop=done, silent=True)
         on_event(self.stop_all, stop, stop=done, silent=True)
         try:
+            if self.stop_all.is_set() or any(ev.is_set() for ev in external):
+                raise LaunchError("the launcher was stopped before this rank started")
+            with self._lock:
+                self.slots[rank] = slot_info
             shell_command = self.executor.shell_command(command, slot_info)
             log.debug("rank %d on %s: %s", rank, host, shell_command)
             exit_code = safe_shell_exec.execute(
@@ -503,8 +534,6 @@ class RankRunner:
         finally:
             done.set()
         ended = time.time()
-        if any(ev.is_set() for ev in external):
-            self.signalled.set()
         result = RankResult(rank, host, exit_code, ended, self.stop_all.is_set(), list(tail))
         with self._lock:
             self.results[rank] = result
@@ -518,6 +547,36 @@ class RankRunner:
             if exit_code != 0:
                 self.stop_all.set()
         return exit_code, ended
+
+    def kill_all(self) -> None:
+        """SIGKILL every rank at once, without the grace periods of a stop.
+
+        Local ranks: :meth:`Reaper.sweep` (their whole process groups). Remote ranks: the
+        executor's ``signal_rank`` (scancel / qrsh kill), one thread per rank since the
+        scheduler's tools may be slow; their local srun/qrsh are left to end by themselves
+        (killing a ``qrsh -inherit`` client ends the whole SGE job) until the launcher's
+        final :meth:`Reaper.sweep`."""
+        self.stop_all.set()
+        if not self.executor.remote:
+            self.reaper.sweep()
+            return
+        with self._lock:
+            slots = [s for r, s in self.slots.items() if r not in self.results]
+        for slot in slots:
+            threading.Thread(
+                target=self._kill_remote, args=(slot,), name=f"kill-rank-{slot.rank}", daemon=True
+            ).start()
+
+    def sweep(self) -> None:
+        """Once killing: SIGKILL what is left of local ranks (started since, say)."""
+        if not self.executor.remote:
+            self.reaper.sweep()
+
+    def _kill_remote(self, slot_info: Any) -> None:
+        try:
+            self.executor.signal_rank(slot_info, signal.SIGKILL)
+        except Exception as exc:  # noqa: BLE001 - a thread of its own: report, do not raise
+            log.warning("rank %d: could not send SIGKILL: %r", slot_info.rank, exc)
 
     def failure(self) -> RankResult | None:
         """The rank whose failure ended the run, None if every rank exited 0.
@@ -571,6 +630,304 @@ def cancel_slurm_steps(job_id: str | None, tag: str) -> None:
     if steps:
         log.warning("cancelling leftover step(s) %s", " ".join(steps))
         subprocess.run(["scancel", "--signal=KILL", *steps], check=False, timeout=_SIGNAL_TIMEOUT_S)
+
+
+# ------------------------------------------------------------------------------------------
+# stop signals
+
+
+class Reaper:
+    """SIGKILL to everything this launcher started, at once: on a second stop signal, at the end
+    of a stop's grace period, before a forced exit.
+
+    Horovod's safe_shell_exec starts each rank through a middleman process that calls
+    ``os.setsid()``: the middleman, the rank's shell, the rank and whatever the rank starts
+    share one process group (the middleman's pid), apart from the launcher's own. A sweep kills
+    each such group (``killpg``; a group is remembered from the first sweep that sees its
+    middleman below this process until it is found empty), then every process still below this
+    one (srun, qrsh, a process that left its group), except multiprocessing's resource tracker,
+    which ends by itself with the launcher, and processes older than the reaper (when the
+    launcher runs inside another program, that program's other children are left alone).
+    """
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+        self.since = time.time() - 1.0  # process start times are coarser than time.time()
+        self._lock = threading.Lock()
+
+    def sweep(self) -> None:
+        from multiprocessing import resource_tracker
+
+        import psutil
+
+        tracker = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+
+        def ours(proc: psutil.Process) -> bool:
+            try:
+                return proc.pid != tracker and proc.create_time() >= self.since
+            except psutil.Error:  # gone already
+                return False
+
+        with self._lock:
+            try:
+                procs = [p for p in psutil.Process().children(recursive=True) if ours(p)]
+            except psutil.Error:
+                procs = []
+            for proc in procs:
+                with contextlib.suppress(OSError):
+                    if os.getsid(proc.pid) == proc.pid:
+                        self.groups.add(proc.pid)
+            for group in sorted(self.groups):
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except OSError:  # ESRCH: the group is gone, its number may be reused
+                    self.groups.discard(group)
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()  # psutil checks the pid still names the same process
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """The Python-level SIGINT/SIGTERM handler while the ranks run: nothing at all.
+
+    CPython's C-level handler has already written the signal number to the wake-up fd
+    (:func:`signal.set_wakeup_fd`), which :class:`StopSignals`' thread reads. No lock, no
+    logging, no ``Event.set``: a second signal interrupting this handler finds nothing held."""
+
+
+class StopSignals:
+    """Stop signals while the ranks run, handled outside any signal handler.
+
+    ``install`` (main thread) sets :func:`_on_stop_signal` for ``signals`` and a non-blocking
+    pipe as the wake-up fd, and starts a watcher thread reading that pipe; it does, in order:
+
+    - first signal: ``shutdown.set()`` (the event Horovod hands every rank's ``exec_command``:
+      every rank gets SIGTERM, then SIGKILL after a grace period);
+    - a second signal, or ``kill_after`` seconds after the first: ``kill()`` (SIGKILL to every
+      rank at once), then ``sweep()`` every :data:`SWEEP_EVERY_S`;
+    - ``exit_after`` seconds after the first signal, or ``exit_after_second`` after the second,
+      if the launcher is still there: ``final()`` and ``exit(128 + first signal)``.
+
+    What it has to say goes through a queue to a second thread that logs it, so that a blocked
+    stderr cannot hold the watcher up. ``first`` is the first signal's number (None: none came).
+    """
+
+    def __init__(
+        self,
+        shutdown: threading.Event,
+        kill: Callable[[], None],
+        sweep: Callable[[], None],
+        final: Callable[[], None],
+        signals: Sequence[signal.Signals] = STOP_SIGNALS,
+        kill_after: float = KILL_AFTER_S,
+        exit_after: float = EXIT_AFTER_S,
+        exit_after_second: float = EXIT_AFTER_SECOND_S,
+        exit: Callable[[int], Any] = os._exit,
+    ):
+        self.shutdown, self.kill, self.sweep, self.final = shutdown, kill, sweep, final
+        self.signals = tuple(signals)
+        self.kill_after, self.exit_after = kill_after, exit_after
+        self.exit_after_second, self.exit = exit_after_second, exit
+        self.first: int | None = None
+        self.first_at: float | None = None
+        self.second_at: float | None = None
+        self.killed_at: float | None = None
+        self.received: list[int] = []  # every signal number read, in order
+        self._swept_at = 0.0
+        self._exiting = False
+        self._old: dict[int, Any] = {}
+        self._old_fd: int | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._messages: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self.install()
+        else:  # signal.signal() works in the main thread only: leave the signals alone
+            log.debug("not in the main thread: stop signals are not handled")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Uninstall, unless a signal came. Then the ranks are gone and the launcher is on its
+        way out with 128 + the first signal: further stop signals are ignored (SIG_IGN, which,
+        unlike a Python handler, the interpreter's shutdown leaves in place), so that one
+        coming now cannot kill it by its default action instead, and the watcher stays to
+        enforce the deadlines until the process ends."""
+        if self.first is None:
+            self.uninstall()
+        elif self._pipe is not None:
+            for sig in self.signals:
+                signal.signal(sig, signal.SIG_IGN)
+
+    def install(self) -> None:
+        read_fd, write_fd = self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for sig in self.signals:
+            self._old[sig] = signal.signal(sig, _on_stop_signal)
+        self._threads = [
+            threading.Thread(target=self._watch, args=(read_fd,), name="stop-signals"),
+            threading.Thread(target=self._report, name="stop-signals-log"),
+        ]
+        for thread in self._threads:
+            thread.daemon = True
+            thread.start()
+
+    def uninstall(self) -> None:
+        """The previous handlers and wake-up fd again; the threads end (what they have read is
+        handled first)."""
+        if self._pipe is None:
+            return
+        for sig, handler in self._old.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        signal.set_wakeup_fd(-1 if self._old_fd is None else self._old_fd)
+        with contextlib.suppress(OSError):
+            os.write(self._pipe[1], b"\0")  # no signal is 0: the watcher's cue to end
+        self._messages.put(None)
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        if not any(t.is_alive() for t in self._threads):
+            for fd in self._pipe:
+                os.close(fd)
+        self._pipe = None
+
+    # the watcher thread
+
+    def _watch(self, read_fd: int) -> None:
+        while True:
+            deadline = self._next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([read_fd], [], [], timeout)
+            data = b""
+            if readable:
+                with contextlib.suppress(BlockingIOError):
+                    data = os.read(read_fd, 256)
+            for signum in data:
+                if signum:
+                    self._received(signum)
+            self._on_time()
+            if 0 in data:
+                return
+
+    def _received(self, signum: int) -> None:
+        now = time.monotonic()
+        name = _signal_name(signum)
+        self.received.append(signum)
+        if self.first is None:
+            self.first, self.first_at = signum, now
+            self.shutdown.set()
+            self._say(
+                f"received {name}: stopping every rank (SIGTERM, SIGKILL after a grace "
+                f"period); send it again to kill them at once"
+            )
+        elif self.second_at is None:
+            self.second_at = now
+            self._kill_all(f"received {self.describe()}: killing every rank (SIGKILL)")
+
+    def describe(self) -> str:
+        """The first two signals read: "SIGTERM", "SIGTERM twice", "SIGTERM then SIGINT"."""
+        names = [_signal_name(s) for s in self.received[:2]]
+        if len(names) < 2:
+            return names[0] if names else "no signal"
+        return f"{names[0]} twice" if names[0] == names[1] else " then ".join(names)
+
+    def _kill_all(self, why: str) -> None:
+        self.killed_at = self._swept_at = time.monotonic()
+        self._call(self.kill)
+        self._say(why)
+
+    def _call(self, action: Callable[[], None]) -> None:
+        """``action()``; an error is reported, never the end of the watcher (and its deadlines)."""
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001
+            self._say(f"stopping the ranks: {exc!r}")
+
+    def _next_deadline(self) -> float | None:
+        if self.first_at is None or self._exiting:
+            return None
+        deadlines = [self.first_at + self.exit_after]
+        if self.second_at is not None:
+            deadlines.append(self.second_at + self.exit_after_second)
+        if self.killed_at is None:
+            deadlines.append(self.first_at + self.kill_after)
+        else:
+            deadlines.append(self._swept_at + SWEEP_EVERY_S)
+        return min(deadlines)
+
+    def _on_time(self) -> None:
+        if self.first_at is None or self._exiting:
+            return
+        now = time.monotonic()
+        if self.killed_at is None and now >= self.first_at + self.kill_after:
+            self._kill_all(
+                f"{self.kill_after:g} s after {_signal_name(self.first)}: killing what is left "
+                "of the ranks (SIGKILL)"
+            )
+        elif self.killed_at is not None and now >= self._swept_at + SWEEP_EVERY_S:
+            self._swept_at = now
+            self._call(self.sweep)
+        exit_at = self.first_at + self.exit_after
+        if self.second_at is not None:
+            exit_at = min(exit_at, self.second_at + self.exit_after_second)
+        if now >= exit_at:
+            self._exiting = True
+            self._call(self.final)
+            code = 128 + (self.first or 0)
+            _write_stderr(
+                f"[launch] still running {now - self.first_at:.1f} s after "
+                f"{_signal_name(self.first)}: everything this launcher started was killed "
+                f"(SIGKILL); exiting with {code}\n"
+            )
+            self.exit(code)
+
+    def _say(self, message: str) -> None:
+        self._messages.put(message)
+
+    def _report(self) -> None:
+        while (message := self._messages.get()) is not None:
+            log.warning(message)
+
+
+def _signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name  # type: ignore[arg-type]
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _write_stderr(text: str, wait_s: float = 0.5) -> None:
+    """Write to fd 2 from a thread of its own, waiting at most ``wait_s`` for it (a stderr that
+    nobody reads must not keep the launcher from exiting)."""
+
+    def write() -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode())
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    thread.join(wait_s)
+
+
+@contextlib.contextmanager
+def _shutdown_event_without_handlers(shutdown: threading.Event):
+    """``launch_gloo`` handing ``shutdown`` to every rank, without Horovod's signal handlers.
+
+    horovod 0.28.1's ``launch_gloo`` calls ``gloo_run.register_shutdown_event()`` (by its module
+    global name, at each call), which installs SIGINT and SIGTERM handlers that call
+    ``Event.set``: a ``Condition`` lock taken in a signal handler, which deadlocks when a second
+    signal comes while the first one's handler holds it. It is the only place in
+    ``horovod.runner`` that installs a signal handler, so while this is in force Horovod leaves
+    the launcher's handlers (:class:`StopSignals`) in place."""
+    from horovod.runner import gloo_run
+
+    original = gloo_run.register_shutdown_event
+    gloo_run.register_shutdown_event = lambda: shutdown
+    try:
+        yield
+    finally:
+        gloo_run.register_shutdown_event = original
 
 
 # ------------------------------------------------------------------------------------------
@@ -708,29 +1065,36 @@ def run(plan: Plan) -> int:
     runner = RankRunner(executor, plan.devices, plan.master)
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
     settings = Settings(hosts=plan.hosts, num_proc=args.np, verbose=verbose)
-    try:
-        launch_gloo(
-            args.command,
-            runner.exec_command,
-            settings,
-            [plan.iface.iface],
-            plan.env,
-            plan.iface.address,
-        )
-    except RuntimeError:
-        if runner.failure() is None:
-            raise
-    finally:
-        if plan.launcher == "slurm" and runner.failure() is not None:
-            cancel_slurm_steps(plan.allocation.job_id, tag)
+    shutdown = threading.Event()
+    signals = StopSignals(shutdown, runner.kill_all, runner.sweep, runner.reaper.sweep)
+    with signals:
+        try:
+            with _shutdown_event_without_handlers(shutdown):
+                launch_gloo(
+                    args.command,
+                    runner.exec_command,
+                    settings,
+                    [plan.iface.iface],
+                    plan.env,
+                    plan.iface.address,
+                )
+        except RuntimeError:
+            if runner.failure() is None and signals.first is None:
+                raise
+        finally:
+            if signals.killed_at is not None:
+                runner.reaper.sweep()  # nothing started for a rank outlives a kill
+            stopped = runner.failure() is not None or signals.first is not None
+            if plan.launcher == "slurm" and stopped:
+                cancel_slurm_steps(plan.allocation.job_id, tag)
 
     failed = runner.failure()
+    if signals.first is not None and (failed is None or failed.after_stop):
+        log.error("the launcher received %s: all ranks were stopped", signals.describe())
+        return 128 + signals.first
     if failed is None:
         log.info("all %d rank(s) finished", args.np)
         return 0
-    if runner.signalled.is_set() and failed.after_stop:
-        log.error("the launcher received SIGINT or SIGTERM: all ranks were stopped")
-        return 128 + signal.SIGTERM
     log.error(failure_message(failed, args.np))
     return failed.exit_code if 0 < failed.exit_code < 256 else 1
 
