@@ -39,14 +39,33 @@ def repo() -> Path:
     return REPO
 
 
-def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
-    """Command line running this repository's Snakefile in ``workdir`` on its config.yaml."""
+#: What a checkout needs to run the workflow (see :func:`copy_checkout`).
+CHECKOUT_PARTS = ("Snakefile", "rules", "scripts", "workflow", "profiles", "config")
+
+
+def copy_checkout(dest: Path) -> Path:
+    """A copy of the workflow at ``dest``: tests that edit its code edit the copy, never the
+    repository (jobs import the package of the checkout they run from: rules/common.smk)."""
+    import shutil
+
+    for part in CHECKOUT_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / part)
+    return dest
+
+
+def snakemake_cmd(workdir: Path, *args: str, repo: Path = REPO) -> list[str]:
+    """Command line running ``repo``'s Snakefile in ``workdir`` on its config.yaml."""
     return [
         sys.executable,
         "-m",
         "snakemake",
         "--snakefile",
-        str(REPO / "Snakefile"),
+        str(repo / "Snakefile"),
         "--directory",
         str(workdir),
         "--configfile",
@@ -61,11 +80,18 @@ def snakemake_env(env=None) -> dict[str, str]:
     return full_env
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env=None):
-    """Run this repository's Snakefile with ``workdir`` as working directory."""
+def snakemake(
+    workdir: Path,
+    *args: str,
+    check: bool = True,
+    timeout: float = 900,
+    env=None,
+    repo: Path = REPO,
+):
+    """Run ``repo``'s Snakefile (this repository's by default) in working directory ``workdir``."""
     proc = subprocess.run(
-        snakemake_cmd(workdir, *args),
-        cwd=REPO,
+        snakemake_cmd(workdir, *args, repo=repo),
+        cwd=repo,
         capture_output=True,
         text=True,
         timeout=timeout,

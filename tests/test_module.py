@@ -100,9 +100,12 @@ def run_consumer(directory: Path, *args: str, check: bool = True, env=None, time
 
 
 def expected_report_params(bench: dict) -> str:
-    """The report's `--params` for ``bench``: its title and its config hash."""
+    """The report's `--params` and `--config-hash` for ``bench``: its title and config hash."""
     cfg = cbconfig.validate(bench)
-    return cbconfig.canonical_json({**cfg["report"], "config_hash": cbconfig.config_hash(cfg)})
+    return (
+        f"--params '{cbconfig.canonical_json(cfg['report'])}' "
+        f"--config-hash {cbconfig.config_hash(cfg)}"
+    )
 
 
 def checkout_untouched() -> None:
@@ -158,7 +161,7 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
 
     # the consumer's config, not the checkout's config/config.yaml
     assert f"--run-dirs {PREFIX}/results/runs/{RUN} " in out
-    assert f"--params '{expected_report_params(bench)}'" in out
+    assert expected_report_params(bench) in out
     assert "digits-cnn-2w" not in out  # a run of config/config.yaml
 
 
@@ -244,7 +247,7 @@ def test_module_runs_the_pipeline_under_its_prefix(tmp_path: Path, dataset_cache
     checkout_untouched()
 
     # the report was made from the consumer's config: its title and its config hash
-    assert f"--params '{expected_report_params(bench)}'" in proc.stdout + proc.stderr
+    assert expected_report_params(bench) in proc.stdout + proc.stderr
     if shutil.which("pdftotext"):
         text = subprocess.run(
             ["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True

@@ -15,7 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
+from conftest import (
+    REPO,
+    copy_checkout,
+    default_config,
+    snakemake,
+    snakemake_cmd,
+    snakemake_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -48,17 +56,26 @@ def rerun_stages(before, after) -> set[tuple[str, str]]:
     return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
 
 
+def checkout_of(workdir: Path) -> Path:
+    """The copy of the workflow that ``finished`` runs (and the code-edit tests edit). Its path
+    holds a space: every path in every rule's command must be quoted."""
+    return workdir / "clusterbench checkout"
+
+
 def run_local(workdir: Path, *extra: str):
-    return snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), *extra)
+    repo = checkout_of(workdir) if checkout_of(workdir).is_dir() else REPO
+    return snakemake(workdir, "--profile", str(repo / "profiles" / "local"), *extra, repo=repo)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    """The default configuration, run to the end on the local profile."""
-    workdir = tmp_path_factory.mktemp("pipeline")
+    """The default configuration, run to the end on the local profile, from a copy of the
+    checkout, in a working directory whose path holds a space (so do the checkout's)."""
+    workdir = tmp_path_factory.mktemp("pipeline run")
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
     write_config(workdir, cfg)
+    copy_checkout(checkout_of(workdir))
     run_local(workdir)
     return workdir
 
@@ -195,7 +212,11 @@ def test_one_runs_lr_reruns_that_run_and_the_report(finished: Path):
 
 
 def test_editing_the_training_code_reruns_training_and_what_follows(finished: Path):
-    reran = _change(finished, _every_config_change, edit=REPO / "workflow/clusterbench/train.py")
+    reran = _change(
+        finished,
+        _every_config_change,
+        edit=checkout_of(finished) / "workflow/clusterbench/train.py",
+    )
     runs = {r["name"] for r in default_config()["runs"]}
     assert reran == {(stage, run) for stage in ("train", "evaluate") for run in runs} | {
         ("report", "")
@@ -203,7 +224,11 @@ def test_editing_the_training_code_reruns_training_and_what_follows(finished: Pa
 
 
 def test_editing_the_report_code_reruns_only_the_report(finished: Path):
-    reran = _change(finished, _every_config_change, edit=REPO / "workflow/clusterbench/report.py")
+    reran = _change(
+        finished,
+        _every_config_change,
+        edit=checkout_of(finished) / "workflow/clusterbench/report.py",
+    )
     assert reran == {("report", "")}
 
 
@@ -221,6 +246,18 @@ def test_snakefile_parses_without_torch(finished: Path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "train" in proc.stdout
+
+
+def test_a_run_needing_more_cores_than_local_jobs_get_is_refused_before_any_job(tmp_path: Path):
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(tmp_path / "cache")
+    cfg["runs"] = [{**cfg["runs"][0], "name": "wide", "workers": (os.cpu_count() or 1) + 1}]
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "local"), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"run 'wide' needs {(os.cpu_count() or 1) + 1} cores" in out, out
+    assert not (tmp_path / "results").exists(), out
 
 
 def test_invalid_config_stops_before_any_job(tmp_path: Path):
