@@ -20,7 +20,12 @@ if not CHECKOUT.is_dir():
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
+from clusterbench import interrupt
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
+
+# SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
+# itself would wait for them to finish (see clusterbench.interrupt).
+interrupt.install()
 
 #: The default config, relative to the working directory (as Snakemake reads `configfile:`);
 #: `--configfile` files are merged over it. Skipped in a module given `config:`.

@@ -515,3 +515,12 @@ def test_a_dead_rank_fails_the_job(tmp_path) -> None:
         finally:
             run.cleanup()
     _figures("rank SIGKILLed -> launcher exited non-zero", took)
+
+
+def test_interrupt_forwarding_finds_the_launchers_below_a_process():
+    from clusterbench import interrupt
+
+    assert interrupt.parse_stat("42 (python -m (x) y) S 7 42 42 0") == (42, 7)
+    tree = {2: 1, 3: 2, 4: 3, 5: 1, 6: 99}
+    assert interrupt.descendants(1, tree) == [2, 5, 3, 4]
+    assert interrupt.descendants(6, tree) == []

@@ -1,0 +1,81 @@
+"""Interrupting the workflow: SIGINT to `snakemake` alone stops the training job and its ranks.
+
+Snakemake answers SIGINT by terminating its running jobs; the training job's launcher must pass
+that on to every rank at once (clusterbench.launch), or the ranks train on to the end while
+Snakemake marks their outputs incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, default_config, snakemake_cmd, snakemake_env, write_config
+
+pytestmark = pytest.mark.slow
+
+#: How long after SIGINT snakemake and every rank must be gone (a bound, not a figure).
+BOUND_S = 60
+
+
+def processes_in(workdir: Path, mentioning: str = "") -> list[int]:
+    """Live (non-zombie) processes working in ``workdir`` whose command line has ``mentioning``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cwd.startswith(str(workdir)) and mentioning in cmdline and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_sigint_to_snakemake_stops_training_and_every_rank(tmp_path: Path):
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(tmp_path / "cache")
+    run = {**cfg["runs"][1], "name": "long-run", "workers": 2, "epochs": 2000}
+    assert run["workers"] == 2
+    cfg["runs"] = [run]
+    write_config(tmp_path, cfg)
+    cmd = snakemake_cmd(tmp_path, "--profile", str(REPO / "profiles" / "local"))
+    log = tmp_path / "results" / "logs" / "train" / "long-run.log"
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=snakemake_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 600
+        while "epoch 1:" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.5)
+        ranks = processes_in(tmp_path, "scripts/train.py")
+        assert len(ranks) >= 2, ranks  # the ranks (and their shells) run
+
+        os.kill(proc.pid, signal.SIGINT)  # snakemake alone, not its process group
+        start = time.monotonic()
+        proc.wait(timeout=BOUND_S)
+        while processes_in(tmp_path) and time.monotonic() - start < BOUND_S:
+            time.sleep(0.2)
+        left = processes_in(tmp_path)
+        took = time.monotonic() - start
+        print(f"SIGINT to snakemake: snakemake and every rank gone after {took:.1f} s")
+        assert not left, f"still running {took:.0f} s after SIGINT: {left}"
+        assert proc.returncode != 0
+        assert not (tmp_path / "results" / "runs" / "long-run" / "model.pt").exists()
+    finally:
+        for pid in [proc.pid, *ranks, *processes_in(tmp_path)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
