@@ -214,29 +214,81 @@ def test_non_allowlisted_object_is_refused(data_dir: Path, tmp_path: Path):
     with pytest.raises(ValueError, match=r"weights_only=True") as err:
         run_eval(data_dir, path, out)
     assert str(path) in str(err.value)
+    assert "Unsupported global: GLOBAL" in str(err.value) and "add_safe_globals" not in str(
+        err.value
+    )
+    assert str(err.value).endswith(f"Train the run again with: snakemake --forcerun {path}")
     assert not marker.exists(), "the pickled payload must never run"
     assert_no_outputs(out)
 
 
+#: What evaluate says about a damaged model.pt: the file, torch's (non-empty) reason, and the
+#: command that trains the run again.
+UNREADABLE = r"(not a readable torch checkpoint \([\d,]+ bytes; damaged or not a model file\): "
+UNREADABLE += r"torch\.load says: \S.*|empty file \(0 bytes\), not a torch checkpoint .*)"
+
+
+def assert_unreadable(err: pytest.ExceptionInfo, path: Path, command_path: str) -> str:
+    """The error names ``path``, gives a non-empty reason and the retraining command."""
+    message = str(err.value)
+    assert message.startswith(f"{path}: "), message
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: {UNREADABLE}\. Train the run again with: snakemake "
+        rf"--forcerun {re.escape(command_path)}",
+        message,
+    ), message
+    reason = re.search(r"torch\.load says: (.*)\. Train the run again", message)
+    assert reason is None or reason.group(1).strip(" :."), message
+    return message
+
+
 @pytest.mark.parametrize(
     "content",
-    [b"", b"this is not a torch checkpoint\n" * 10, b"PK\x03\x04" + bytes(200)],
-    ids=["empty", "text", "broken-zip"],
+    [
+        b"",
+        b"this is not a torch checkpoint\n" * 10,
+        b"PK\x03\x04" + bytes(200),
+        np.random.default_rng(7).bytes(4096),
+        b"\x80\x02",  # a pickle's first opcode, then nothing
+    ],
+    ids=["empty", "text", "broken-zip", "random-bytes", "cut-pickle"],
 )
 def test_corrupt_model_file(data_dir: Path, tmp_path: Path, content: bytes):
     path = tmp_path / "model.pt"
     path.write_bytes(content)
-    with pytest.raises(ValueError, match="model.pt"):
+    with pytest.raises(ValueError) as err:
         run_eval(data_dir, path, tmp_path / "eval")
+    message = assert_unreadable(err, path, str(path))
+    if not content:
+        assert "empty file (0 bytes)" in message
+    # torch's reason, not its advice to load the file without weights_only
+    assert "weights_only" not in message and "Re-running" not in message
     assert_no_outputs(tmp_path / "eval")
 
 
 def test_truncated_model_file(data_dir: Path, tmp_path: Path):
     path = save_model(tmp_path / "model.pt", random_model())
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(ValueError, match="model.pt"):
+    with pytest.raises(ValueError) as err:
         run_eval(data_dir, path, tmp_path / "eval")
+    message = assert_unreadable(err, path, str(path))
+    assert "failed finding central directory" in message  # torch's reason, in full
     assert_no_outputs(tmp_path / "eval")
+
+
+def test_damaged_model_names_the_retraining_command_relative_to_the_workflow(
+    data_dir: Path, tmp_path: Path, monkeypatch
+):
+    """Snakemake matches --forcerun files against its relative output paths: the command uses
+    the path relative to the working directory (where the rule runs), as the rule passes it."""
+    path = tmp_path / "results" / "runs" / "r1" / "model.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(np.random.default_rng(1).bytes(999))
+    monkeypatch.chdir(tmp_path)
+    for given in (path, Path("results/runs/r1/model.pt")):
+        with pytest.raises(ValueError) as err:
+            run_eval(data_dir, given, tmp_path / "eval")
+        assert_unreadable(err, given, "results/runs/r1/model.pt")
 
 
 def test_missing_model_file(data_dir: Path, tmp_path: Path):

@@ -186,7 +186,7 @@ def make_fake_results(
         (run_dir / "run.json").write_text(json.dumps(run_json))
         (run_dir / "model.pt").write_bytes(b"not read by the report")
 
-        names = CLASSES[ds]
+        names = spec.get("classes", CLASSES[ds])
         cm = make_confusion(TEST_SIZE[ds], spec["acc"], len(names), rng)
         tp = np.diag(cm)
         precision, recall = tp / cm.sum(0), tp / cm.sum(1)
@@ -1059,3 +1059,277 @@ def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
         with Image.open(png) as image:
             assert image.text["Description"] == footer
             assert image.text["Title"] == PARAMS["title"]
+
+
+# ------------------------------------------------------------------------------------------------
+# user text: drawn literally ($ is no mathtext), characters no font here has are named in the log
+
+DOLLARS = "cost $5 vs $10"
+MATH = "$x^$"
+
+
+def text_specs(names: tuple[str, str], classes: list[str] | None = None) -> list[dict]:
+    """Two runs named ``names`` (the second the best); the best one's classes ``classes``."""
+    base = {"dataset": "digits", "nodes": 1}
+    return [
+        {**base, "name": names[0], "workers": 1, "ips": 1000, "acc": 0.95},
+        {**base, "name": names[1], "workers": 2, "ips": 1800, "acc": 0.97}
+        | ({"classes": classes} if classes else {}),
+    ]
+
+
+def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypatch):
+    """'$' in the title, author, run names and class names is a dollar sign, never mathtext:
+    '$x^$' (invalid mathtext) renders, 'cost $5 vs $10' keeps its dollars and spaces, on every
+    page, in every figure and in the PDF's and PNGs' metadata."""
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+    from PIL import Image
+
+    drawn: list[Text] = []
+    save = Figure.savefig
+
+    def spy(fig, fname, *args, **kwargs):
+        result = save(fig, fname, *args, **kwargs)
+        drawn.extend(fig.findobj(Text))  # after drawing: tick labels are made when drawn
+        return result
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    classes = [f"{MATH}{i}" for i in range(9)] + [DOLLARS]
+    fake = make_fake_results(
+        tmp_path, runs=text_specs((DOLLARS, MATH), classes), epochs=3, benchmarks=False
+    )
+    out = tmp_path / "report"
+    title, author = f"Benchmark: {DOLLARS} and {MATH}", f"{MATH} {DOLLARS}"
+    assert run_report(fake, out, params={**PARAMS, "title": title, "author": author}) == 0
+
+    # every text object of every page and figure is literal text
+    assert drawn and all(not t.get_parse_math() and not t.get_usetex() for t in drawn)
+    assert {title, DOLLARS, MATH} <= {t.get_text() for t in drawn}
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    assert f"{title} {author} ·" in pages[PAGE["title"]]
+    assert f"Best run: {MATH} with" in pages[PAGE["title"]]
+    assert DOLLARS in pages[PAGE["runs"]] and MATH in pages[PAGE["runs"]]
+    assert f"Confusion matrix of the best run: {MATH}" in pages[PAGE["confusion"]]
+    assert DOLLARS in pages[PAGE["confusion"]] and f"{MATH}0" in pages[PAGE["confusion"]]
+    for page in (PAGE["epoch_time"], PAGE["throughput"], PAGE["curves"]):
+        assert DOLLARS in pages[page] and MATH in pages[page], page
+    footer = rf"{re.escape(title)} · config {CONFIG_HASH} · commit .* page \d+ of {N_PAGES}"
+    assert all(re.search(footer, page) for page in pages if page), "footer on every page"
+    if shutil.which("pdfinfo"):
+        info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)
+        assert re.search(rf"^Title:\s+{re.escape(title)}$", info.stdout, re.MULTILINE)
+        assert re.search(rf"^Author:\s+{re.escape(author)}$", info.stdout, re.MULTILINE)
+    with Image.open(out / "figures" / "epoch_time.png") as image:
+        assert image.text["Title"] == title
+        assert image.text["Description"].startswith(f"{title}  \u00b7  config")
+
+
+@pytest.fixture
+def fallbacks(monkeypatch):
+    """Set the report's fallback fonts for one test: ``fallbacks(("STIXGeneral",))``."""
+
+    def use(*families: str) -> None:
+        monkeypatch.setattr(report, "FALLBACK_FONTS", tuple((f,) for f in families))
+        report.fallback_fonts.cache_clear()
+
+    yield use
+    monkeypatch.undo()
+    report.fallback_fonts.cache_clear()
+
+
+def test_missing_glyphs_and_their_warning():
+    drawable = {ord(c) for c in "ab $"}
+    assert report.missing_glyphs("a $中b😀中\n\t", drawable) == ["中", "😀"]
+    assert report.missing_glyphs("ab $", drawable) == []
+    assert report.glyph_warning("the title", ["中", "😀"]) == (
+        "report: warning: the title has characters no font here can draw, shown as boxes: "
+        "'中' (U+4E2D), '😀' (U+1F600)"
+    )
+    many = [chr(0x4E00 + i) for i in range(15)]
+    assert report.glyph_warning("the author", many).endswith("'下' (U+4E0B) and 3 more")
+    texts = [("the title", "ok"), ("the author", "a中"), ("the run name 'r😀'", "r😀")]
+    assert report.glyph_warnings(texts, drawable | {ord("o"), ord("k"), ord("r")}) == [
+        report.glyph_warning("the author", ["中"]),
+        report.glyph_warning("the run name 'r😀'", ["😀"]),
+    ]
+
+
+def test_fallback_fonts_draw_what_the_report_font_lacks(fallbacks, tmp_path: Path):
+    """An installed fallback family follows the theme's font: matplotlib draws the characters
+    the main font lacks with it, and the check counts them as drawable. Tested with
+    matplotlib's own STIX font, which has glyphs DejaVu lacks (here: U+24B6, circled A)."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    circled_a = "\u24b6"
+    fallbacks()  # none
+    with matplotlib.rc_context(report.theme()):
+        assert matplotlib.rcParams["font.family"] == ["sans-serif"]
+        assert ord(circled_a) not in report.drawable_codepoints()
+        assert ord("$") in report.drawable_codepoints()
+    fallbacks("No Such Font Family", "STIXGeneral")  # what is not installed is left out
+    assert report.fallback_fonts() == ("STIXGeneral",)
+    with matplotlib.rc_context(report.theme()):
+        assert matplotlib.rcParams["font.family"] == ["sans-serif", "STIXGeneral"]
+        drawable = report.drawable_codepoints()
+        assert ord(circled_a) in drawable and ord("$") in drawable
+        assert report.missing_glyphs(f"a{circled_a}中", drawable) == ["中"]
+        fig = Figure()
+        fig.text(0.1, 0.5, f"ab{circled_a}", fontsize=12)
+        fig.savefig(tmp_path / "f.pdf")
+    if shutil.which("pdffonts"):
+        fonts = subprocess.run(
+            ["pdffonts", str(tmp_path / "f.pdf")], capture_output=True, text=True
+        )
+        assert "DejaVuSans" in fonts.stdout and "STIXGeneral" in fonts.stdout
+
+
+def test_report_names_characters_no_font_can_draw(fallbacks, tmp_path: Path, capsys):
+    """CJK and emoji with no font here that has them: the report is written, the text is in
+    the PDF, and the log (stderr) names each text and its characters, once, instead of
+    matplotlib's warning per glyph and save."""
+    import warnings
+
+    fallbacks()  # the report's own fonts only (DejaVu: no CJK, no emoji)
+    fake = make_fake_results(
+        tmp_path, runs=text_specs(("plain-1w", "训练-2w")), epochs=2, benchmarks=False
+    )
+    out = tmp_path / "report"
+    title = "基准 benchmark 😀"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run_report(fake, out, params={**PARAMS, "title": title, "author": "山田"}) == 0
+    assert not [w for w in caught if "missing from font" in str(w.message)]
+    err = capsys.readouterr().err
+    box = "has characters no font here can draw, shown as boxes:"
+    expected = [
+        f"report: warning: the title {box} '基' (U+57FA), '准' (U+51C6), '😀' (U+1F600)",
+        f"report: warning: the author {box} '山' (U+5C71), '田' (U+7530)",
+        f"report: warning: the run name '训练-2w' {box} '训' (U+8BAD), '练' (U+7EC3)",
+    ]
+    for line in expected:
+        assert err.count(line + "\n") == 1, err
+    assert "plain-1w" not in err and "fonts used: DejaVuSans" in err
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    assert pages[PAGE["title"]].startswith(f"{title} 山田 ·")
+    assert "训练-2w" in pages[PAGE["runs"]]
+
+
+def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
+    """A title and an author of CJK characters (twice as wide as Latin ones, no spaces) are
+    cut to the page's width, never emptied or drawn past its edge."""
+    cjk = "集群基准测试报告数字数据集上的分布式训练性能比较与分析" * 4
+    assert report.shorten_text(cjk, 80, " ...").endswith(" ...")
+    assert report.text_width(report.shorten_text(cjk, 80, " ...")) <= 80
+    assert report.shorten_text("x" * 100, 20, " ...") == "x" * 16 + " ..."
+    assert report.wrap_text("ab " * 5, 4) == ["ab", "ab", "ab", "ab", "ab"]  # textwrap's
+    widths = [report.text_width(line) for line in report.wrap_text(cjk, 30)]
+    assert widths[:-1] == [30] * (len(widths) - 1) and sum(widths) == report.text_width(cjk)
+    fake = make_fake_results(tmp_path, runs=text_specs(("a", "b")), epochs=2, benchmarks=False)
+    out = tmp_path / "report"
+    assert run_report(fake, out, params={**PARAMS, "title": cjk, "author": cjk}) == 0
+    lines = pdf_text(out / "report.pdf").split("\f")[PAGE["title"]].splitlines()
+    assert lines[0].startswith(cjk[:20]) and lines[0].endswith("...")
+    if shutil.which("pdftotext"):  # every glyph of the title page lies within the page
+        bbox = subprocess.run(
+            ["pdftotext", "-bbox", "-f", "1", "-l", "1", str(out / "report.pdf"), "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        right = [float(x) for x in re.findall(r'xMax="([\d.]+)"', bbox)]
+        assert right and max(right) <= PAGE_SIZE_PT[0] * 0.985, max(right)
+
+
+PAGE_SIZE_PT = (report.PAGE_SIZE[0] * 72, report.PAGE_SIZE[1] * 72)
+
+
+# ------------------------------------------------------------------------------------------------
+# metrics.jsonl against run.json: every epoch once, in order, as many as run.json completed
+
+
+def _epoch_lines(fake: dict, run: str) -> tuple[Path, list[str]]:
+    path = Path(next(d for d in fake["run_dirs"] if d.endswith(f"/{run}"))) / "metrics.jsonl"
+    return path, path.read_text().splitlines(keepends=True)
+
+
+def test_a_deleted_last_epoch_is_refused_naming_both_files(fake: dict, tmp_path: Path, monkeypatch):
+    """metrics.jsonl lost its last line: 14 epochs recorded, run.json completed 15. Refused,
+    naming both files, both counts and the command (relative to the workflow's directory,
+    where the rule runs) that trains the run again."""
+    path, lines = _epoch_lines(fake, "digits-2w")
+    path.write_text("".join(lines[:-1]))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "report"
+    with pytest.raises(ValueError) as err:
+        run_report(fake, out)
+    assert str(err.value) == (
+        f"{path} records 14 epochs but {path.parent / 'run.json'} says epochs_completed = 15: "
+        "the train stage writes both from the same epochs, so one of them was cut or edited. "
+        "Train the run again with: snakemake --forcerun results/runs/digits-2w/run.json"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda ls: ls[:5] + ls[6:],
+            r":6: epoch 7 where epoch 6 is due \(epoch 6 is missing\)",
+        ),
+        (
+            lambda ls: ls[:3] + ls[5:],
+            r":4: epoch 6 where epoch 4 is due \(epochs 4\.\.5 are missing\)",
+        ),
+        (
+            lambda ls: ls[:8] + ls[7:],
+            r":9: epoch 8 where epoch 9 is due \(epoch 8 again, first on line 8\)",
+        ),
+        (
+            lambda ls: [ls[1], ls[0], *ls[2:]],
+            r":1: epoch 2 where epoch 1 is due \(epoch 1 is missing\)",
+        ),
+        (
+            lambda ls: [ls[0].replace('"epoch": 1', '"epoch": 0'), *ls[1:]],
+            r":1: epoch 0 where epoch 1 is due: ",
+        ),
+        (
+            lambda ls: [*ls, ls[-1]],
+            r":16: epoch 15 where epoch 16 is due \(epoch 15 again, first on line 15\)",
+        ),
+    ],
+    ids=["gap", "gap-of-two", "duplicate", "swapped", "zero", "last-twice"],
+)
+def test_epochs_must_be_one_to_n_without_gaps_or_duplicates(
+    fake: dict, tmp_path: Path, edit, message
+):
+    path, lines = _epoch_lines(fake, "digits-1w")
+    path.write_text("".join(edit(lines)))
+    with pytest.raises(ValueError, match=rf"digits-1w/metrics\.jsonl{message}") as err:
+        run_report(fake, tmp_path / "report")
+    assert "the epochs must be 1, 2, ..., N in order, each once" in str(err.value)
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, r"missing field\(s\) \['epochs_completed'\]"),
+        ("15", r"'epochs_completed' must be a whole number >= 1, got '15'"),
+        (0, r"'epochs_completed' must be a whole number >= 1, got 0"),
+        (16, r"records 15 epochs but .*digits-2w/run\.json says epochs_completed = 16"),
+    ],
+)
+def test_run_json_epochs_completed_is_checked(fake: dict, tmp_path: Path, value, message):
+    path = tmp_path / "results" / "runs" / "digits-2w" / "run.json"
+    info = json.loads(path.read_text())
+    if value is None:
+        del info["epochs_completed"]
+    else:
+        info["epochs_completed"] = value
+    path.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=message) as err:
+        run_report(fake, tmp_path / "report")
+    assert "digits-2w/" in str(err.value)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
+import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,38 +98,94 @@ def load_split(data_dir: Path, split: str) -> SplitData:
     return SplitData(x=x, y=y.astype(np.int64), meta=meta)
 
 
+def forcerun_command(path: Path) -> str:
+    """The Snakemake command that makes ``path`` (an output of this workflow) again, and
+    everything that depends on it: ``snakemake --forcerun results/runs/RUN/model.pt``.
+
+    ``path`` is the one the rule passed (relative to the workflow's working directory, with
+    the module prefix if any); an absolute path under the current directory is made relative,
+    as Snakemake matches ``--forcerun`` files against its relative output paths.
+    """
+    text = str(path)
+    if Path(text).is_absolute():
+        here = Path.cwd()
+        absolute = Path(os.path.abspath(text))
+        if absolute.is_relative_to(here):
+            text = str(absolute.relative_to(here))
+    return f"snakemake --forcerun {shlex.quote(text)}"
+
+
+def torch_load_reason(exc: BaseException) -> str:
+    """What ``torch.load`` said about a file it could not read, in one line: every line of its
+    message (an empty first line does not hide the rest), the ``WeightsUnpickler error`` part
+    alone where there is one (the rest is torch's advice to load without ``weights_only``,
+    which this stage never does), and the exception's type where the message is empty."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1].split("Check the documentation of torch.load", 1)[0]
+    reason = " ".join(text.split())
+    name = type(exc).__name__
+    if not reason:
+        if isinstance(exc, EOFError):
+            return f"{name}, without a message (the file ends before the checkpoint: cut short?)"
+        return f"{name} (torch gave no message)"
+    return reason if marker in str(exc) else f"{name}: {reason}"
+
+
 def load_model_file(path: Path) -> dict[str, Any]:
-    """``torch.load(path, weights_only=True)`` with the checkpoint's structure checked."""
+    """``torch.load(path, weights_only=True)`` with the checkpoint's structure checked.
+
+    Every refusal names the file, says why (torch's own reason for an unreadable file) and
+    gives the command that trains the run again (:func:`forcerun_command`).
+    """
     import pickle
 
     import torch
 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: model file missing")
+    retrain = f"Train the run again with: {forcerun_command(path)}"
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(
+            f"{path}: empty file (0 bytes), not a torch checkpoint (damaged or emptied after "
+            f"training). {retrain}"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         # Raised for a refused global and for some garbage; torch's long message names the
-        # offending global on its "WeightsUnpickler error:" line.
-        why = re.search(r"WeightsUnpickler error: (.*?)(?:\. |$)", str(exc), re.MULTILINE)
+        # offending global (or the unreadable byte) after "WeightsUnpickler error:".
+        reason = torch_load_reason(exc)
+        if "global" in reason.lower():  # its first sentence; the rest is how to allow it
+            raise ValueError(
+                f"{path}: refused by torch.load(weights_only=True), which accepts only tensors "
+                f"and plain containers: {reason.split('. ')[0].rstrip('.')}. {retrain}"
+            ) from None
         raise ValueError(
-            f"{path}: refused by torch.load(weights_only=True), which accepts only tensors and "
-            f"plain containers: {why.group(1) if why else exc}"
+            f"{path}: not a readable torch checkpoint ({size:,} bytes; damaged or not a model "
+            f"file): torch.load says: {reason.rstrip('.')}. {retrain}"
         ) from None
     except Exception as exc:  # truncated/garbage files fail anywhere inside torch's unpickler
         raise ValueError(
-            f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})"
+            f"{path}: not a readable torch checkpoint ({size:,} bytes; damaged or not a model "
+            f"file): torch.load says: {torch_load_reason(exc).rstrip('.')}. {retrain}"
         ) from None
     if not isinstance(ckpt, dict):
-        raise ValueError(f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}")
+        raise ValueError(
+            f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}. {retrain}"
+        )
     missing = [k for k in ("arch", "state_dict", "mean", "std") if k not in ckpt]
     if missing:
         raise ValueError(
-            f"{path}: checkpoint lacks key(s) {missing} (is it a training checkpoint?)"
+            f"{path}: checkpoint lacks key(s) {missing} (is it a training checkpoint?). {retrain}"
         )
     arch = ckpt["arch"]
     if not isinstance(arch, dict) or any(k not in arch for k in ARCH_KEYS):
-        raise ValueError(f"{path}: 'arch' must be a dict with keys {list(ARCH_KEYS)}, got {arch!r}")
+        raise ValueError(
+            f"{path}: 'arch' must be a dict with keys {list(ARCH_KEYS)}, got {arch!r}. {retrain}"
+        )
     return ckpt
 
 

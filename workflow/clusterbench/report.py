@@ -32,7 +32,15 @@ the report says why. A run's speed-up is measured against the fastest 1-worker r
 dataset, model, global batch, device, backend and BN mode, never against any other run.
 
 All inputs are read and checked before anything is written; a missing or malformed required
-file is an error naming that file. Missing benchmark files are not: the section says so.
+file is an error naming that file. Missing benchmark files are not: the section says so. A
+run's ``metrics.jsonl`` must hold epochs 1, 2, ..., N, each once and in order, and N must be
+``run.json``'s ``epochs_completed`` (a cut or edited file is refused, with the command that
+trains the run again).
+
+Text from the config and the data files (title, author, run, dataset and class names, hosts)
+is drawn literally: a ``$`` is a dollar sign, never mathtext (:func:`theme`). Installed fonts
+of wide coverage back up the report's own (:data:`FALLBACK_FONTS`); characters that no font
+here can draw are named on stderr (the rule's log), per text, and drawn as boxes.
 """
 
 from __future__ import annotations
@@ -41,8 +49,14 @@ import argparse
 import glob
 import json
 import math
+import re
+import sys
 import textwrap
+import unicodedata
+import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +66,7 @@ import pandas as pd
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
 from clusterbench.config import TRAIN_KEYS, ConfigError, bad_settings, stage_params
+from clusterbench.evaluate import forcerun_command
 from clusterbench.params import read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
@@ -114,6 +129,29 @@ NODE_MARKERS = "osD^vP*X"
 DIFFERS_COLOR = "#fbd3ad"  # table cells whose provenance differs from the other runs'
 #: Smallest height of a table text line unit (points): tables with more lines take more pages.
 TABLE_UNIT_PT = 12.5
+#: Width of a page's text, between the margins of 3 % of the page width (points).
+TEXT_WIDTH_PT = 0.94 * PAGE_SIZE[0] * 72
+#: Resolution text widths are measured at (that of the PNG figures; hinting at a lower one
+#: widens the text).
+MEASURE_DPI = 150
+#: Font sizes (points) of a page's title, subtitle and note.
+TITLE_PT, SUBTITLE_PT, NOTE_PT = 19, 11, 9.5
+#: Fonts of wide coverage (CJK, symbols, emoji) that draw, where installed, the characters the
+#: report's own fonts lack (matplotlib's font fallback: a list of families); the first found
+#: of each group is enough, the others are the same glyphs under another name.
+FALLBACK_FONTS = (
+    ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR"),
+    ("Source Han Sans", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback"),
+    ("Noto Sans",),
+    ("Noto Sans Symbols",),
+    ("Noto Sans Symbols2", "Noto Sans Symbols 2"),
+    ("Noto Emoji", "Symbola"),
+)
+#: The faces the report draws text in (generic family, weight): a character is drawable when
+#: each of them, or one of its fallbacks, has it.
+REPORT_FACES = (("sans-serif", "normal"), ("sans-serif", "bold"), ("monospace", "normal"))
+#: Most characters named per text in a missing-glyph warning.
+MISSING_GLYPHS_LISTED = 12
 
 
 # ------------------------------------------------------------------------------------------------
@@ -170,10 +208,12 @@ def _read_csv(path: Path, what: str, **kwargs: Any) -> pd.DataFrame:
 
 
 def read_epochs(path: Path) -> pd.DataFrame:
-    """metrics.jsonl as a DataFrame, one row per epoch (an epoch logged twice: last wins)."""
+    """metrics.jsonl as a DataFrame, one row per epoch. The train stage logs epochs 1, 2, ...,
+    N in order, one line each: a gap, a repeated epoch or another order is an error naming the
+    line (the file was cut, edited or mixed with another run's)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (per-epoch metrics of the train stage)")
-    rows = []
+    numbered = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -184,16 +224,40 @@ def read_epochs(path: Path) -> pd.DataFrame:
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
         _require(row, EPOCH_FIELDS, path, f" on line {lineno}")
-        rows.append(row)
-    if not rows:
+        numbered.append((lineno, row))
+    if not numbered:
         raise ValueError(f"{path}: no epochs recorded")
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([row for _, row in numbered])
     for col in EPOCH_FIELDS:
         try:
             df[col] = pd.to_numeric(df[col])
         except (ValueError, TypeError):
             raise ValueError(f"{path}: field {col!r} has non-numeric values") from None
-    return df.drop_duplicates("epoch", keep="last").sort_values("epoch").reset_index(drop=True)
+    check_epoch_sequence(df["epoch"].tolist(), [n for n, _ in numbered], path)
+    return df.reset_index(drop=True)
+
+
+def check_epoch_sequence(epochs: list[Any], linenos: list[int], path: Path) -> None:
+    """``epochs`` (from lines ``linenos`` of ``path``) must be 1, 2, ..., N: the first record
+    that is not the next epoch is an error naming its line and what it should be."""
+    seen: dict[Any, int] = {}
+    for i, (epoch, lineno) in enumerate(zip(epochs, linenos, strict=True), start=1):
+        if isinstance(epoch, bool) or epoch != i:
+            whole = isinstance(epoch, int | float) and math.isfinite(epoch) and epoch % 1 == 0
+            shown = int(epoch) if whole else repr(epoch)
+            why = ""
+            if epoch in seen:
+                why = f" (epoch {shown} again, first on line {seen[epoch]})"
+            elif whole and epoch == i + 1:
+                why = f" (epoch {i} is missing)"
+            elif whole and epoch > i:
+                why = f" (epochs {i}..{int(epoch) - 1} are missing)"
+            raise ValueError(
+                f"{path}:{lineno}: epoch {shown} where epoch {i} is due{why}: the epochs must be "
+                "1, 2, ..., N in order, each once (was the file cut, edited or mixed with another "
+                "run's?)"
+            )
+        seen[epoch] = lineno
 
 
 def read_confusion(path: Path) -> pd.DataFrame:
@@ -213,7 +277,7 @@ def read_confusion(path: Path) -> pd.DataFrame:
 def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     """Read and check one run's train and evaluate outputs."""
     info = read_json_object(run_dir / "run.json", "run summary of the train stage")
-    _require(info, ("run", "train_seconds"), run_dir / "run.json")
+    _require(info, ("run", "train_seconds", "epochs_completed"), run_dir / "run.json")
     if not isinstance(info["run"], dict):
         raise ValueError(f"{run_dir / 'run.json'}: 'run' must be an object")
     _require(info["run"], TRAIN_KEYS, run_dir / "run.json", " in 'run'")
@@ -226,6 +290,7 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     check_provenance(info, run_dir / "run.json")
     name = str(info["run"]["name"])
     epochs = read_epochs(run_dir / "metrics.jsonl")
+    check_epochs_completed(info["epochs_completed"], len(epochs), run_dir)
 
     metrics = read_json_object(eval_dir / "metrics.json", "metrics of the evaluate stage")
     _require(metrics, EVAL_FIELDS, eval_dir / "metrics.json")
@@ -240,6 +305,24 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     if missing:
         raise ValueError(f"{eval_dir / 'per_class.csv'}: missing column(s) {missing}")
     return RunData(name, info, epochs, metrics, confusion, per_class)
+
+
+def check_epochs_completed(completed: Any, recorded: int, run_dir: Path) -> None:
+    """``run.json``'s ``epochs_completed`` must be the number of epochs in ``metrics.jsonl``
+    (the train stage writes both from the same records): otherwise one of the two was cut or
+    edited, and the run's epochs and its summary would disagree in the report."""
+    info, metrics = run_dir / "run.json", run_dir / "metrics.jsonl"
+    if isinstance(completed, bool) or not isinstance(completed, int) or completed < 1:
+        raise ValueError(
+            f"{info}: 'epochs_completed' must be a whole number >= 1, got {completed!r}"
+        )
+    if completed != recorded:
+        raise ValueError(
+            f"{metrics} records {_plural(recorded, 'epoch')} but {info} says "
+            f"epochs_completed = {completed}: the train stage writes both from the same epochs, "
+            f"so one of them was cut or edited. Train the run again with: "
+            f"{forcerun_command(info)}"
+        )
 
 
 def pair_dirs(run_dirs: list[Path], eval_dirs: list[Path]) -> list[tuple[Path, Path]]:
@@ -750,8 +833,127 @@ def run_order(runs_df: pd.DataFrame) -> list[str]:
     return list(runs_df.sort_values(["dataset", "model", "workers", "nodes", "run"])["run"])
 
 
+def char_width(c: str) -> int:
+    """Columns a character takes: 2 for East Asian wide and full-width ones (CJK, emoji)."""
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def text_width(text: str) -> int:
+    """Columns ``text`` takes on one line (:func:`char_width`)."""
+    return sum(map(char_width, text))
+
+
+def wrap_text(text: str, width: int, **kwargs: Any) -> list[str]:
+    """:func:`textwrap.wrap` counting wide characters (CJK, emoji) as two columns. Text with
+    such characters is wrapped at spaces and between wide characters (CJK has no spaces), a
+    word longer than a line broken inside."""
+    if text_width(text) == len(text):
+        return textwrap.wrap(text, width, **kwargs)
+    units = re.findall(r"\s+|[^\s]", " ".join(text.split()))  # one character per unit
+    lines, line, used = [], "", 0
+    for unit in units:
+        if unit.isspace():
+            if line:
+                line, used = line + " ", used + 1
+            continue
+        w = char_width(unit)
+        if used + w > width and line.strip():
+            # a narrow word is moved whole to the next line when it fits there
+            start = len(line)
+            while (
+                w == 1
+                and start
+                and not line[start - 1].isspace()
+                and char_width(line[start - 1]) == 1
+            ):
+                start -= 1
+            keep = line if text_width(line[start:]) >= width else line[:start]
+            lines.append(keep.rstrip())
+            line = line[len(keep) :].lstrip()
+            used = text_width(line)
+        line, used = line + unit, used + w
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
+
+
+def shorten_text(text: str, width: int, placeholder: str = " [...]") -> str:
+    """:func:`textwrap.shorten` counting wide characters as two columns, and cutting a word
+    where no space is near (textwrap would leave only the placeholder of a text without
+    spaces, such as a CJK title)."""
+    text = " ".join(text.split())
+    if text_width(text) <= width:
+        return text
+    short = textwrap.shorten(text, width, placeholder=placeholder)
+    if text_width(text) == len(text) and len(short) > len(placeholder.strip()) + width // 2:
+        return short
+    budget, cut = width - text_width(placeholder), ""
+    for c in text:
+        if text_width(cut) + char_width(c) > budget:
+            break
+        cut += c
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return (head if len(head) > len(cut) // 2 else cut).rstrip() + placeholder
+
+
+@lru_cache(maxsize=1)
+def _measuring_renderer() -> Any:
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    return RendererAgg(1, 1, MEASURE_DPI)
+
+
+def drawn_width(text: str, size: float, weight: str = "normal") -> float:
+    """Width in points of ``text`` on one line, drawn in the current theme's font (with its
+    fallbacks, and boxes for what no font has) at ``size`` points."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
+    prop = FontProperties(family=matplotlib.rcParams["font.family"], size=size, weight=weight)
+    width = _measuring_renderer().get_text_width_height_descent(text, prop, ismath=False)[0]
+    return width * 72 / MEASURE_DPI
+
+
+def fit_line(text: str, size: float, weight: str = "normal", max_pt: float = TEXT_WIDTH_PT) -> str:
+    """``text`` cut (ending in ' ...') so that it is at most ``max_pt`` points wide as drawn:
+    character counts cannot tell how wide CJK, emoji or missing-glyph boxes are."""
+    if drawn_width(text, size, weight) <= max_pt:
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if drawn_width(text[:mid].rstrip() + " ...", size, weight) <= max_pt:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + " ..."
+
+
+def fit_wrap(
+    text: str,
+    columns: int,
+    size: float,
+    max_pt: float = TEXT_WIDTH_PT,
+    max_lines: int | None = None,
+) -> list[str]:
+    """``text`` wrapped at ``columns`` (:func:`wrap_text`), then narrower where a line drawn
+    at ``size`` points is wider than ``max_pt``; at most ``max_lines`` lines (the last one
+    cut, :func:`fit_line`)."""
+    lines = wrap_text(text, columns)
+    for _ in range(4):
+        widest = max((drawn_width(line, size) for line in lines), default=0.0)
+        if widest <= max_pt or columns <= 10:
+            break
+        columns = max(10, int(columns * max_pt / widest) - 1)
+        lines = wrap_text(text, columns)
+    if max_lines and len(lines) > max_lines:
+        last = fit_line(" ".join(lines[max_lines - 1 :]), size, max_pt=max_pt)
+        lines = [*lines[: max_lines - 1], last]
+    return lines
+
+
 def wrap_label(text: str, width: int = 22) -> str:
-    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=True)) or text
+    return "\n".join(wrap_text(text, width, break_on_hyphens=True)) or text
 
 
 def set_category_ticks(ax, labels: list[str], colors: list | None = None, width: int = 24) -> None:
@@ -796,22 +998,28 @@ class Pages:
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=PAGE_SIZE, layout=layout)
-        title = textwrap.shorten(title, 80, placeholder=" ...")
-        fig.text(0.03, 0.955, title, fontsize=19, weight="bold", va="center")
+        title = fit_line(shorten_text(title, 80, placeholder=" ..."), TITLE_PT, "bold")
+        fig.text(0.03, 0.955, title, fontsize=TITLE_PT, weight="bold", va="center")
         top = 0.92
         if subtitle:
-            lines = textwrap.wrap(subtitle, 135)
+            lines = self.subtitle_lines(subtitle)
             fig.text(
-                0.03, 0.915, "\n".join(lines), fontsize=11, color="0.3", va="top", linespacing=1.4
+                0.03,
+                0.915,
+                "\n".join(lines),
+                fontsize=SUBTITLE_PT,
+                color="0.3",
+                va="top",
+                linespacing=1.4,
             )
             top = 0.905 - 0.03 * len(lines)
-        note_lines = [w for line in (note or "").split("\n") for w in textwrap.wrap(line, 150)]
+        note_lines = self.note_lines(note)
         if note_lines:
             fig.text(
                 0.03,
                 0.033,
                 "\n".join(note_lines),
-                fontsize=9.5,
+                fontsize=NOTE_PT,
                 color="0.35",
                 va="bottom",
                 linespacing=1.35,
@@ -821,6 +1029,16 @@ class Pages:
             fig.get_layout_engine().set(rect=(0.02, bottom, 0.96, top - bottom))
         self.pages.append((png, fig))
         return fig
+
+    @staticmethod
+    def subtitle_lines(subtitle: str) -> list[str]:
+        """The lines of a page's subtitle: at most 4, each within the page's width."""
+        return fit_wrap(subtitle, 135, SUBTITLE_PT, max_lines=4)
+
+    @staticmethod
+    def note_lines(note: str | None) -> list[str]:
+        """The lines of a page's note (its own lines wrapped within the page's width)."""
+        return [w for line in (note or "").split("\n") for w in fit_wrap(line, 150, NOTE_PT)]
 
     def run_axis(self, ax, names: list[str]) -> None:
         """Horizontal per-run axis: wrapped run names as tick labels, coloured like their run."""
@@ -844,9 +1062,10 @@ class Pages:
 
 def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench: pd.DataFrame):
     params = pages.params
-    fig = pages.new(
-        params.title, " \u00b7 ".join(filter(None, [params.author, prov["date"]])), layout=None
-    )
+    subtitle = " \u00b7 ".join(filter(None, [params.author, prov["date"]]))
+    fig = pages.new(params.title, subtitle, layout=None)
+    # the summary starts below the subtitle (a long author takes up to 4 lines)
+    below_subtitle = 0.028 * (len(Pages.subtitle_lines(subtitle)) - 1)
     best = runs_df.iloc[0]
     warmup = params.timing_warmup_epochs
     datasets = ", ".join(sorted(runs_df["dataset"].unique()))
@@ -890,10 +1109,14 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
             f"Snakemake benchmarks: {_plural(len(jobs), 'job')}, "
             f"{fmt_duration(float(jobs.sum()))} of job wall time in total."
         )
-    ax = fig.add_axes((0.03, 0.52, 0.94, 0.34))
+    ax = fig.add_axes((0.03, 0.52, 0.94, 0.34 - below_subtitle))
     ax.set_axis_off()
     ax.text(0, 1, "Summary", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
-    wrapped = ["\u2022  " + "\n    ".join(textwrap.wrap(line, 135)) for line in lines]
+    indent_pt = drawn_width("\u2022  ", SUBTITLE_PT)
+    wrapped = [
+        "\u2022  " + "\n    ".join(fit_wrap(line, 135, SUBTITLE_PT, TEXT_WIDTH_PT - 2 * indent_pt))
+        for line in lines
+    ]
     ax.text(
         0.01,
         0.87,
@@ -961,7 +1184,7 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
     ax.set_axis_off()
     ax.text(0, 1, "Provenance", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
     table = ax.table(
-        cellText=[[k, textwrap.shorten(str(v), 92, placeholder=" ...")] for k, v in rows],
+        cellText=[[k, shorten_text(str(v), 92, placeholder=" ...")] for k, v in rows],
         colWidths=[0.25, 0.75],
         cellLoc="left",
         bbox=(0.01, 0, 0.99, 0.88),
@@ -973,7 +1196,7 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
         cell.set_edgecolor("0.85")
         cell.get_text().set_weight("bold" if col == 0 else "normal")
         if col == 1:
-            cell.get_text().set_family("monospace")
+            cell.get_text().set_family(font_families("monospace"))
         if rows[row][0] == "Runs that differ" and not differs.empty:
             cell.set_facecolor(DIFFERS_COLOR)
 
@@ -1134,10 +1357,10 @@ def chunk_rows(rows: list[list[str]], max_units: float, max_rows: int) -> list[l
 
 def _cut_lines(text: str, width: int, max_lines: int) -> list[str]:
     """``text`` wrapped at ``width``, at most ``max_lines`` lines (the last one shortened)."""
-    lines = textwrap.wrap(text, width, break_on_hyphens=True) or [text]
+    lines = wrap_text(text, width, break_on_hyphens=True) or [text]
     if len(lines) > max_lines:
         rest = " ".join(lines[max_lines - 1 :])
-        lines = [*lines[: max_lines - 1], textwrap.shorten(rest, width, placeholder=" ...")]
+        lines = [*lines[: max_lines - 1], shorten_text(rest, width, placeholder=" ...")]
     return lines
 
 
@@ -1171,7 +1394,7 @@ def provenance_cells(rank: int, r: Any) -> list[str]:
     """One run's row of the provenance table (``r``: a runs.csv row as a named tuple)."""
     hosts = [h.strip() for h in str(r.host_ranks).split(";") if h.strip()]
     host_lines = [
-        textwrap.shorten(h.replace(" (ranks ", " ("), 24, placeholder="...") for h in hosts[:3]
+        shorten_text(h.replace(" (ranks ", " ("), 24, placeholder="...") for h in hosts[:3]
     ]
     if len(hosts) > 3:
         host_lines[-1] = f"+ {len(hosts) - 2} more hosts"
@@ -1212,9 +1435,9 @@ def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             "than provenance recording, so its CPU, GPUs and commit are unknown (hosts and "
             "versions as its rank 0 recorded them)."
         )
-    notes = [textwrap.shorten(n, 290, placeholder=" ...") for n in notes[:6]]
+    notes = [shorten_text(n, 290, placeholder=" ...") for n in notes[:6]]
     note = "\n".join(notes) if notes else None
-    note_lines = sum(len(textwrap.wrap(n, 150)) for n in notes)
+    note_lines = len(Pages.note_lines(note))
     bottom = 0.045 + 0.021 * note_lines + 0.015 if notes else 0.06
     top = 0.8
     header = [c[0] for c in PROVENANCE_TABLE]
@@ -1260,7 +1483,7 @@ def untimed_note(runs_df: pd.DataFrame, mark: str = "") -> str | None:
     note = f"{mark}n/a: no epoch left to time: " + "; ".join(
         f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
     )
-    return textwrap.shorten(note, 300, placeholder=" ...") + "."
+    return shorten_text(note, 300, placeholder=" ...") + "."
 
 
 def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
@@ -1875,14 +2098,14 @@ def benchmarks_pages(pages: Pages, bench: pd.DataFrame, missing: list[str]) -> N
             "Rules with a benchmark: directive write them once their jobs have run."
         )
         if missing:
-            text += "\n\nNot found: " + ", ".join(textwrap.shorten(m, 60) for m in missing[:6])
+            text += "\n\nNot found: " + ", ".join(shorten_text(m, 60) for m in missing[:6])
         Pages.note(fig.add_subplot(), text)
         return
     notes = []
     if bench["max_rss"].isna().any():
         notes.append("n/a: the job ended before Snakemake's first memory sample")
     if missing:
-        notes.append(f"not found: {', '.join(textwrap.shorten(m, 50) for m in missing[:4])}")
+        notes.append(f"not found: {', '.join(shorten_text(m, 50) for m in missing[:4])}")
     means = bench.groupby(["rule", "job"], sort=False)[["s", "max_rss"]].mean().reset_index()
     rank = {r: i for i, r in enumerate(PIPELINE_ORDER)}
     means["order"] = means["rule"].map(lambda r: rank.get(r, len(rank)))
@@ -1961,7 +2184,14 @@ def build_pages(
 
 
 def theme() -> dict[str, Any]:
-    """rcParams of the report style: seaborn's whitegrid theme at a size readable on A4."""
+    """rcParams of the report style: seaborn's whitegrid theme at a size readable on A4.
+
+    Every text of the report is drawn literally, in one place for all of them (titles, table
+    cells, tick labels, legends, notes, footers): no mathtext (``text.parse_math``; a ``$`` in
+    a title or run name is a dollar sign) and no TeX (``text.usetex``). Each text object takes
+    these when it is created, so the pages are built inside ``rc_context(theme())``. Fonts of
+    wide coverage that are installed (:data:`FALLBACK_FONTS`) follow the report's own fonts
+    for the characters those lack."""
     import seaborn as sns
 
     rc = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.95)}
@@ -1972,9 +2202,136 @@ def theme() -> dict[str, Any]:
             "axes.spines.top": False,
             "pdf.fonttype": 42,
             "savefig.dpi": 150,
+            "text.parse_math": False,
+            "text.usetex": False,
+            "font.family": font_families("sans-serif"),
         }
     )
     return rc
+
+
+# ------------------------------------------------------------------------------------------------
+# fonts: fallbacks, and the characters no font here can draw
+
+
+@lru_cache(maxsize=1)
+def fallback_fonts() -> tuple[str, ...]:
+    """The installed families of :data:`FALLBACK_FONTS`, the first found of each group."""
+    from matplotlib import font_manager
+
+    installed = set(font_manager.get_font_names())
+    found = (next((f for f in group if f in installed), None) for group in FALLBACK_FONTS)
+    return tuple(f for f in found if f)
+
+
+def font_families(generic: str) -> list[str]:
+    """A family list for matplotlib's font fallback: the ``generic`` family ('sans-serif',
+    'monospace': the theme's font of that kind), then :func:`fallback_fonts`."""
+    return [generic, *fallback_fonts()]
+
+
+def font_files(generic: str, weight: str = "normal") -> list[Any]:
+    """The font files that draw text of the ``generic`` family in this weight, in fallback
+    order, as matplotlib picks them under the current rcParams (call inside the theme)."""
+    from matplotlib import font_manager
+    from matplotlib.font_manager import FontProperties
+
+    files: list[Any] = []
+    for i, family in enumerate(font_families(generic)):
+        try:
+            path = font_manager.findfont(
+                FontProperties(family=family, weight=weight), fallback_to_default=i == 0
+            )
+        except ValueError:
+            continue
+        if path not in files:
+            files.append(path)
+    return files
+
+
+@lru_cache(maxsize=64)
+def font_charmap(path: Any) -> frozenset[int]:
+    """The code points a font file has glyphs for (its cmap)."""
+    from matplotlib.ft2font import FT2Font
+
+    return frozenset(FT2Font(path).get_charmap())
+
+
+def drawable_codepoints(faces: tuple[tuple[str, str], ...] = REPORT_FACES) -> frozenset[int]:
+    """The characters that every face the report draws in (:data:`REPORT_FACES`) has a glyph
+    for, in its own font or a fallback; under the current rcParams (call inside the theme)."""
+    covered = [
+        frozenset().union(*(font_charmap(path) for path in font_files(generic, weight)))
+        for generic, weight in faces
+    ]
+    return frozenset.intersection(*covered)
+
+
+def missing_glyphs(text: str, drawable: Collection[int]) -> list[str]:
+    """The distinct characters of ``text``, in order, whose code point is not in ``drawable``.
+    Control characters (line breaks, tabs) are laid out, never drawn, so never missing."""
+    return list(
+        dict.fromkeys(c for c in text if ord(c) not in drawable and unicodedata.category(c) != "Cc")
+    )
+
+
+def glyph_warning(what: str, chars: list[str], limit: int = MISSING_GLYPHS_LISTED) -> str:
+    """The log line naming the characters of ``what`` (a text, in words) that no font here
+    can draw, at most ``limit`` of them: "report: warning: the title has characters no font
+    here can draw, shown as boxes: '中' (U+4E2D), '😀' (U+1F600)"."""
+    named = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in chars[:limit])
+    more = f" and {len(chars) - limit} more" if len(chars) > limit else ""
+    return (
+        f"report: warning: {what} has characters no font here can draw, shown as boxes: "
+        f"{named}{more}"
+    )
+
+
+def user_texts(
+    params: ReportParams,
+    runs_df: pd.DataFrame,
+    runs: list[RunData],
+    bench: pd.DataFrame,
+    bench_missing: list[str],
+) -> list[tuple[str, str]]:
+    """Every text the report draws that comes from the config or the data files, as (what it
+    is, in words; the text), each distinct text once: title, author, run names, what the runs
+    trained on and where, the class names of the best run (its confusion page), benchmark job
+    names."""
+    texts = {params.title: "the title", params.author: "the author"}
+
+    def add(what: str, values: Any) -> None:
+        for value in map(str, values):
+            texts.setdefault(value, f"{what} {value!r}")
+
+    add("the run name", runs_df["run"])
+    for what, cols in (
+        ("the dataset name", ("dataset",)),
+        ("the model name", ("model",)),
+        ("the backend name", ("backend", "bn", "launcher")),
+        ("the training host", ("host_ranks",)),
+        ("the training CPU", ("cpu_model",)),
+        ("the training GPUs", ("gpus",)),
+        ("the GPU driver", ("gpu_driver",)),
+        ("the software version", (*PROVENANCE_VERSIONS, "commit")),
+        ("the rank differences", ("rank_differences",)),
+    ):
+        add(what, (v for col in cols for v in runs_df[col]))
+    best = next(r for r in runs if r.name == runs_df["run"].iloc[0])
+    add(f"the class name (of run {best.name})", best.confusion.index)
+    add("the benchmark rule", bench["rule"])
+    add("the benchmark job", bench["job"])
+    add("the benchmark argument", bench_missing)
+    return [(what, text) for text, what in texts.items()]
+
+
+def glyph_warnings(texts: list[tuple[str, str]], drawable: Collection[int]) -> list[str]:
+    """One :func:`glyph_warning` per text with characters outside ``drawable``."""
+    return [
+        glyph_warning(what, chars)
+        for what, text in texts
+        if (chars := missing_glyphs(text, drawable))
+    ]
 
 
 def write_outputs(
@@ -1997,7 +2354,21 @@ def write_outputs(
         with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
             df.to_csv(fh, index=False)
 
-    with matplotlib.rc_context(theme()):
+    with matplotlib.rc_context(theme()), warnings.catch_warnings():
+        # matplotlib warns of each missing glyph at each save: said once per text below instead
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        texts = user_texts(params, runs_df, runs, bench, bench_missing)
+        missing = glyph_warnings(texts, drawable_codepoints())
+        for line in missing:
+            print(line, file=sys.stderr)
+        if missing:
+            fonts = [Path(f).name for g, w in REPORT_FACES for f in font_files(g, w)]
+            print(
+                f"report: fonts used: {', '.join(dict.fromkeys(fonts))}. The report also uses "
+                f"these where installed: {', '.join(f for g in FALLBACK_FONTS for f in g)} "
+                "(e.g. the Debian packages fonts-noto-cjk, fonts-noto-core, fonts-symbola)",
+                file=sys.stderr,
+            )
         pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing)
         total = len(pages.pages)
         footer = footer_text(params, prov)
@@ -2020,7 +2391,7 @@ def footer_text(params: ReportParams, prov: dict[str, Any]) -> str:
     report's code (12 characters, '(dirty)' with uncommitted changes)."""
     git = prov["git"]
     commit = commit_text(git["commit"], git.get("dirty"), 12)
-    title = textwrap.shorten(params.title, 80, placeholder=" ...")
+    title = shorten_text(params.title, 80, placeholder=" ...")
     return f"{title}  \u00b7  config {params.config_hash}  \u00b7  commit {commit}"
 
 
