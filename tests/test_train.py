@@ -18,10 +18,12 @@ import torch
 from clusterbench.config import EXIT_BAD_SETTINGS, ConfigError
 from clusterbench.models import build_model
 from clusterbench.train import (
+    CHECKPOINTS_ENV,
     PROGRESS_INTERVAL,
     DeviceError,
     NonFiniteLossError,
     check_device,
+    checkpoint_paths,
     epoch_permutation,
     global_batches,
     learning_rate,
@@ -565,3 +567,25 @@ def test_a_loss_that_becomes_non_finite_stops_the_run_naming_epoch_and_step(tmp_
     with pytest.raises(NonFiniteLossError, match=r"non-finite .* at epoch 1, step \d+/\d+"):
         main(args)  # in this process: one worker
     assert not (out / "model.pt").exists()
+
+
+def test_checkpoint_paths_sort_by_epoch_number_past_999(tmp_path):
+    for name in ("epoch-1000.pt", "epoch-999.pt", "epoch-002.pt", "epoch-x.pt", "notes.txt"):
+        (tmp_path / name).touch()
+    assert [p.name for p in checkpoint_paths(tmp_path)] == [
+        "epoch-002.pt",
+        "epoch-999.pt",
+        "epoch-1000.pt",
+    ]
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path, monkeypatch, capsys):
+    data = make_dataset(tmp_path / "data")
+    args = ["--data-dir", str(data), "--run", json.dumps(run_config(workers=1, epochs=3))]
+    monkeypatch.setenv(CHECKPOINTS_ENV, '{"keep": 1}')
+    assert main([*args, "--out-dir", str(tmp_path / "one")]) == 0
+    assert [p.name for p in checkpoint_paths(tmp_path / "one" / "checkpoints")] == ["epoch-003.pt"]
+    monkeypatch.setenv(CHECKPOINTS_ENV, '{"keep": 0}')
+    assert main([*args, "--out-dir", str(tmp_path / "zero")]) == EXIT_BAD_SETTINGS
+    assert f"{CHECKPOINTS_ENV}.keep: 0 is less than the minimum of 1" in capsys.readouterr().err
+    assert not (tmp_path / "zero").exists()

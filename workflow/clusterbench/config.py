@@ -400,6 +400,7 @@ STAGES: dict[str, StageSettings] = {
     "evaluate": StageSettings("/properties/evaluate"),
     "report": StageSettings("/properties/report"),
     "download": StageSettings("/properties/download"),
+    "checkpoints": StageSettings("/properties/checkpoints"),
 }
 
 

@@ -37,9 +37,10 @@ backend branches.
 * Validation is sharded over the ranks; loss and counts are summed over them.
 * Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
   comes first (rank 0 decides, every rank follows).
-* Rank 0 alone writes ``checkpoints/epoch-NNN.pt``, ``metrics.jsonl`` and TensorBoard events
-  each epoch, then ``run.json`` and, last, ``model.pt``. TensorBoard events go to
-  ``.tensorboard.partial/`` first and are renamed to ``tensorboard/`` at the end.
+* Rank 0 alone writes ``checkpoints/epoch-NNN.pt`` (keeping the newest ``checkpoints.keep``),
+  ``metrics.jsonl`` and TensorBoard events each epoch, then ``run.json`` and, last,
+  ``model.pt``. TensorBoard events go to ``.tensorboard.partial/`` first and are renamed to
+  ``tensorboard/`` at the end.
 * ``run.json``'s ``provenance`` is what every rank saw where it ran (host, CPU, GPUs and
   driver, package versions, git commit), gathered once before training and written by rank 0,
   one entry per host (:func:`rank_provenance`, :func:`clusterbench.provenance.merge_ranks`).
@@ -55,6 +56,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -355,6 +357,19 @@ def _launcher() -> str:
     return "gloo" if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ else "none"
 
 
+_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")
+
+
+def checkpoint_paths(ckpt_dir: Path) -> list[Path]:
+    """``epoch-N.pt`` in ``ckpt_dir``, oldest first (by epoch number: 1000 comes after 999)."""
+    found = [
+        (int(m.group(1)), p)
+        for p in ckpt_dir.glob("epoch-*.pt")
+        if (m := _CHECKPOINT.fullmatch(p.name))
+    ]
+    return [p for _, p in sorted(found)]
+
+
 def resume_checkpoint(out_dir: Path, run: Mapping[str, Any]) -> dict[str, Any] | None:
     """The newest ``checkpoints/epoch-NNN.pt`` in ``out_dir``, or None when there is none.
 
@@ -363,7 +378,7 @@ def resume_checkpoint(out_dir: Path, run: Mapping[str, Any]) -> dict[str, Any] |
     """
     import torch
 
-    paths = sorted((out_dir / "checkpoints").glob("epoch-[0-9][0-9][0-9].pt"))
+    paths = checkpoint_paths(out_dir / "checkpoints")
     if not paths:
         return None
     ckpt = torch.load(paths[-1], map_location="cpu", weights_only=True)
@@ -374,6 +389,16 @@ def resume_checkpoint(out_dir: Path, run: Mapping[str, Any]) -> dict[str, Any] |
             "cannot resume it: run without --resume to start afresh"
         )
     return ckpt
+
+
+#: Environment variable with the config's ``checkpoints`` settings (JSON), set by the workflow
+#: (rules/common.smk): how many checkpoints are kept changes no result, so it is no rerun trigger.
+CHECKPOINTS_ENV = "CLUSTERBENCH_CHECKPOINTS"
+
+
+def checkpoint_settings() -> dict[str, Any]:
+    """The ``checkpoints`` settings from :data:`CHECKPOINTS_ENV` (schema defaults if unset)."""
+    return stage_params("checkpoints", os.environ.get(CHECKPOINTS_ENV, "{}"), what=CHECKPOINTS_ENV)
 
 
 class Outputs:
@@ -389,10 +414,11 @@ class Outputs:
 
         self.out_dir, self.run = out_dir, run
         self.ckpt_dir = out_dir / "checkpoints"
+        self.keep = checkpoint_settings()["keep"]
         (out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = out_dir / TB_PARTIAL, out_dir / "tensorboard"
         if resume is None:
-            for stale in self.ckpt_dir.glob("epoch-*.pt"):
+            for stale in checkpoint_paths(self.ckpt_dir):
                 stale.unlink()
             shutil.rmtree(partial, ignore_errors=True)
         elif final.is_dir() and not partial.exists():  # the events of a finished earlier try
@@ -425,6 +451,9 @@ class Outputs:
             self.out_dir / "metrics.jsonl",
             "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records),
         )
+        # only the newest `keep`: a long run must not fill the disk with one file per epoch
+        for old in checkpoint_paths(self.ckpt_dir)[: -self.keep]:
+            old.unlink(missing_ok=True)
         for tag, key in (
             ("loss/train", "train_loss"),
             ("loss/val", "val_loss"),
@@ -755,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run = validate_run(args.run)
+        checkpoint_settings()
         check_device(run)  # before reading data or starting any backend
     except ConfigError as exc:
         return bad_settings("train", exc)
