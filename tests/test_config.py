@@ -96,7 +96,7 @@ def _base():
         (lambda c: c.update(typo={}), "<top level>", "typo"),
         (lambda c: c.pop("report"), "<top level>", "report"),
         (lambda c: c["report"].pop("title"), "report", "title"),
-        (lambda c: c.update(datasets={"imagenet": {}}), "datasets", "imagenet"),
+        (lambda c: c.update(datasets={"imagenet": {}}), "datasets.imagenet", "not a built-in"),
         (lambda c: c.update(evaluate={"split": "train"}), "evaluate.split", "train"),
         (lambda c: c["runs"].append({"name": "a", "dataset": "digits"}), "runs[1].name", "already"),
         (lambda c: c["runs"][0].update(dataset="mnist"), "runs[0].dataset", "not declared"),
@@ -135,7 +135,7 @@ def test_slices_hold_only_their_own_keys():
     assert cb.preprocess_slice(cfg["datasets"]["digits"]) == {
         "val_fraction": 0.1,
         "test_fraction": 0.2,
-        "seed": 0,
+        "split_seed": 0,
     }
 
 

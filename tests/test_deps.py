@@ -54,3 +54,9 @@ def test_cli_prints_a_pin():
         check=True,
     )
     assert out.stdout.strip() == deps.pin("torch")
+
+
+def test_the_pinned_scikit_learn_is_the_one_the_digits_checksum_belongs_to():
+    from clusterbench.datasets import DIGITS_SKLEARN_VERSION
+
+    assert deps.pin("scikit-learn") == DIGITS_SKLEARN_VERSION

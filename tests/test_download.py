@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 import pytest
 from archives import make_mnist
 from clusterbench import download
+from clusterbench.config import ConfigError
 from clusterbench.datasets import DATASETS, DatasetError, FileSpec, resolve_urls
 from clusterbench.download import (
     ChecksumError,
     DownloadError,
     HTTPStatusError,
-    ParamsError,
     RetryPolicy,
     TransientError,
     fetch,
@@ -391,17 +391,26 @@ def test_unknown_dataset():
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ("{", "not valid JSON"),
-        ('{"retries": -1}', "retries must be a non-negative int"),
-        ('{"retries": 1.5}', "retries must be a non-negative int"),
-        ('{"timeout_seconds": 0}', "timeout_seconds must be positive"),
-        ('{"cache_dir": 3}', "cache_dir must be"),
-        ('{"bogus": 1}', "unknown key"),
+        ("{", "--params is not valid JSON"),
+        ('{"retries": -1}', r"--params\.retries: -1 is less than the minimum of 0"),
+        ('{"retries": 1.5}', r"--params\.retries: 1\.5 is not of type 'integer'"),
+        ('{"timeout_seconds": 0}', r"--params\.timeout_seconds: 0 is less than or equal to"),
+        ('{"backoff_seconds": NaN}', r"--params\.backoff_seconds: nan is not a finite number"),
+        ('{"cache_dir": 3}', r"--params\.cache_dir: 3 is not of type 'string', 'null'"),
+        ('{"bogus": 1}', r"'bogus' was unexpected"),
+        ('{"source": {"mirror": 3}}', r"--params\.source\.mirror: 3 is not of type 'string'"),
+        ('{"declared": [{"url": "http://h/a.npz"}]}', r"declared\[0\]: 'sha256' is a required"),
     ],
 )
 def test_parse_params_rejects(params, message):
-    with pytest.raises(ParamsError, match=message):
+    with pytest.raises(ConfigError, match=message):
         parse_params(params)
+
+
+def test_parse_params_fills_the_schemas_defaults():
+    parsed = parse_params("{}")
+    assert parsed.policy == RetryPolicy(retries=4, backoff_seconds=1.0, timeout_seconds=60.0)
+    assert parsed.cache_dir is None and parsed.declared is None
 
 
 # --------------------------------------------------------------------------- main()

@@ -26,6 +26,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
+from clusterbench.datasets import DatasetError, declared_file_name
 from clusterbench.model_registry import MODEL_CLASSES
 from clusterbench.params import json_object
 
@@ -254,11 +256,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             )
         problems += run_problems(run, where)
     for name, ds in resolved["datasets"].items():
-        if ds["val_fraction"] + ds["test_fraction"] >= 1:
-            problems.append(
-                f"datasets.{name}: val_fraction + test_fraction = "
-                f"{ds['val_fraction'] + ds['test_fraction']:g} leaves no training data"
-            )
+        problems += dataset_problems(name, ds)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
@@ -280,6 +278,69 @@ def wildcard_problems(value: str, where: str) -> list[str]:
         f"{where}: {value!r} ends in {repeated!r} repeated 20 or more times, which Snakemake "
         "cannot use as a wildcard value (it would take it for a cyclic dependency); rename it"
     ]
+
+
+#: How many files each declared format takes (clusterbench.formats reads them).
+FORMAT_FILES = {"npz": (1,), "image-folder": (1,), "cifar-binary": (1,), "idx": (2, 4)}
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
+
+
+def split_problems(split: Mapping[str, Any], where: str) -> list[str]:
+    """The split fractions must leave training data."""
+    total = split["val_fraction"] + split["test_fraction"]
+    if total >= 1:
+        return [f"{where}: val_fraction + test_fraction = {total:g} leaves no training data"]
+    return []
+
+
+def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """Checks across the keys of one resolved dataset entry that the schema cannot express."""
+    where = f"datasets.{name}"
+    problems = wildcard_problems(name, where) + split_problems(ds, where)
+    declared = [key for key in ("format", "files", "image_size") if key in ds]
+    if name in BUILTIN_DATASETS:
+        if declared:
+            problems.append(
+                f"{where}.{declared[0]}: {name!r} is a built-in dataset with pinned files; "
+                "declare your own data under another name"
+            )
+        return problems
+    if "format" not in ds or "files" not in ds:
+        missing = " and ".join(k for k in ("format", "files") if k not in ds)
+        return problems + [
+            f"{where}: {name!r} is not a built-in dataset ({', '.join(BUILTIN_DATASETS)}): "
+            f"declare its {missing} (config/README.md, 'Your own dataset')"
+        ]
+    for key in ("mirror", "urls"):
+        if ds.get(key):
+            problems.append(f"{where}.{key}: only for built-in datasets; give files[].url instead")
+    if "image_size" in ds and ds["format"] != "image-folder":
+        problems.append(f"{where}.image_size: only image-folder datasets are resized")
+    counts = FORMAT_FILES[ds["format"]]
+    if len(ds["files"]) not in counts:
+        problems.append(
+            f"{where}.files: format {ds['format']} takes "
+            f"{' or '.join(map(str, counts))} file(s), got {len(ds['files'])}"
+        )
+    names: dict[str, int] = {}
+    for i, entry in enumerate(ds["files"]):
+        try:
+            file_name = declared_file_name(entry)
+        except DatasetError as exc:
+            problems.append(f"{where}.files[{i}]: {exc}")
+            continue
+        if file_name in names:
+            problems.append(
+                f"{where}.files[{i}]: file name {file_name!r} is already used by "
+                f"files[{names[file_name]}]; give it another name"
+            )
+        names.setdefault(file_name, i)
+        if ds["format"] == "image-folder" and not file_name.endswith(ARCHIVE_SUFFIXES):
+            problems.append(
+                f"{where}.files[{i}]: an image-folder dataset is one archive "
+                f"({', '.join(ARCHIVE_SUFFIXES)}), got {file_name!r}"
+            )
+    return problems
 
 
 def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
@@ -329,7 +390,8 @@ def stage_params(stage: str, params: str | Mapping[str, Any], what: str = "--par
     raw = json_object(params, what=what, error=ConfigError) if isinstance(params, str) else params
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{what} must be a JSON object, got {raw!r}")
-    definition = _definition(load_schema(), stage_def.pointer)
+    schema = load_schema()
+    definition = {**_definition(schema, stage_def.pointer), "$defs": schema["$defs"]}
     if stage_def.keys is not None:
         props = definition.get("properties", {})
         definition["properties"] = {key: props[key] for key in stage_def.keys}
@@ -371,11 +433,14 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "val_fraction": dataset_cfg["val_fraction"],
-        "test_fraction": dataset_cfg["test_fraction"],
-        "seed": dataset_cfg["split_seed"],
-    }
+    """How a dataset is split, and for a declared one, how its files are read."""
+    split = {key: dataset_cfg[key] for key in ("val_fraction", "test_fraction", "split_seed")}
+    if "format" in dataset_cfg:
+        split["format"] = dataset_cfg["format"]
+        split["files"] = [declared_file_name(entry) for entry in dataset_cfg["files"]]
+        if "image_size" in dataset_cfg:
+            split["image_size"] = list(dataset_cfg["image_size"])
+    return split
 
 
 def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -389,6 +454,13 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
         source["mirror"] = dataset_cfg["mirror"]
     if dataset_cfg.get("urls"):
         source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
+    if "files" in dataset_cfg and "format" in dataset_cfg:  # a declared dataset: its files
+        return {
+            "source": source,
+            "declared": [
+                {**entry, "name": declared_file_name(entry)} for entry in dataset_cfg["files"]
+            ],
+        }
     return {"source": source}
 
 
@@ -400,6 +472,8 @@ STAGES: dict[str, StageSettings] = {
     "evaluate": StageSettings("/properties/evaluate"),
     "report": StageSettings("/properties/report"),
     "download": StageSettings("/properties/download"),
+    "download_source": StageSettings("/$defs/download_params"),
+    "preprocess": StageSettings("/$defs/preprocess_params", check=split_problems),
     "checkpoints": StageSettings("/properties/checkpoints"),
 }
 

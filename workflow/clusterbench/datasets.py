@@ -10,12 +10,14 @@ dataset at another ``mirror`` (a base URL the file names are appended to) or giv
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 #: URL schemes the downloader understands.
 URL_SCHEMES = ("http", "https", "file")
@@ -51,8 +53,9 @@ class DatasetSpec:
     name: str
     description: str
     files: tuple[FileSpec, ...]
-    #: Shape of one image, (height, width, channels).
-    image_shape: tuple[int, int, int]
+    #: Shape of one image, (height, width, channels); None for a declared dataset (its data
+    #: tells).
+    image_shape: tuple[int, int, int] | None
     class_names: tuple[str, ...]
     #: Whether the dataset ships an official test split (otherwise one is held out).
     official_test_split: bool
@@ -82,6 +85,9 @@ def _sklearn_data_url() -> str | None:
 
 
 _SKLEARN_DATA_URL = _sklearn_data_url()
+#: The scikit-learn release whose bundled digits.csv.gz the digits checksum pins (pyproject.toml
+#: pins the same version: tests/test_deps.py).
+DIGITS_SKLEARN_VERSION = "1.9.1"
 MNIST_MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 CIFAR10_MIRROR = "https://www.cs.toronto.edu/~kriz/"
 
@@ -93,7 +99,7 @@ DATASETS: dict[str, DatasetSpec] = {
             FileSpec(
                 name="digits.csv.gz",
                 url=None if _SKLEARN_DATA_URL is None else _SKLEARN_DATA_URL + "digits.csv.gz",
-                # scikit-learn==1.9.1 sklearn/datasets/data/digits.csv.gz
+                # sklearn/datasets/data/digits.csv.gz of scikit-learn DIGITS_SKLEARN_VERSION
                 sha256="09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22",
                 size=57523,
             ),
@@ -227,3 +233,53 @@ def resolve_urls(name: str, source: Mapping[str, Any] | None = None) -> dict[str
                 "set a mirror or a per-file url in the config"
             )
     return urls
+
+
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def declared_file_name(entry: Mapping[str, Any]) -> str:
+    """The name a declared dataset's file is stored under: its ``name``, else the last part of
+    its ``url``'s path."""
+    name = entry.get("name") or unquote(urlsplit(str(entry.get("url", ""))).path).rsplit("/", 1)[-1]
+    if not _FILE_NAME.match(name) or len(name) > 200:
+        raise DatasetError(
+            f"cannot use {name!r} (from url {entry.get('url')!r}) as a file name: give the file "
+            "a 'name' of letters, digits, '.', '_' and '-'"
+        )
+    return name
+
+
+def declared_spec(name: str, files: Iterable[Mapping[str, Any]]) -> DatasetSpec:
+    """The spec of a dataset declared in the config (``datasets.<name>``: ``files`` with their
+    ``name``, ``url``, ``sha256`` and optional ``size``); its images and classes come from the
+    data."""
+    return DatasetSpec(
+        name=name,
+        description="declared in the config",
+        files=tuple(
+            FileSpec(name=f["name"], url=f["url"], sha256=f["sha256"], size=f.get("size"))
+            for f in files
+        ),
+        image_shape=None,
+        class_names=(),
+        official_test_split=False,
+    )
+
+
+def bundled_file_hint(spec: DatasetSpec, file: FileSpec, url: str) -> str | None:
+    """Why the digits file that scikit-learn bundles may fail its checksum, and the fix; None
+    for any other file or source."""
+    if spec.name != "digits" or _SKLEARN_DATA_URL is None or not url.startswith(_SKLEARN_DATA_URL):
+        return None
+    try:
+        installed = importlib.metadata.version("scikit-learn")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "unknown"
+    return (
+        f"The digits dataset is the {file.name} that scikit-learn bundles, pinned to the copy in "
+        f"scikit-learn {DIGITS_SKLEARN_VERSION}; scikit-learn {installed} is installed here"
+        + (" and bundles another file" if installed != DIGITS_SKLEARN_VERSION else "")
+        + f". Install scikit-learn=={DIGITS_SKLEARN_VERSION} as pyproject.toml pins it "
+        "(make setup), or point datasets.digits.urls at a copy of that file."
+    )

@@ -36,8 +36,16 @@ from tqdm import tqdm
 
 from clusterbench import __version__
 from clusterbench.atomic import atomic_path, write_json
-from clusterbench.datasets import DatasetError, FileSpec, get_dataset, resolve_urls
-from clusterbench.params import check_keys, json_object
+from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.datasets import (
+    DatasetError,
+    FileSpec,
+    bundled_file_hint,
+    declared_spec,
+    get_dataset,
+    resolve_urls,
+)
+from clusterbench.params import json_object
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +79,38 @@ class TransientError(DownloadError):
     """A failure worth retrying: connection error, 5xx, truncated or dropped body."""
 
 
-class ParamsError(ValueError):
-    """Malformed ``--params``."""
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
-    retries: int = 3
-    backoff_seconds: float = 1.0
-    timeout_seconds: float = 60.0
+    retries: int
+    backoff_seconds: float
+    timeout_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
+        """The policy of resolved ``download`` settings (``config.stage_params``)."""
+        return cls(
+            retries=settings["retries"],
+            backoff_seconds=float(settings["backoff_seconds"]),
+            timeout_seconds=float(settings["timeout_seconds"]),
+        )
 
     def delay(self, attempt: int) -> float:
         """Back-off before retry number ``attempt`` (0-based): backoff * 2**attempt."""
         return self.backoff_seconds * 2**attempt
 
 
+def default_policy() -> RetryPolicy:
+    """The schema's default retry settings."""
+    return RetryPolicy.from_settings(stage_params("download", {}))
+
+
 @dataclass(frozen=True)
 class DownloadParams:
-    cache_dir: str | None = None
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    cache_dir: str | None
+    policy: RetryPolicy
     source: Mapping[str, Any] = field(default_factory=dict)
+    #: A declared dataset's files (``datasets.<name>.files`` with their names), else None.
+    declared: tuple[Mapping[str, Any], ...] | None = None
 
 
 # --------------------------------------------------------------------------- verification
@@ -275,7 +295,7 @@ def fetch(spec: FileSpec, url: str, dest: Path, policy: RetryPolicy | None = Non
     Raises a :class:`DownloadError` subclass; nothing is ever left under ``dest`` unverified.
     The ``.part`` file of a transfer that failed transiently is kept so the next run resumes it.
     """
-    policy = policy or RetryPolicy()
+    policy = policy or default_policy()
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _lock(dest):
@@ -319,40 +339,32 @@ def default_cache_dir() -> Path:
 #: backoff_seconds, timeout_seconds). The workflow sets it from the config instead of passing the
 #: settings in --params, its rerun trigger: more retries must not make every stage stale.
 SETTINGS_ENV = "CLUSTERBENCH_DOWNLOAD"
-SETTINGS = {"cache_dir", "retries", "backoff_seconds", "timeout_seconds"}
 
 
 def parse_params(text: str) -> DownloadParams:
-    """Validate the ``--params`` JSON (see docs/ARCHITECTURE.md); missing keys take defaults."""
-    return params_from_mapping(json_object(text, error=ParamsError))
+    """The ``--params`` JSON: where the files come from (``source``, ``declared``), optionally
+    with download settings; all checked against the config schema, defaults filled from it."""
+    raw = json_object(text, error=ConfigError)
+    return params_from_mapping(raw)
 
 
-def params_from_mapping(raw: dict[str, Any]) -> DownloadParams:
+#: ``--params`` keys saying where a dataset's files come from (the rest are settings).
+SOURCE_KEYS = ("source", "declared")
+
+
+def params_from_mapping(raw: Mapping[str, Any]) -> DownloadParams:
     """:func:`parse_params` for an already parsed object."""
-    check_keys(raw, SETTINGS | {"source"}, error=ParamsError)
-
-    def number(key: str, default: float, *, integer: bool = False, positive: bool = False) -> float:
-        value = raw.get(key, default)
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
-            raise ParamsError(f"{key} must be a non-negative {kinds[-1].__name__}, got {value!r}")
-        if positive and value == 0:
-            raise ParamsError(f"{key} must be positive, got {value!r}")
-        return value
-
-    defaults = RetryPolicy()
-    policy = RetryPolicy(
-        retries=number("retries", defaults.retries, integer=True),
-        backoff_seconds=float(number("backoff_seconds", defaults.backoff_seconds)),
-        timeout_seconds=float(number("timeout_seconds", defaults.timeout_seconds, positive=True)),
+    settings = stage_params("download", {k: v for k, v in raw.items() if k not in SOURCE_KEYS})
+    where = stage_params(
+        "download_source", {"source": {}, **{k: raw[k] for k in SOURCE_KEYS if k in raw}}
     )
-    cache_dir = raw.get("cache_dir")
-    if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir):
-        raise ParamsError(f"cache_dir must be a non-empty string or null, got {cache_dir!r}")
-    source = raw.get("source") or {}
-    if not isinstance(source, dict):
-        raise ParamsError(f"source must be a JSON object, got {source!r}")
-    return DownloadParams(cache_dir=cache_dir, policy=policy, source=source)
+    declared = where.get("declared")
+    return DownloadParams(
+        cache_dir=settings["cache_dir"],
+        policy=RetryPolicy.from_settings(settings),
+        source=where["source"],
+        declared=None if declared is None else tuple(declared),
+    )
 
 
 def _place(src: Path, dest: Path) -> None:
@@ -370,14 +382,22 @@ def _place(src: Path, dest: Path) -> None:
 
 def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[str, Any]:
     """Fetch every file of dataset ``name``, place them next to ``manifest``, write it last."""
-    spec = get_dataset(name)
-    urls = resolve_urls(name, params.source)
+    if params.declared is not None:
+        spec = declared_spec(name, params.declared)
+        urls = {f.name: str(f.url) for f in spec.files}
+    else:
+        spec = get_dataset(name)
+        urls = resolve_urls(name, params.source)
     cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
     manifest = Path(manifest)
     manifest.unlink(missing_ok=True)
-    cached = {
-        f.name: fetch(f, urls[f.name], cache / name / f.name, params.policy) for f in spec.files
-    }
+    cached = {}
+    for f in spec.files:
+        try:
+            cached[f.name] = fetch(f, urls[f.name], cache / name / f.name, params.policy)
+        except ChecksumError as exc:
+            hint = bundled_file_hint(spec, f, urls[f.name])
+            raise ChecksumError(f"{exc}\n{hint}" if hint else str(exc), exc.url) from None
     for file_name, path in cached.items():
         _place(path, manifest.parent / file_name)
     content = {
@@ -415,18 +435,16 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None
     }
     try:
-        env = json_object(
-            os.environ.get(SETTINGS_ENV, "{}"),
-            allowed=SETTINGS,
-            what=SETTINGS_ENV,
-            error=ParamsError,
-        )
-        given = json_object(args.params, error=ParamsError)
+        env = json_object(os.environ.get(SETTINGS_ENV, "{}"), what=SETTINGS_ENV, error=ConfigError)
+        stage_params("download", env, what=SETTINGS_ENV)  # names a bad key as the variable's
+        given = json_object(args.params, error=ConfigError)
         params = params_from_mapping({**given, **env, **overrides})
+    except ConfigError as exc:
+        return bad_settings("download", exc)
+    try:
         content = download_dataset(args.dataset, args.out, params)
-    except (ParamsError, DatasetError) as exc:
-        print(f"download: error: {exc}", file=sys.stderr)
-        return 2
+    except DatasetError as exc:
+        return bad_settings("download", ConfigError(str(exc)))
     except DownloadError as exc:
         print(f"download: error: {exc}", file=sys.stderr)
         return 1

@@ -28,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench import formats
 from clusterbench.atomic import atomic_open, write_json
+from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.download import file_digests
-from clusterbench.params import json_object, read_json_object
+from clusterbench.params import read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -64,52 +66,33 @@ class Decoded:
 # --------------------------------------------------------------------------- inputs
 
 
-def parse_params(text: str, spec: DatasetSpec) -> SplitParams:
-    """Validate ``--params`` = ``{"val_fraction", "test_fraction", "seed"}`` for ``spec``."""
-    raw = json_object(
-        text, allowed=("val_fraction", "test_fraction", "seed"), error=PreprocessError
-    )
-
-    def fraction(key: str) -> float:
-        if key not in raw:
-            raise PreprocessError(f"--params lacks {key!r}")
-        value = raw[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-            raise PreprocessError(f"{key} must be a number strictly between 0 and 1, got {value!r}")
-        return float(value)
-
-    val_fraction = fraction("val_fraction")
-    test_fraction = None
-    if not spec.official_test_split:
-        test_fraction = fraction("test_fraction")
-        if val_fraction + test_fraction >= 1:
-            raise PreprocessError(
-                f"val_fraction + test_fraction must be below 1 to leave a training split, got "
-                f"{val_fraction} + {test_fraction}"
-            )
-    seed = raw.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise PreprocessError(f"seed must be a non-negative integer, got {seed!r}")
-    return SplitParams(val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
+def parse_params(text: str) -> dict[str, Any]:
+    """``--params``, checked against the config schema's definition of this stage's slice:
+    ``{"val_fraction", "test_fraction", "split_seed"}`` and, for a dataset declared in the
+    config, its ``format``, ``files`` (names, in the config's order) and ``image_size``."""
+    return stage_params("preprocess", text)
 
 
-def load_manifest(path: Path, spec: DatasetSpec) -> tuple[dict[str, Path], dict[str, str]]:
-    """Check ``MANIFEST.json`` and the files next to it; return their paths and sha256s."""
+def load_manifest(
+    path: Path, dataset: str, file_names: tuple[str, ...]
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Check ``MANIFEST.json`` (of ``dataset``, listing ``file_names``) and the files next to
+    it; return their paths and sha256s."""
     manifest = read_json_object(
         path, "manifest of the download stage", error=PreprocessError, missing=PreprocessError
     )
     if not isinstance(manifest.get("files"), dict):
         raise PreprocessError(f"manifest {path} has no 'files' object")
-    if manifest.get("dataset") != spec.name:
+    if manifest.get("dataset") != dataset:
         raise PreprocessError(
-            f"manifest {path} is for dataset {manifest.get('dataset')!r}, not {spec.name!r}"
+            f"manifest {path} is for dataset {manifest.get('dataset')!r}, not {dataset!r}"
         )
     entries = manifest["files"]
-    if missing := [name for name in spec.file_names if name not in entries]:
+    if missing := [name for name in file_names if name not in entries]:
         raise PreprocessError(f"manifest {path} lacks {missing}")
     paths: dict[str, Path] = {}
     sha256: dict[str, str] = {}
-    for name in spec.file_names:
+    for name in file_names:
         entry, file_path = entries[name], path.parent / name
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise PreprocessError(f"manifest {path}: entry for {name} has no sha256")
@@ -323,32 +306,53 @@ def channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
 # --------------------------------------------------------------------------- stage
 
 
+def decode(dataset: str, manifest: Path, params: dict[str, Any]) -> tuple[Decoded, dict]:
+    """The dataset's images, labels and class names, and the sha256 of each source file."""
+    if "format" in params:  # declared in the config: the format's decoder, classes from data
+        names = tuple(params["files"])
+        files, sha256 = load_manifest(manifest, dataset, names)
+        try:
+            images = formats.DECODERS[params["format"]](
+                [files[n] for n in names], params.get("image_size")
+            )
+        except formats.FormatError as exc:
+            raise PreprocessError(f"dataset {dataset!r} ({params['format']}): {exc}") from None
+        return Decoded(**vars(images)), sha256
+    spec = get_dataset(dataset)
+    files, sha256 = load_manifest(manifest, dataset, spec.file_names)
+    return DECODERS[dataset](files, spec), sha256
+
+
 def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) -> dict[str, Any]:
     """Validate inputs, decode, split, write the arrays and then ``meta.json``; return meta."""
-    spec = get_dataset(dataset)
-    params = parse_params(params_json, spec)
-    files, sha256 = load_manifest(Path(manifest), spec)
+    params = parse_params(params_json)
     out_dir = Path(out_dir)
     (out_dir / "meta.json").unlink(missing_ok=True)  # stale marker must not outlive new arrays
+    decoded, sha256 = decode(dataset, Path(manifest), params)
 
-    decoded = DECODERS[dataset](files, spec)
-    splits = make_splits(decoded, params)
+    official_test = decoded.x_test is not None
+    split = SplitParams(
+        val_fraction=params["val_fraction"],
+        test_fraction=None if official_test else params["test_fraction"],
+        seed=params["split_seed"],
+    )
+    splits = make_splits(decoded, split)
     mean, std = channel_stats(splits["train"][0])
-    for split, (x, y) in splits.items():
+    for name, (x, y) in splits.items():
         for suffix, array in (("x", x), ("y", y)):
-            with atomic_open(out_dir / f"{split}_{suffix}.npy", "wb") as fh:
+            with atomic_open(out_dir / f"{name}_{suffix}.npy", "wb") as fh:
                 np.save(fh, array, allow_pickle=False)
     meta = {
         "dataset": dataset,
-        "image_shape": list(spec.image_shape),
-        "num_classes": spec.num_classes,
+        "image_shape": list(decoded.x_train.shape[1:]),
+        "num_classes": len(decoded.class_names),
         "class_names": list(decoded.class_names),
         "mean": mean,
         "std": std,
-        "counts": {split: int(len(y)) for split, (_, y) in splits.items()},
-        "seed": params.seed,
-        "val_fraction": params.val_fraction,
-        "test_fraction": params.test_fraction,
+        "counts": {name: int(len(y)) for name, (_, y) in splits.items()},
+        "seed": split.seed,
+        "val_fraction": split.val_fraction,
+        "test_fraction": split.test_fraction,
         "source_sha256": sha256,
     }
     write_json(out_dir / "meta.json", meta)
@@ -365,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         meta = preprocess(args.dataset, args.manifest, args.params, args.out_dir)
-    except (PreprocessError, DatasetError) as exc:
+    except (ConfigError, DatasetError) as exc:
+        return bad_settings("preprocess", ConfigError(str(exc)))
+    except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1
     log.info("%s: %s -> %s", args.dataset, meta["counts"], args.out_dir)
