@@ -80,6 +80,23 @@ def snakemake_env(env=None) -> dict[str, str]:
     return full_env
 
 
+def run_snakemake(cmd: list[str], cwd: Path, results: Path, check: bool, timeout, env):
+    """Run a snakemake command line; with ``check``, a failure shows its output and the job
+    logs under ``results``."""
+    proc = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=snakemake_env(env)
+    )
+    if check and proc.returncode != 0:
+        logs = "\n".join(
+            f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted(results.glob("logs/*/*"))
+        )
+        raise AssertionError(
+            f"{' '.join(cmd[2:])} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{logs}"
+        )
+    return proc
+
+
 def snakemake(
     workdir: Path,
     *args: str,
@@ -89,23 +106,8 @@ def snakemake(
     repo: Path = REPO,
 ):
     """Run ``repo``'s Snakefile (this repository's by default) in working directory ``workdir``."""
-    proc = subprocess.run(
-        snakemake_cmd(workdir, *args, repo=repo),
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=snakemake_env(env),
-    )
-    if check and proc.returncode != 0:
-        logs = "\n".join(
-            f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted(workdir.glob("results/logs/*/*"))
-        )
-        raise AssertionError(
-            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
-            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{logs}"
-        )
-    return proc
+    cmd = snakemake_cmd(workdir, *args, repo=repo)
+    return run_snakemake(cmd, repo, workdir / "results", check, timeout, env)
 
 
 def write_config(workdir: Path, cfg: dict) -> Path:
@@ -132,3 +134,15 @@ def dataset_cache(tmp_path_factory) -> Path:
 
 def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True)
+
+
+@pytest.fixture
+def server():
+    """A real HTTP server on loopback whose routes can fail on purpose (tests/test_download.py)."""
+    from test_download import FaultServer
+
+    srv = FaultServer()
+    srv.thread.start()
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()

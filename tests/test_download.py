@@ -136,15 +136,6 @@ class FaultServer:
 
 
 @pytest.fixture
-def server():
-    srv = FaultServer()
-    srv.thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
-
-
-@pytest.fixture
 def payload(tmp_path):
     """A generated MNIST training-image file (~50 KB of incompressible IDX data)."""
     fake = make_mnist(tmp_path / "src", n_train=64, n_test=4)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterbench import config as cbconfig
-from conftest import REPO, default_config, snakemake, snakemake_env, write_config
+from conftest import REPO, default_config, run_snakemake, snakemake, write_config
 
 PREFIX = "bench"
 RUN = "module-digits-1w"  # a name no other test uses: the checkout must never see it
@@ -79,24 +79,8 @@ def write_consumer(directory: Path, bench: dict) -> Path:
 
 def run_consumer(directory: Path, *args: str, check: bool = True, env=None, timeout=900):
     """``snakemake ARGS`` in the consumer's directory (its Snakefile, its working directory)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", *args],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=snakemake_env(env),
-    )
-    if check and proc.returncode != 0:
-        logs = "\n".join(
-            f"--- {p}\n{p.read_text()[-3000:]}"
-            for p in sorted(directory.glob(f"{PREFIX}/results/logs/*/*"))
-        )
-        raise AssertionError(
-            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
-            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{logs}"
-        )
-    return proc
+    cmd = [sys.executable, "-m", "snakemake", *args]
+    return run_snakemake(cmd, directory, directory / PREFIX / "results", check, timeout, env)
 
 
 def expected_report_params(bench: dict) -> str:

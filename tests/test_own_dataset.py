@@ -19,16 +19,6 @@ from clusterbench import download, formats, preprocess
 from clusterbench.datasets import DATASETS, DIGITS_SKLEARN_VERSION
 from conftest import REPO, default_config, snakemake, write_config
 from PIL import Image
-from test_download import FaultServer
-
-
-@pytest.fixture
-def server():
-    srv = FaultServer()
-    srv.thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
 
 
 def sha256(data: bytes) -> str:
