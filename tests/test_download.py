@@ -400,7 +400,9 @@ def test_parse_params_rejects(params, message):
 
 def test_parse_params_fills_the_schemas_defaults():
     parsed = parse_params("{}")
-    assert parsed.policy == RetryPolicy(retries=4, backoff_seconds=1.0, timeout_seconds=60.0)
+    assert parsed.policy == RetryPolicy(
+        retries=4, backoff_seconds=1.0, timeout_seconds=60.0, deadline_seconds=3600.0
+    )
     assert parsed.cache_dir is None and parsed.declared is None
 
 
@@ -591,3 +593,11 @@ def test_main_reads_settings_from_environment(tmp_path: Path, monkeypatch):
     assert (env_cache / "digits" / "digits.csv.gz").is_file()
     monkeypatch.setenv(download.SETTINGS_ENV, "[1]")
     assert download.main(["--dataset", "digits", "--params", "{}", "--out", str(out / "M")]) == 2
+
+
+def test_retries_stop_at_the_download_deadline(server, payload, tmp_path):
+    url = server.add(payload.name, payload.data, then="503")
+    policy = RetryPolicy(retries=10, backoff_seconds=0.3, timeout_seconds=5, deadline_seconds=0.5)
+    with pytest.raises(TransientError, match=r"would pass download\.deadline_seconds=0\.5"):
+        fetch(payload.spec(url), url, tmp_path / "cache" / payload.name, policy)
+    assert len(server.requests) == 2  # 0.3 s wait, then the next 0.6 s would pass 0.5 s

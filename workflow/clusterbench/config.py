@@ -144,8 +144,9 @@ def _fill_defaults(schema: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
-#: A number PyYAML reads as a string: YAML 1.1 wants a ``.`` in the mantissa (``1e-3``).
-_NUMBER_AS_STRING = re.compile(r"^[+-]?(\d+)([eE][+-]?\d+)$")
+#: A number PyYAML reads as a string: YAML 1.1 wants a ``.`` in the mantissa and a sign in the
+#: exponent (``1e-3``, ``1.0e9``).
+_NUMBER_AS_STRING = re.compile(r"^([+-]?\d+(?:\.\d*)?)[eE]([+-]?)(\d+)$")
 
 
 def _yaml_hint(error: jsonschema.ValidationError) -> str:
@@ -156,9 +157,11 @@ def _yaml_hint(error: jsonschema.ValidationError) -> str:
     if isinstance(value, str):
         match = _NUMBER_AS_STRING.match(value.strip())
         if match:
+            mantissa, sign, exponent = match.groups()
+            mantissa += "" if "." in mantissa else ".0"
             return (
-                f" (YAML read {value} as a string, not a number: write it with a decimal point, "
-                f"e.g. {match.group(1)}.0{match.group(2)})"
+                f" (YAML read {value} as a string, not a number: write it with a decimal point "
+                f"and a signed exponent, e.g. {mantissa}e{sign or '+'}{exponent})"
             )
     if isinstance(value, bool):
         return (

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import http.client
 import logging
+import math
 import os
 import re
 import shutil
@@ -84,6 +85,8 @@ class RetryPolicy:
     retries: int
     backoff_seconds: float
     timeout_seconds: float
+    #: The most one file may take, retries and waits included.
+    deadline_seconds: float = math.inf
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
@@ -92,6 +95,7 @@ class RetryPolicy:
             retries=settings["retries"],
             backoff_seconds=float(settings["backoff_seconds"]),
             timeout_seconds=float(settings["timeout_seconds"]),
+            deadline_seconds=float(settings["deadline_seconds"]),
         )
 
     def delay(self, attempt: int) -> float:
@@ -252,6 +256,7 @@ def _http_attempt(url: str, part: Path, expected_size: int | None, timeout: floa
 
 def _http_download(url: str, part: Path, expected_size: int | None, policy: RetryPolicy) -> None:
     attempts = policy.retries + 1
+    started = time.monotonic()
     for attempt in range(attempts):
         try:
             _http_attempt(url, part, expected_size, policy.timeout_seconds)
@@ -262,6 +267,12 @@ def _http_download(url: str, part: Path, expected_size: int | None, policy: Retr
                     f"giving up on {url} after {attempts} attempts: {exc}", url
                 ) from exc
             delay = policy.delay(attempt)
+            if time.monotonic() - started + delay > policy.deadline_seconds:
+                raise TransientError(
+                    f"giving up on {url} after {attempt + 1} attempt(s): waiting {delay:g} s "
+                    f"more would pass download.deadline_seconds={policy.deadline_seconds:g}: {exc}",
+                    url,
+                ) from exc
             log.warning("%s; retry %d/%d in %.2fs", exc, attempt + 1, policy.retries, delay)
             time.sleep(delay)
 
