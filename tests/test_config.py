@@ -224,3 +224,14 @@ def test_a_time_box_must_end_before_the_jobs_runtime_limit():
         cb.validate(cfg)
     cfg["runs"][0].update(minutes=25)
     cb.validate(cfg)
+
+
+def test_an_unwritable_cache_dir_is_refused_at_once(tmp_path):
+    cfg = default_config()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg["download"]["cache_dir"] = str(blocker / "cache")
+    with pytest.raises(cb.ConfigError, match=r"download\.cache_dir: .*file is a file, not a"):
+        cb.validate(cfg)
+    cfg["download"]["cache_dir"] = str(tmp_path / "new" / "cache")  # creatable: fine
+    cb.validate(cfg)

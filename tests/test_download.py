@@ -601,3 +601,11 @@ def test_retries_stop_at_the_download_deadline(server, payload, tmp_path):
     with pytest.raises(TransientError, match=r"would pass download\.deadline_seconds=0\.5"):
         fetch(payload.spec(url), url, tmp_path / "cache" / payload.name, policy)
     assert len(server.requests) == 2  # 0.3 s wait, then the next 0.6 s would pass 0.5 s
+
+
+def test_a_malformed_url_fails_at_once_without_retries(payload, tmp_path):
+    policy = RetryPolicy(retries=5, backoff_seconds=10, timeout_seconds=5)
+    url = "http://127.0.0.1:9/a b.gz"
+    with pytest.raises(DownloadError, match=r"malformed URL 'http://127\.0\.0\.1:9/a b") as err:
+        fetch(payload.spec("x"), url, tmp_path / "f", policy)
+    assert not isinstance(err.value, TransientError)

@@ -27,7 +27,7 @@ import jsonschema
 import yaml
 
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
-from clusterbench.datasets import DatasetError, declared_file_name
+from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.model_registry import MODEL_CLASSES
 from clusterbench.params import json_object
 
@@ -260,6 +260,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         problems += run_problems(run, where)
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
+    problems += cache_dir_problems(resolved["download"]["cache_dir"])
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
@@ -288,6 +289,23 @@ FORMAT_FILES = {"npz": (1,), "image-folder": (1,), "cifar-binary": (1,), "idx": 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 
 
+def cache_dir_problems(cache_dir: str | None) -> list[str]:
+    """``download.cache_dir`` must be a folder this user can write (or create): checked now,
+    not when the download job starts."""
+    if cache_dir is None:
+        return []
+    path = Path(cache_dir).expanduser()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        return [f"download.cache_dir: {existing} is a file, not a folder"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" (its nearest existing folder, {existing}, is not)"
+        return [f"download.cache_dir: {path} cannot be written by this user{where}"]
+    return []
+
+
 def split_problems(split: Mapping[str, Any], where: str) -> list[str]:
     """The split fractions must leave training data."""
     total = split["val_fraction"] + split["test_fraction"]
@@ -307,6 +325,10 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
                 f"{where}.{declared[0]}: {name!r} is a built-in dataset with pinned files; "
                 "declare your own data under another name"
             )
+        try:  # a mirror or per-file URL the download could not use: now, not in its job
+            resolve_urls(name, download_slice(ds)["source"])
+        except DatasetError as exc:
+            problems.append(f"{where}: {exc}")
         return problems
     if "format" not in ds or "files" not in ds:
         missing = " and ".join(k for k in ("format", "files") if k not in ds)

@@ -187,6 +187,8 @@ def get_dataset(name: str) -> DatasetSpec:
 def _check_url(url: Any, what: str) -> str:
     if not isinstance(url, str) or urlsplit(url).scheme not in URL_SCHEMES:
         raise DatasetError(f"{what} must be an {'/'.join(URL_SCHEMES)} URL, got {url!r}")
+    if any(ch.isspace() for ch in url) or not urlsplit(url).netloc and url.startswith("http"):
+        raise DatasetError(f"{what} is a malformed URL (spaces, or no host): {url!r}")
     return url
 
 

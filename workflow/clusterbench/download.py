@@ -186,7 +186,10 @@ def _http_attempt(url: str, part: Path, expected_size: int | None, timeout: floa
         headers["Range"] = f"bytes={offset}-"
         log.info("resuming %s at byte %d", url, offset)
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+        request = urllib.request.Request(url, headers=headers)
+        resp = urllib.request.urlopen(request, timeout=timeout)
+    except (ValueError, http.client.InvalidURL) as exc:  # malformed: no retry can fix it
+        raise DownloadError(f"malformed URL {url!r}: {exc}", url) from None
     except urllib.error.HTTPError as exc:
         with exc:
             status, reason = exc.code, exc.reason
