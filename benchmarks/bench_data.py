@@ -24,7 +24,7 @@ def build_digits(root: Path) -> Path:
     from clusterbench import download, preprocess
 
     manifest = root / "raw" / "digits" / "MANIFEST.json"
-    download.main(
+    code = download.main(
         [
             "--dataset",
             "digits",
@@ -34,9 +34,11 @@ def build_digits(root: Path) -> Path:
             str(manifest),
         ]
     )
-    params = {"val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}
+    if code != 0:
+        raise RuntimeError(f"the download of digits failed ({code}): see above")
+    params = {"val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 0}
     out = root / "data" / "digits"
-    preprocess.main(
+    code = preprocess.main(
         [
             "--dataset",
             "digits",
@@ -48,6 +50,8 @@ def build_digits(root: Path) -> Path:
             str(out),
         ]
     )
+    if code != 0:
+        raise RuntimeError(f"preprocessing digits failed ({code}): see above")
     return out
 
 

@@ -20,7 +20,7 @@ if not CHECKOUT.is_dir():
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
-from clusterbench import interrupt
+from clusterbench import integrity, interrupt
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
 
 # SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
@@ -139,6 +139,24 @@ ARRAY_FILES = [
 def data_files(dataset):
     """Every file of a preprocessed dataset; meta.json (written last) comes last."""
     return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
+
+
+def check_recorded_files(marker):
+    """Before any job: the files ``marker`` (MANIFEST.json, meta.json) recorded checksums of
+    must be intact; a damaged or missing one stops the workflow with the command that makes it
+    again (remove the marker: clusterbench.integrity.remake_command), instead of being used.
+    At parse time: Snakemake passes over an error an input function raises for a file that
+    exists, and Snakemake itself would only rerun the steps after a damaged file."""
+    try:
+        integrity.check(Path(marker), "files", integrity.remake_command(marker))
+    except integrity.DamagedFile as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+if workflow.is_main_process:
+    for _dataset in DATASETS:
+        check_recorded_files(f"results/raw/{_dataset}/MANIFEST.json")
+        check_recorded_files(f"{data_dir(_dataset)}/meta.json")
 
 
 #: Each run's training resources, computed once (see clusterbench.resources).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -428,7 +427,7 @@ def test_main_digits_offline_default(tmp_path):
     }
     placed, cached = out / f.name, cache / "digits" / f.name
     assert placed.read_bytes() == DIGITS_PATH.read_bytes()
-    assert os.stat(placed).st_ino == os.stat(cached).st_ino  # hard link, not a copy
+    assert os.stat(placed).st_ino != os.stat(cached).st_ino  # a copy, never a hard link
     assert leftovers(out) == ["MANIFEST.json", f.name]
 
     # a second run reuses the cache and replaces its own outputs cleanly
@@ -512,19 +511,16 @@ def test_main_rejects_bad_input_before_any_request(server, tmp_path, capsys):
     assert capsys.readouterr().err.count("download: error: ") == 3
 
 
-def test_main_copies_across_devices(tmp_path, monkeypatch):
-    def no_link(src, dst):
-        raise OSError(errno.EXDEV, "Invalid cross-device link")
-
-    monkeypatch.setattr(download.os, "link", no_link)
+def test_damage_to_the_cache_never_reaches_a_placed_file(tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "raw"
-    rc = download.main(
-        ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
-    )
-    assert rc == 0
-    placed = out / "digits.csv.gz"
-    assert placed.read_bytes() == DIGITS_PATH.read_bytes()
-    assert os.stat(placed).st_ino != os.stat(cache / "digits" / "digits.csv.gz").st_ino
+    argv = ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
+    assert download.main(argv) == 0
+    cached = cache / "digits" / "digits.csv.gz"
+    with open(cached, "r+b") as fh:  # damaged in place, as a disk or a user might
+        fh.write(b"XXXX")
+    assert (out / "digits.csv.gz").read_bytes() == DIGITS_PATH.read_bytes()
+    assert download.main(argv) == 0  # the damaged cache copy is fetched again, not used
+    assert cached.read_bytes() == DIGITS_PATH.read_bytes()
 
 
 def test_cache_dir_from_environment(tmp_path, monkeypatch):

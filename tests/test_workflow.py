@@ -62,9 +62,10 @@ def checkout_of(workdir: Path) -> Path:
     return workdir / "clusterbench checkout"
 
 
-def run_local(workdir: Path, *extra: str):
+def run_local(workdir: Path, *extra: str, check: bool = True):
     repo = checkout_of(workdir) if checkout_of(workdir).is_dir() else REPO
-    return snakemake(workdir, "--profile", str(repo / "profiles" / "local"), *extra, repo=repo)
+    profile = str(repo / "profiles" / "local")
+    return snakemake(workdir, "--profile", profile, *extra, repo=repo, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +231,48 @@ def test_editing_the_report_code_reruns_only_the_report(finished: Path):
         edit=checkout_of(finished) / "workflow/clusterbench/report.py",
     )
     assert reran == {("report", "")}
+
+
+@pytest.mark.parametrize(
+    "damaged, marker",
+    [
+        ("results/data/digits/train_x.npy", "results/data/digits/meta.json"),
+        ("results/raw/digits/digits.csv.gz", "results/raw/digits/MANIFEST.json"),
+    ],
+    ids=["array", "raw-file"],
+)
+def test_a_damaged_file_stops_the_workflow_before_any_job_naming_the_remedy(
+    finished: Path, damaged: str, marker: str
+):
+    path = finished / damaged
+    original, stat = path.read_bytes(), path.stat()
+    before = stage_mtimes(finished)
+    try:
+        path.write_bytes(original[: len(original) // 2])  # truncated
+        proc = run_local(finished, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert f"{damaged} has {len(original) // 2} bytes" in out, out
+        remedy = f"rm {marker} && snakemake --forcerun {marker} <your usual options>"
+        assert f"Make it again with: {remedy}" in out, out
+        after = stage_mtimes(finished)
+        for mtimes in (before, after):  # the damaged file itself changed, nothing else
+            for files in mtimes.values():
+                files.pop(damaged.split("/", 2)[2], None)
+        assert after == before  # no job ran, nothing was deleted
+        # the command it names makes the file again: the stage reruns, from the marker on
+        saved = (finished / marker).read_bytes()
+        (finished / marker).rename(finished / f"{marker}.saved")
+        dry = run_local(finished, "--dry-run", "--forcerun", marker).stdout
+        stage = "preprocess" if "data" in marker else "download"
+        assert re.search(rf"^rule {stage}:", dry, re.MULTILINE), dry
+    finally:
+        if (finished / f"{marker}.saved").exists():
+            (finished / f"{marker}.saved").rename(finished / marker)
+        path.write_bytes(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (finished / marker).read_bytes() == saved
+    assert "Nothing to be done" in run_local(finished, "--dry-run").stdout
 
 
 def test_snakefile_parses_without_torch(finished: Path):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import fcntl
 import hashlib
 import http.client
@@ -382,16 +381,10 @@ def params_from_mapping(raw: Mapping[str, Any]) -> DownloadParams:
 
 
 def _place(src: Path, dest: Path) -> None:
-    """Put ``src`` at ``dest``: a hard link, or a copy where linking is impossible."""
-    dest.unlink(missing_ok=True)  # renaming onto another link of the same inode is a no-op
+    """Put a copy of ``src`` at ``dest`` (never a hard link: damage to the shared cache must not
+    reach every checkout's raw files at once; the copy is verified against the manifest)."""
     with atomic_path(dest) as tmp:
-        tmp.unlink()
-        try:
-            os.link(src, tmp)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
-            shutil.copyfile(src, tmp)
+        shutil.copyfile(src, tmp)
 
 
 def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[str, Any]:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench import integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.integrity import forcerun_command
 from clusterbench.params import read_json_object
 
 ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
@@ -67,6 +67,9 @@ def load_split(data_dir: Path, split: str) -> SplitData:
             f"{meta_path}: {len(meta['class_names'])} class_names for num_classes={num_classes}"
         )
 
+    # the arrays must be what preprocess wrote (meta.json's checksums): a damaged one is named
+    # with the command that makes it again, never used
+    integrity.check(meta_path, "files", integrity.remake_command(meta_path), prefix=f"{split}_")
     arrays = {}
     for part in ("x", "y"):
         path = data_dir / f"{split}_{part}.npy"
@@ -96,23 +99,6 @@ def load_split(data_dir: Path, split: str) -> SplitData:
             f"got dtype {y.dtype}, range [{y.min()}, {y.max()}]"
         )
     return SplitData(x=x, y=y.astype(np.int64), meta=meta)
-
-
-def forcerun_command(path: Path) -> str:
-    """The Snakemake command that makes ``path`` (an output of this workflow) again, and
-    everything that depends on it: ``snakemake --forcerun results/runs/RUN/model.pt``.
-
-    ``path`` is the one the rule passed (relative to the workflow's working directory, with
-    the module prefix if any); an absolute path under the current directory is made relative,
-    as Snakemake matches ``--forcerun`` files against its relative output paths.
-    """
-    text = str(path)
-    if Path(text).is_absolute():
-        here = Path.cwd()
-        absolute = Path(os.path.abspath(text))
-        if absolute.is_relative_to(here):
-            text = str(absolute.relative_to(here))
-    return f"snakemake --forcerun {shlex.quote(text)}"
 
 
 def torch_load_reason(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import formats
+from clusterbench import formats, integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
@@ -96,12 +96,14 @@ def load_manifest(
         entry, file_path = entries[name], path.parent / name
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise PreprocessError(f"manifest {path}: entry for {name} has no sha256")
+        again = f"Download it again with: {integrity.remake_command(path)}"
         if not file_path.is_file():
-            raise PreprocessError(f"{file_path} (listed in {path}) does not exist")
+            raise PreprocessError(f"{file_path} (listed in {path}) does not exist. {again}")
         actual = file_digests(file_path)["sha256"]
         if actual != entry["sha256"]:
             raise PreprocessError(
-                f"{file_path} does not match {path}: sha256 {actual}, expected {entry['sha256']}"
+                f"{file_path} does not match {path}: sha256 {actual}, expected "
+                f"{entry['sha256']}. {again}"
             )
         paths[name], sha256[name] = file_path, actual
     return paths, sha256
@@ -343,6 +345,12 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
             with atomic_open(out_dir / f"{name}_{suffix}.npy", "wb") as fh:
                 np.save(fh, array, allow_pickle=False)
     meta = {
+        # what each array must still be when a later step reads it (clusterbench.integrity)
+        "files": {
+            f"{name}_{suffix}.npy": integrity.record(out_dir / f"{name}_{suffix}.npy")
+            for name in splits
+            for suffix in "xy"
+        },
         "dataset": dataset,
         "image_shape": list(decoded.x_train.shape[1:]),
         "num_classes": len(decoded.class_names),

@@ -66,7 +66,7 @@ import pandas as pd
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
 from clusterbench.config import TRAIN_KEYS, ConfigError, bad_settings, stage_params
-from clusterbench.evaluate import forcerun_command
+from clusterbench.integrity import forcerun_command
 from clusterbench.params import read_json_object
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
