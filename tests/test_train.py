@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -354,19 +355,18 @@ def test_main_refuses_fewer_processes_than_run_workers(tmp_path):
     assert not out.exists()
 
 
-def test_gpus_asked_for_without_a_gpu_is_an_error_naming_the_run(tmp_path, monkeypatch):
+def test_gpus_asked_for_without_a_gpu_is_an_error_naming_the_run(tmp_path, monkeypatch, capsys):
     """Never a silent CPU run: refused before the data is read or any backend starts."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     data = make_dataset(tmp_path / "data")
     out = tmp_path / "out"
     run = run_config(name="wants-gpu", workers=1, gpus_per_node=1)
     args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
-    with pytest.raises(
-        DeviceError,
-        match=r"run 'wants-gpu' asks for gpus_per_node=1, but .* no "
-        r"usable CUDA GPU",
-    ):
-        main(args)
+    assert main(args) == EXIT_BAD_SETTINGS
+    err = capsys.readouterr().err
+    assert re.search(r"run 'wants-gpu' asks for gpus_per_node=1, but .* no usable CUDA GPU", err)
+    with pytest.raises(DeviceError, match="run 'wants-gpu'"):
+        check_device(run)
     assert not out.exists()
 
 
