@@ -65,7 +65,7 @@ os.environ.update(
     PYTHONPATH=prepend_path("PYTHONPATH", str(CHECKOUT / "workflow")),
     CLUSTERBENCH_HOME=str(CHECKOUT),
     CLUSTERBENCH_DOWNLOAD=cbconfig.canonical_json(CFG["download"]),
-    # likewise how many checkpoints training keeps (clusterbench.train reads it)
+    # likewise the checkpoints settings (clusterbench.checkpoints reads them)
     CLUSTERBENCH_CHECKPOINTS=cbconfig.canonical_json(CFG["checkpoints"]),
 )
 #: Every rule runs in this software environment (see tools/setup.sh for the venv equivalent).

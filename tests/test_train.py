@@ -19,12 +19,10 @@ import torch
 from clusterbench.config import EXIT_BAD_SETTINGS, ConfigError
 from clusterbench.models import build_model
 from clusterbench.train import (
-    CHECKPOINTS_ENV,
     PROGRESS_INTERVAL,
     DeviceError,
     NonFiniteLossError,
     check_device,
-    checkpoint_paths,
     epoch_permutation,
     global_batches,
     learning_rate,
@@ -506,44 +504,6 @@ def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_pat
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
 
 
-@pytest.mark.slow
-def test_resume_continues_from_the_newest_checkpoint_as_if_never_interrupted(tmp_path):
-    data = make_dataset(tmp_path / "data")
-    run = run_config(workers=1, epochs=3)
-
-    def train(out: Path, *extra: str) -> int:
-        return main(
-            ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out), *extra]
-        )
-
-    assert train(tmp_path / "full") == 0
-    # a run that "died" during epoch 3: its last checkpoint is epoch 2, no model.pt
-    out = tmp_path / "resumed"
-    assert train(out) == 0
-    for path in (out / "checkpoints" / "epoch-003.pt", out / "model.pt", out / "metrics.jsonl"):
-        path.unlink()
-    assert train(out, "--resume") == 0
-
-    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)["state_dict"]
-    resumed = torch.load(out / "model.pt", weights_only=True)["state_dict"]
-    assert all(torch.equal(full[k], resumed[k]) for k in full)
-    metrics = read_metrics(out)
-    assert [m["epoch"] for m in metrics] == [1, 2, 3]
-    assert [m["train_loss"] for m in metrics] == [
-        m["train_loss"] for m in read_metrics(tmp_path / "full")
-    ]
-    assert json.loads((out / "run.json").read_text())["epochs_completed"] == 3
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(out / "tensorboard")).Reload()  # epoch 3 logged twice: purged
-    assert [e.step for e in events.Scalars("loss/train")] == [1, 2, 3]
-
-    # a checkpoint of another config is not resumed
-    other = json.dumps({**run, "lr": 0.01})
-    with pytest.raises(ConfigError, match="differs in lr"):
-        main(["--data-dir", str(data), "--run", other, "--out-dir", str(out), "--resume"])
-
-
 def test_cpu_threads_share_the_node_and_treat_omp_as_the_job_total(monkeypatch):
     from clusterbench.train import cpu_threads
 
@@ -567,25 +527,3 @@ def test_a_loss_that_becomes_non_finite_stops_the_run_naming_epoch_and_step(tmp_
     with pytest.raises(NonFiniteLossError, match=r"non-finite .* at epoch 1, step \d+/\d+"):
         main(args)  # in this process: one worker
     assert not (out / "model.pt").exists()
-
-
-def test_checkpoint_paths_sort_by_epoch_number_past_999(tmp_path):
-    for name in ("epoch-1000.pt", "epoch-999.pt", "epoch-002.pt", "epoch-x.pt", "notes.txt"):
-        (tmp_path / name).touch()
-    assert [p.name for p in checkpoint_paths(tmp_path)] == [
-        "epoch-002.pt",
-        "epoch-999.pt",
-        "epoch-1000.pt",
-    ]
-
-
-def test_only_the_newest_checkpoints_are_kept(tmp_path, monkeypatch, capsys):
-    data = make_dataset(tmp_path / "data")
-    args = ["--data-dir", str(data), "--run", json.dumps(run_config(workers=1, epochs=3))]
-    monkeypatch.setenv(CHECKPOINTS_ENV, '{"keep": 1}')
-    assert main([*args, "--out-dir", str(tmp_path / "one")]) == 0
-    assert [p.name for p in checkpoint_paths(tmp_path / "one" / "checkpoints")] == ["epoch-003.pt"]
-    monkeypatch.setenv(CHECKPOINTS_ENV, '{"keep": 0}')
-    assert main([*args, "--out-dir", str(tmp_path / "zero")]) == EXIT_BAD_SETTINGS
-    assert f"{CHECKPOINTS_ENV}.keep: 0 is less than the minimum of 1" in capsys.readouterr().err
-    assert not (tmp_path / "zero").exists()

@@ -37,16 +37,22 @@ backend branches.
 * Validation is sharded over the ranks; loss and counts are summed over them.
 * Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
   comes first (rank 0 decides, every rank follows).
-* Rank 0 alone writes ``checkpoints/epoch-NNN.pt`` (keeping the newest ``checkpoints.keep``),
-  ``metrics.jsonl`` and TensorBoard events each epoch, then ``run.json`` and, last,
-  ``model.pt``. TensorBoard events go to ``.tensorboard.partial/`` first and are renamed to
-  ``tensorboard/`` at the end.
+* Rank 0 alone writes a checkpoint (:mod:`clusterbench.checkpoints`: keeping the newest
+  ``checkpoints.keep`` of the run's training slice), ``metrics.jsonl`` and TensorBoard events
+  each epoch, then ``run.json`` and ``model.pt``, and only then deletes the checkpoints.
+  TensorBoard events go to ``.tensorboard.partial/`` first and are renamed to ``tensorboard/``
+  at the end.
 * ``run.json``'s ``provenance`` is what every rank saw where it ran (host, CPU, GPUs and
   driver, package versions, git commit), gathered once before training and written by rank 0,
   one entry per host (:func:`rank_provenance`, :func:`clusterbench.provenance.merge_ranks`).
-* ``--resume`` continues from the newest checkpoint (same run config required): the epoch-keyed
-  shuffling and LR schedule make the result identical to an uninterrupted run. Without it, a
-  start removes an earlier run's checkpoints.
+* Resume, always: a start continues from the newest intact checkpoint made for the same
+  training slice (others are passed over, with the reason in the log). The epoch-keyed
+  shuffling and LR schedule, and each rank's saved RNG and partial sums, make the result
+  identical to an uninterrupted run, weights and ``metrics.jsonl`` alike.
+* Preemption (:mod:`clusterbench.preemption`): on a warning signal (SIGUSR1) the ranks agree
+  at the next check (every ``checkpoints.preemption_check_steps`` steps, and each epoch's end),
+  rank 0 writes a checkpoint at that step, and every rank exits with
+  ``EXIT_PREEMPTED`` (75); running the same command again continues from there.
 """
 
 from __future__ import annotations
@@ -56,7 +62,6 @@ import datetime as dt
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import time
@@ -67,6 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clusterbench import checkpoints, preemption
 from clusterbench.atomic import atomic_path, write_json, write_text
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.evaluate import SplitData, load_split
@@ -271,6 +277,24 @@ class DeviceError(ConfigError):
     """The run asks for a device this machine cannot give it."""
 
 
+def _rng_state() -> dict[str, Any]:
+    """This process's torch random state (CPU, and the current CUDA device's if any)."""
+    import torch
+
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
 def _cpu_state(model: Any) -> dict[str, Any]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
@@ -357,69 +381,24 @@ def _launcher() -> str:
     return "gloo" if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ else "none"
 
 
-_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")
-
-
-def checkpoint_paths(ckpt_dir: Path) -> list[Path]:
-    """``epoch-N.pt`` in ``ckpt_dir``, oldest first (by epoch number: 1000 comes after 999)."""
-    found = [
-        (int(m.group(1)), p)
-        for p in ckpt_dir.glob("epoch-*.pt")
-        if (m := _CHECKPOINT.fullmatch(p.name))
-    ]
-    return [p for _, p in sorted(found)]
-
-
-def resume_checkpoint(out_dir: Path, run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The newest ``checkpoints/epoch-NNN.pt`` in ``out_dir``, or None when there is none.
-
-    Refuses (ConfigError) a checkpoint made with a different run config: resuming it would mix
-    two trainings.
-    """
-    import torch
-
-    paths = checkpoint_paths(out_dir / "checkpoints")
-    if not paths:
-        return None
-    ckpt = torch.load(paths[-1], map_location="cpu", weights_only=True)
-    if ckpt["config"] != run:
-        keys = sorted(k for k in {*ckpt["config"], *run} if ckpt["config"].get(k) != run.get(k))
-        raise ConfigError(
-            f"{paths[-1]}: made with a different run config (differs in {', '.join(keys)}); "
-            "cannot resume it: run without --resume to start afresh"
-        )
-    return ckpt
-
-
-#: Environment variable with the config's ``checkpoints`` settings (JSON), set by the workflow
-#: (rules/common.smk): how many checkpoints are kept changes no result, so it is no rerun trigger.
-CHECKPOINTS_ENV = "CLUSTERBENCH_CHECKPOINTS"
-
-
-def checkpoint_settings() -> dict[str, Any]:
-    """The ``checkpoints`` settings from :data:`CHECKPOINTS_ENV` (schema defaults if unset)."""
-    return stage_params("checkpoints", os.environ.get(CHECKPOINTS_ENV, "{}"), what=CHECKPOINTS_ENV)
-
-
 class Outputs:
     """Rank 0's writer: checkpoints, ``metrics.jsonl``, TensorBoard events, ``run.json``,
-    ``model.pt`` (last).
+    ``model.pt`` (last), then the run's checkpoints go.
 
-    A fresh start removes an earlier run's ``model.pt``, checkpoints and unfinished events; a
-    resumed one continues from ``resume`` (a checkpoint), dropping later TensorBoard events.
+    A start removes an earlier attempt's ``model.pt`` (the done marker) first. Started afresh,
+    it drops unfinished TensorBoard events; continuing from ``resume`` (a checkpoint), it keeps
+    that checkpoint's metrics and drops the events logged after it.
     """
 
     def __init__(self, out_dir: Path, run: dict[str, Any], resume: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.out_dir, self.run = out_dir, run
-        self.ckpt_dir = out_dir / "checkpoints"
-        self.keep = checkpoint_settings()["keep"]
+        self.ckpt_dir = checkpoints.slice_dir(out_dir, run)
+        self.keep = checkpoints.checkpoint_settings()["keep"]
         (out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = out_dir / TB_PARTIAL, out_dir / "tensorboard"
         if resume is None:
-            for stale in checkpoint_paths(self.ckpt_dir):
-                stale.unlink()
             shutil.rmtree(partial, ignore_errors=True)
         elif final.is_dir() and not partial.exists():  # the events of a finished earlier try
             os.replace(final, partial)
@@ -427,33 +406,49 @@ class Outputs:
         self.records: list[dict[str, Any]] = list(resume["metrics"]) if resume else []
         self.train_seconds = resume["train_seconds"] if resume else 0.0
         self.tb = SummaryWriter(log_dir=str(out_dir / TB_PARTIAL), purge_step=len(self.records) + 1)
+        self._write_metrics()  # what the checkpoint holds, nothing an earlier try logged after it
 
-    def epoch(
-        self, record: dict[str, Any], model: Any, optimizer: Any, train_seconds: float
-    ) -> None:
-        import torch
-
-        with atomic_path(self.ckpt_dir / f"epoch-{record['epoch']:03d}.pt") as tmp:
-            torch.save(
-                {
-                    "model": _cpu_state(model),
-                    "optimizer": optimizer.state_dict(),
-                    "epoch": record["epoch"],
-                    "config": self.run,
-                    # for --resume: the metrics so far and the training time they took
-                    "metrics": [*self.records, record],
-                    "train_seconds": train_seconds,
-                },
-                tmp,
-            )
-        self.records.append(record)
-        write_text(
-            self.out_dir / "metrics.jsonl",
-            "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records),
+    def checkpoint(
+        self,
+        position: checkpoints.Position,
+        model: Any,
+        optimizer: Any,
+        train_seconds: float,
+        ranks: list[dict[str, Any]],
+        epoch_seconds: float = 0.0,
+    ) -> Path:
+        """A checkpoint at ``position``: the weights, optimiser, metrics so far, and each
+        rank's state (``ranks``: its RNG and, within an epoch, its partial sums)."""
+        path = checkpoints.save(
+            self.ckpt_dir,
+            position,
+            {
+                "model": _cpu_state(model),
+                "optimizer": optimizer.state_dict(),
+                "epoch": position.epoch,
+                "config": self.run,
+                "metrics": list(self.records),
+                "train_seconds": train_seconds,
+                "epoch_seconds": epoch_seconds,  # within an epoch: its training time so far
+                "ranks": ranks,
+            },
         )
         # only the newest `keep`: a long run must not fill the disk with one file per epoch
-        for old in checkpoint_paths(self.ckpt_dir)[: -self.keep]:
-            old.unlink(missing_ok=True)
+        checkpoints.prune(self.ckpt_dir, self.keep)
+        return path
+
+    def epoch(
+        self,
+        record: dict[str, Any],
+        model: Any,
+        optimizer: Any,
+        train_seconds: float,
+        ranks: list[dict[str, Any]],
+    ) -> None:
+        self.records.append(record)
+        where = checkpoints.Position(record["epoch"])
+        self.checkpoint(where, model, optimizer, train_seconds, ranks)
+        self._write_metrics()
         for tag, key in (
             ("loss/train", "train_loss"),
             ("loss/val", "val_loss"),
@@ -464,6 +459,12 @@ class Outputs:
         ):
             self.tb.add_scalar(tag, record[key], record["epoch"])
         self.tb.flush()
+
+    def _write_metrics(self) -> None:
+        write_text(
+            self.out_dir / "metrics.jsonl",
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records),
+        )
 
     def finish(
         self,
@@ -493,10 +494,27 @@ class Outputs:
         )
         with atomic_path(self.out_dir / "model.pt") as tmp:
             torch.save(model_file, tmp)
+        checkpoints.remove_all(self.out_dir)  # only now: the run is complete
 
 
-def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float, float, int]:
-    """One pass over the training set; returns ``(mean train loss, last lr, images trained)``.
+@dataclass
+class EpochProgress:
+    """One rank's way through an epoch: enough to continue it exactly where it stopped."""
+
+    step: int = 0  # optimiser steps done
+    loss_sum: float = 0.0  # this rank's summed training loss so far (float64)
+    first_bad: int = -1  # this rank's first step with a non-finite loss (-1: none)
+    images: int = 0  # images of the global batches done
+    lr: float = 0.0  # the last step's learning rate
+    stopped: bool = False  # stopped early: the ranks agreed on a preemption warning
+
+
+def _run_epoch(
+    ctx: _Context, epoch: int, max_steps: int | None, progress: EpochProgress, check_every: int
+) -> EpochProgress:
+    """The training pass of an epoch from ``progress.step`` on; returns where it ended: at the
+    epoch's end, or (``stopped``) at the first check, every ``check_every`` steps, at which a
+    rank had been warned of preemption (:mod:`clusterbench.preemption`).
 
     The step has no host synchronisation of its own: the loss is summed on the device and read
     once per epoch. Rank 0 logs progress (:func:`progress_due`) from its host clock alone: no
@@ -514,13 +532,14 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
         batches = batches[:max_steps]
     scale = lr_scale(run)
     ctx.net.train()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    loss_sum = torch.full((), progress.loss_sum, dtype=torch.float64, device=ctx.device)
     # the first step whose loss is not finite (-1: none), tracked on the device: no sync
-    first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
-    lr = run["lr"]
+    first_bad = torch.full((), progress.first_bad, dtype=torch.int64, device=ctx.device)
+    lr, images, stopped = progress.lr or run["lr"], progress.images, False
     started = last = time.monotonic() if rank == 0 else 0.0
-    printed, images = False, 0
-    for step, (start, stop) in enumerate(batches):
+    printed, done = False, progress.step
+    for step in range(progress.step, len(batches)):
+        start, stop = batches[step]
         lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, len(batches))
         for group in ctx.optimizer.param_groups:
             group["lr"] = lr
@@ -537,17 +556,33 @@ def _run_epoch(ctx: _Context, epoch: int, max_steps: int | None) -> tuple[float,
         loss_sum += summed.detach()
         first_bad = torch.where(torch.isfinite(summed.detach()) | (first_bad >= 0), first_bad, step)
         images += stop - start
+        done = step + 1
         if rank == 0:
             now = time.monotonic()
-            if progress_due(now, last, step + 1, len(batches), printed):
-                line = progress_line(epoch + 1, step + 1, len(batches), images, now - started)
+            if progress_due(now, last, done, len(batches), printed):
+                line = progress_line(epoch + 1, done, len(batches), images, now - started)
                 print(line, flush=True)
                 last, printed = now, True
-    total = ctx.rt.allreduce_sum(loss_sum.cpu().view(1), name="train.loss")
+        if preemption.check_due(done, len(batches), check_every) and _any_warned(ctx.rt):
+            stopped = True
+            break
+    ended = EpochProgress(done, float(loss_sum), int(first_bad), images, lr, stopped)
+    if stopped:
+        return ended
+    total = ctx.rt.allreduce_sum(torch.tensor([ended.loss_sum], dtype=torch.float64), "train.loss")
     if not math.isfinite(float(total)):
-        bad = ctx.rt.allgather_object(int(first_bad), name="train.first_bad")
+        bad = ctx.rt.allgather_object(ended.first_bad, name="train.first_bad")
         raise NonFiniteLossError(non_finite_message(run["name"], epoch + 1, bad, len(batches), lr))
-    return float(total) / images, lr, images
+    ended.loss_sum = float(total)  # from here on: the sum over the ranks
+    return ended
+
+
+def _any_warned(rt: Runtime) -> bool:
+    """Whether any rank has been warned of preemption (a collective: every rank calls it)."""
+    import torch
+
+    flag = torch.tensor([1.0 if preemption.warned() else 0.0], dtype=torch.float64)
+    return float(rt.allreduce_sum(flag, name="train.warned")) > 0
 
 
 class NonFiniteLossError(RuntimeError):
@@ -593,13 +628,14 @@ def train(
     run: dict[str, Any],
     data: TrainData,
     out_dir: Path,
-    resume: bool = False,
     dump_dir: Path | None = None,
     max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
-    ``resume``: continue from the newest checkpoint in ``out_dir`` (if any) instead of afresh.
+    Continues from the newest intact checkpoint of ``run``'s training slice in ``out_dir``, if
+    there is one. Raises :class:`clusterbench.preemption.Preempted` on every rank after a
+    preemption warning, once rank 0 has written the checkpoint to continue from.
     ``dump_dir`` (debug): every rank saves its final weights as ``<dump_dir>/<run>/rank-R.pt``.
     ``max_steps`` (debug): at most this many optimiser steps per epoch.
     """
@@ -615,7 +651,7 @@ def train(
                 f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
                 "process(es): launch with clusterbench-launch --np WORKERS"
             )
-        return _train(rt, run, data, out_dir, resume, dump_dir, max_steps, device_type)
+        return _train(rt, run, data, out_dir, dump_dir, max_steps, device_type)
     finally:
         # also on an error: the other ranks' pending collectives then fail instead of hanging
         rt.shutdown()
@@ -626,7 +662,6 @@ def _train(
     run: dict[str, Any],
     data: TrainData,
     out_dir: Path,
-    resume: bool,
     dump_dir: Path | None,
     max_steps: int | None,
     device_type: str,
@@ -655,15 +690,23 @@ def _train(
         weight_decay=run["weight_decay"],
     )
 
-    checkpoint = None
-    if rt.rank == 0 and resume:
-        checkpoint = resume_checkpoint(out_dir, run)
-        if checkpoint is not None:
-            model.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            print(f"train: resuming after epoch {checkpoint['epoch']}", flush=True)
+    # Always continue from the newest intact checkpoint of this training slice, if any.
+    found = checkpoints.newest_valid(out_dir, run) if rt.rank == 0 else None
+    checkpoint = found[1] if found else None
+    if found is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        print(f"train: continuing from the checkpoint {found[0].describe()}", flush=True)
     rt.broadcast_state(model, optimizer)
-    epoch = rt.broadcast_object(checkpoint["epoch"] if checkpoint else 0, name="train.start")
+    position = rt.broadcast_object(found[0] if found else checkpoints.Position(0), name="train.at")
+    mine = rt.broadcast_object(checkpoint["ranks"] if checkpoint else None, name="train.ranks")
+    progress, epoch_seconds = EpochProgress(), 0.0
+    if mine is not None:  # the same slice, so the same number of ranks
+        _set_rng_state(mine[rt.rank]["rng"])
+        if position.step:
+            progress = EpochProgress(**mine[rt.rank]["progress"])
+            epoch_seconds = checkpoint["epoch_seconds"] if checkpoint else 0.0
+    epoch = position.epoch
     net, dist_optimizer = rt.wrap(model, optimizer, run["bn"])
 
     def tensor(a: np.ndarray) -> Any:
@@ -690,9 +733,15 @@ def _train(
     hosts = list(dict.fromkeys(f["node"] for f in facts))
     outputs = Outputs(out_dir, run, checkpoint) if rt.rank == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
+    check_every = checkpoints.checkpoint_settings()["preemption_check_steps"]
 
     def train_seconds() -> float:
         return done_before + time.monotonic() - started
+
+    def rank_states(progress: EpochProgress | None = None) -> list[dict[str, Any]]:
+        """Every rank's RNG (and within an epoch its progress), gathered for a checkpoint."""
+        state = {"rng": _rng_state(), "progress": asdict(progress) if progress else None}
+        return rt.allgather_object(state, name="train.rank_state")
 
     def finished() -> bool:
         """Rank 0 decides (its clock is the time box's); every rank stops after that epoch."""
@@ -702,37 +751,53 @@ def _train(
             stop = stop or run["minutes"] is not None and train_seconds() >= 60 * run["minutes"]
         return rt.broadcast_object(stop, name="train.stop")
 
+    def preempted(where: checkpoints.Position) -> preemption.Preempted:
+        rt.broadcast_object(None, name="train.checkpointed")  # rank 0 has written it
+        message = preemption.Preempted(where.describe())
+        print(f"train: rank {rt.rank} {message}", flush=True)
+        return message
+
     record: dict[str, Any] = outputs.records[-1] if outputs and outputs.records else {}
     started = time.monotonic()
     while not finished():
+        if progress.step == 0 and _any_warned(rt):  # at an epoch's end: its checkpoint is
+            raise preempted(checkpoints.Position(epoch))
         ctx.synchronize()
         t0 = time.perf_counter()
-        train_loss, lr, images = _run_epoch(ctx, epoch, max_steps)
+        progress = _run_epoch(ctx, epoch, max_steps, progress, check_every)
         ctx.synchronize()
-        seconds = time.perf_counter() - t0
+        seconds = epoch_seconds + time.perf_counter() - t0
+        if progress.stopped:  # warned: a checkpoint at this step, then every rank stops
+            where = checkpoints.Position(epoch, progress.step)
+            states = rank_states(progress)
+            if outputs is not None:
+                outputs.checkpoint(where, model, optimizer, train_seconds(), states, seconds)
+            raise preempted(where)
         val_loss, val_accuracy = _validate(ctx)
         epoch += 1
         record = {
             "epoch": epoch,
-            "train_loss": train_loss,
+            "train_loss": progress.loss_sum / progress.images,
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "epoch_seconds": seconds,
-            "images_per_second": images / seconds,
+            "images_per_second": progress.images / seconds,
             "workers": workers,
             "world_size": workers,
             "global_batch": global_batch_size(run),
-            "lr": lr,
+            "lr": progress.lr,
             "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         }
+        states = rank_states()
         if outputs is not None:
-            outputs.epoch(record, model, optimizer, train_seconds())
+            outputs.epoch(record, model, optimizer, train_seconds(), states)
             print(
-                f"train: epoch {epoch}: loss {train_loss:.4f}, val loss {val_loss:.4f}, "
+                f"train: epoch {epoch}: loss {record['train_loss']:.4f}, val loss {val_loss:.4f}, "
                 f"val accuracy {val_accuracy:.4f}, {seconds:.2f} s, "
-                f"{record['images_per_second']:.0f} images/s, lr {lr:.4g}",
+                f"{record['images_per_second']:.0f} images/s, lr {progress.lr:.4g}",
                 flush=True,
             )
+        progress, epoch_seconds = EpochProgress(), 0.0
     elapsed = train_seconds()
 
     if dump_dir is not None:  # debug: every rank's final weights, to compare across ranks
@@ -764,11 +829,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, required=True, help="results/data/NAME")
     parser.add_argument("--run", required=True, help="the run's config slice, as JSON")
     parser.add_argument("--out-dir", type=Path, required=True, help="results/runs/RUN")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest checkpoint in --out-dir (made with the same run config)",
-    )
     # Debug/test only: every rank writes its final state_dict to DIR/<run name>/rank-R.pt.
     # (also $CLUSTERBENCH_DUMP_WEIGHTS, so tests can ask for it through Snakemake's --envvars)
     parser.add_argument(
@@ -781,20 +841,17 @@ def main(argv: list[str] | None = None) -> int:
     # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    preemption.install()  # from now on a warning is recorded, not fatal
 
     try:
         run = validate_run(args.run)
-        checkpoint_settings()
+        checkpoints.checkpoint_settings()
         check_device(run)  # before reading data or starting any backend
     except ConfigError as exc:
         return bad_settings("train", exc)
     data = load_data(args.data_dir, run)
-    train(
-        run,
-        data,
-        args.out_dir,
-        resume=args.resume,
-        dump_dir=args.dump_final_weights,
-        max_steps=args.max_steps,
-    )
+    try:
+        train(run, data, args.out_dir, dump_dir=args.dump_final_weights, max_steps=args.max_steps)
+    except preemption.Preempted:
+        return preemption.EXIT_PREEMPTED
     return 0

@@ -1,0 +1,53 @@
+"""The preemption warning, as a training rank sees it.
+
+A scheduler warns a job before it stops it (Slurm ``--signal=...USR1@GRACE``, SGE ``-notify``;
+the launcher forwards the signal to every rank). The handler only sets a flag: no lock, no
+I/O, so it is safe whatever the rank is doing. The ranks then agree on the flag in one
+collective at a step boundary (every ``checkpoints.preemption_check_steps`` steps and at each
+epoch's end), so that no rank stops alone; rank 0 writes a checkpoint there and every rank
+exits with :data:`EXIT_PREEMPTED`. The next attempt (Snakemake's retry, a requeued Slurm job,
+or a plain rerun) continues from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+#: The signal a scheduler sends as its warning (Slurm ``--signal``, SGE ``-notify``).
+WARNING_SIGNAL = signal.SIGUSR1
+#: Exit status of a rank, and of the launcher, that stopped after checkpointing on a warning
+#: (sysexits' EX_TEMPFAIL: run the same command again to continue).
+EXIT_PREEMPTED = 75
+
+_warned = False
+
+
+def _on_warning(signum: int, frame: Any) -> None:
+    global _warned
+    _warned = True
+
+
+def install() -> None:
+    """Record the warning signal from now on instead of dying of it (its default action)."""
+    global _warned
+    _warned = False
+    signal.signal(WARNING_SIGNAL, _on_warning)
+
+
+def warned() -> bool:
+    """Whether this process has received the warning since :func:`install`."""
+    return _warned
+
+
+def check_due(steps_done: int, steps: int, every: int) -> bool:
+    """Whether the ranks agree on the warning after ``steps_done`` of an epoch's ``steps``
+    steps: every ``every`` steps, not at the epoch's end (checked there anyway)."""
+    return steps_done % every == 0 and steps_done < steps
+
+
+class Preempted(Exception):
+    """Every rank stopped on a warning; the checkpoint to continue from has been written."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"preempted: checkpoint written {where}; run again to continue")
