@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 #: The clusterbench checkout: the parent of this file's directory. Not ``workflow.basedir``,
 #: which is the directory of the *main* Snakefile: that of the consuming workflow when
@@ -141,22 +142,116 @@ def data_files(dataset):
     return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
 
 
+#: A path as the rules declare it (relative to the working directory) -> the path Snakemake
+#: uses: with the `prefix:` (or `replace_prefix:`) of a module that includes this workflow,
+#: which Snakemake puts in front of input, output and log paths but never of a path the code
+#: builds. Taken now, while this file is parsed: later (in an input function) the including
+#: workflow's own modifier is the current one.
+IN_WORKDIR = workflow.modifier.path_modifier.replace_prefix
+
+#: The sha256 of checked files, kept by size and times in Snakemake's folder of the working
+#: directory: the checks run at every invocation and must not read every file every time.
+CHECKSUMS = integrity.DigestCache(Path(".snakemake", "clusterbench", "checksums.json"))
+
+
 def check_recorded_files(marker):
-    """Before any job: the files ``marker`` (MANIFEST.json, meta.json) recorded checksums of
-    must be intact; a damaged or missing one stops the workflow with the command that makes it
-    again (remove the marker: clusterbench.integrity.remake_command), instead of being used.
-    At parse time: Snakemake passes over an error an input function raises for a file that
-    exists, and Snakemake itself would only rerun the steps after a damaged file."""
+    """Before any job: the files ``marker`` (meta.json) recorded checksums of must be intact; a
+    damaged or missing one stops the workflow with the command that makes it again (remove the
+    marker: clusterbench.integrity.remake_command), instead of being used. At parse time:
+    Snakemake passes over an error an input function raises for a file that exists, and
+    Snakemake itself would only rerun the steps after a damaged file."""
     try:
-        integrity.check(Path(marker), "files", integrity.remake_command(marker))
+        integrity.check(
+            Path(marker), "files", integrity.remake_command(marker), cache=CHECKSUMS
+        )
     except integrity.DamagedFile as exc:
         raise WorkflowError(str(exc)) from None
+    finally:
+        CHECKSUMS.save()
 
 
 if workflow.is_main_process:
     for _dataset in DATASETS:
-        check_recorded_files(f"results/raw/{_dataset}/MANIFEST.json")
-        check_recorded_files(f"{data_dir(_dataset)}/meta.json")
+        check_recorded_files(IN_WORKDIR(f"{data_dir(_dataset)}/meta.json"))
+
+
+#: The datasets whose raw files this process has checked (each once).
+RAW_CHECKED = set()
+
+
+def raw_files_intact(wildcards):
+    """Input function of the download step; it adds no file. A raw file that its
+    MANIFEST.json (the download's output) recorded and that is missing or damaged makes the
+    download run again, and so everything after it:
+
+    - a real run sets the manifest aside (``MANIFEST.json.damaged``: nothing is deleted), warns
+      naming the file, and forces the download (as ``--forcerun`` would), which fetches the
+      files again (from the cache, verified, or the network). Until a download has written a
+      new manifest (it may fail, or the run be stopped), the next run forces it again;
+    - a dry run (and ``--touch``, ``--report``, ...) changes nothing on disk, and warns what a
+      real run will do; its plan shows the download, forced.
+
+    Forced: Snakemake 9 reruns no job for its missing output (the manifest set aside) while the
+    jobs after it are complete. Here, not at parse time: whether this is a dry run is known only
+    once the executor is chosen, and the files to force only once the job graph is built;
+    Snakemake calls input functions while it builds the graph, before it decides what runs.
+    Only in the main process: cluster jobs parse and build their graph again.
+    """
+    dataset = wildcards.dataset
+    if not workflow.is_main_process or dataset in RAW_CHECKED:
+        return []
+    RAW_CHECKED.add(dataset)
+    manifest = Path(IN_WORKDIR(f"results/raw/{dataset}/MANIFEST.json"))
+    try:
+        found = integrity.recorded_problems(
+            manifest, "files", cache=CHECKSUMS, strict=True
+        )
+    finally:
+        CHECKSUMS.save()
+    copies = integrity.set_aside_copies(manifest)
+    if found:
+        damage = f"{'; '.join(found)} (checked against {manifest})"
+    elif copies and not manifest.exists():
+        damage = (
+            f"{manifest} was set aside as damaged ({copies[-1]}) and no download has made "
+            "it again yet"
+        )
+    else:
+        return []
+    # The outputs whose jobs Snakemake forces: those --forcerun names.
+    forced = getattr(workflow.dag, "forcefiles", None)
+    touch = getattr(workflow, "touch", False)
+    executing = (
+        workflow.executor_plugin is not None and not touch
+    )  # a plan to run or show
+    real_run = executing and not getattr(workflow, "dryrun", True)  # unknown: as if dry
+    if not isinstance(forced, set):  # another Snakemake: name the command, as before
+        if real_run:
+            raise WorkflowError(
+                f"{damage}. Make it again with: {integrity.remake_command(manifest)}"
+            )
+    elif executing:
+        forced.add(str(manifest))
+    if not real_run:
+        aside = f"sets {manifest} aside (as {integrity.next_aside(manifest)}) and "
+        logger.warning(
+            f"{damage}: a real run {aside if manifest.exists() else ''}downloads "
+            f"{dataset} again, and runs what follows; this run changes nothing"
+        )
+        return []
+    aside = ""
+    if manifest.exists():
+        try:
+            aside = f"set {manifest} aside as {integrity.set_aside(manifest)}; "
+        except OSError as exc:
+            raise WorkflowError(
+                f"{damage}, and {manifest} cannot be set aside to download {dataset} "
+                f"again: {exc}"
+            ) from None
+    logger.warning(
+        f"{damage}: {aside}the download of {dataset} runs again, and what follows it"
+    )
+    return []
 
 
 #: Each run's training resources, computed once (see clusterbench.resources).

@@ -4,6 +4,8 @@ rule download:
     input:
         script=script("download"),
         code=stage_module("download"),
+        # a missing or damaged raw file makes this step due (rules/common.smk); no file
+        intact=raw_files_intact,
     output:
         manifest="results/raw/{dataset}/MANIFEST.json",
     log:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 from clusterbench import config as cb
@@ -77,6 +78,7 @@ def test_run_defaults_and_builtin_defaults_merge():
             "val_fraction": 0.1,
             "test_fraction": 0.2,
             "split_seed": 0,
+            "min_split_size": 50,
         }
     }
 
@@ -136,6 +138,7 @@ def test_slices_hold_only_their_own_keys():
         "val_fraction": 0.1,
         "test_fraction": 0.2,
         "split_seed": 0,
+        "min_split_size": 50,  # in the slice: a change reruns preprocess
     }
 
 
@@ -235,3 +238,124 @@ def test_an_unwritable_cache_dir_is_refused_at_once(tmp_path):
         cb.validate(cfg)
     cfg["download"]["cache_dir"] = str(tmp_path / "new" / "cache")  # creatable: fine
     cb.validate(cfg)
+
+
+# --------------------------------------------------------------------------- split sizes
+
+
+def test_split_sizes_count_as_preprocess_splits():
+    """The sizes the config check predicts are those of the arrays preprocess writes."""
+    import numpy as np
+    from clusterbench import preprocess
+
+    for n, val, test in ((1797, 0.1, 0.2), (101, 0.15, 0.25), (10, 0.05, 0.05), (7, 0.5, 0.3)):
+        decoded = preprocess.Decoded(np.zeros((n, 1, 1, 1), np.uint8), np.arange(n), None, None, ())
+        try:
+            splits = preprocess.make_splits(decoded, preprocess.SplitParams(val, test, 0))
+        except preprocess.PreprocessError:  # an empty split
+            assert 0 in cb.split_sizes(n, None, val, test).values()
+            continue
+        assert cb.split_sizes(n, None, val, test) == {k: len(y) for k, (_, y) in splits.items()}
+        official = preprocess.Decoded(*(np.arange(n),) * 2, np.arange(3), np.arange(3), ())
+        splits = preprocess.make_splits(official, preprocess.SplitParams(val, None, 0))
+        assert cb.split_sizes(n, 3, val, test) == {k: len(y) for k, (_, y) in splits.items()}
+
+
+SPLIT = {"val_fraction": 0.1, "test_fraction": 0.2, "min_split_size": 50}
+
+
+@pytest.mark.parametrize(
+    "split, samples, expected",
+    [
+        (SPLIT, (1797, None), []),
+        (SPLIT, (500, None), []),  # 350 / 50 / 100: exactly the minimum is enough
+        (
+            SPLIT,
+            (400, None),
+            ["d.val_fraction: the val split would hold 40 sample(s) (val_fraction 0.1 of 400)"],
+        ),
+        (
+            {**SPLIT, "test_fraction": 0.02},
+            (1797, None),
+            ["d.test_fraction: the test split would hold 36 sample(s) (test_fraction 0.02 of"],
+        ),
+        (
+            {**SPLIT, "val_fraction": 0.5, "test_fraction": 0.48},
+            (1797, None),
+            ["d: the train split would hold 36 sample(s) (what val_fraction + test_fraction"],
+        ),
+        (
+            {**SPLIT, "val_fraction": 0.99},
+            (1000, 100),
+            ["d.val_fraction: the train split would hold 10 sample(s) (what val_fraction 0.99"],
+        ),
+        (
+            SPLIT,
+            (1000, 20),
+            ["d.min_split_size: the test split would hold 20 sample(s) (the official test split"],
+        ),
+        (
+            {"val_fraction": 0.34, "test_fraction": 0.33, "min_split_size": 1},
+            (3, None),  # every split rounds to one sample
+            [],
+        ),
+    ],
+)
+def test_split_size_problems_name_the_key_the_split_its_size_and_the_minimum(
+    split, samples, expected
+):
+    problems = cb.split_size_problems("d", split, *samples)
+    assert len(problems) == len(expected), problems
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(f"datasets.{start}"), problem
+        assert problem.endswith(f"fewer than min_split_size = {split['min_split_size']}")
+
+
+@pytest.mark.parametrize(
+    "dataset, entry, message",
+    [
+        (
+            "digits",
+            {"val_fraction": 0.02},
+            "datasets.digits.val_fraction: the val split would hold 36",
+        ),
+        (
+            "digits",
+            {"min_split_size": 400},
+            "datasets.digits.val_fraction: the val split would hold 180",
+        ),
+        (
+            "mnist",
+            {"min_split_size": 10001},
+            "datasets.mnist.min_split_size: the test split would hold 10000",
+        ),
+        (
+            "cifar10",
+            {"val_fraction": 0.0005},
+            "datasets.cifar10.val_fraction: the val split would hold 25",
+        ),
+    ],
+)
+def test_a_built_in_split_below_the_minimum_is_refused_before_any_job(dataset, entry, message):
+    cfg = _base()
+    cfg["datasets"] = {dataset: entry}
+    cfg["runs"][0]["dataset"] = dataset
+    with pytest.raises(cb.ConfigError, match=re.escape(message)):
+        cb.validate(cfg)
+
+
+def test_the_built_in_datasets_pass_with_the_default_split_settings():
+    for dataset in ("digits", "mnist", "cifar10"):
+        cfg = _base()
+        cfg["datasets"] = {dataset: {}}
+        cfg["runs"][0]["dataset"] = dataset
+        assert cb.validate(cfg)["datasets"][dataset]["min_split_size"] == 50
+
+
+def test_the_preprocess_stage_defaults_to_the_config_minimum():
+    """Two defaults in the schema (a dataset's key, the stage's --params): the same value."""
+    params = cb.stage_params(
+        "preprocess", {"val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 0}
+    )
+    assert params["min_split_size"] == cb.validate(_base())["datasets"]["digits"]["min_split_size"]
+

@@ -15,6 +15,7 @@ consumer's ``bench`` key, and the Slurm pre-flight check must still run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -147,6 +148,46 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
     assert f"--run-dirs {PREFIX}/results/runs/{RUN} " in out
     assert expected_report_params(bench) in out
     assert "digits-cnn-2w" not in out  # a run of config/config.yaml
+
+
+# ------------------------------------------------------------ damaged files, under the prefix
+def recorded(folder: Path, name: str, data: bytes, written: bytes, marker: str, **extra) -> None:
+    """``folder/name`` holding ``data`` while ``marker`` next to it records ``written``."""
+    folder.mkdir(parents=True)
+    (folder / name).write_bytes(data)
+    record = {"size": len(written), "sha256": hashlib.sha256(written).hexdigest()}
+    (folder / marker).write_text(json.dumps({**extra, "files": {name: record}}))
+
+
+def test_a_damaged_array_under_the_prefix_stops_the_workflow_naming_the_remedy(tmp_path: Path):
+    """The checks look where the module's files are: under its prefix (they once looked under
+    the consumer's results/, found nothing and passed)."""
+    consumer = write_consumer(tmp_path / "consumer", bench_config(tmp_path / "cache"))
+    data = consumer / PREFIX / "results" / "data" / "digits"
+    recorded(data, "train_x.npy", b"cut", b"the array as written", "meta.json")
+    proc = run_consumer(consumer, "--dry-run", "--cores", "1", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    marker = f"{PREFIX}/results/data/digits/meta.json"
+    assert f"{PREFIX}/results/data/digits/train_x.npy has 3 bytes, 20 were written" in out, out
+    assert f"Make it again with: rm {marker} && snakemake --forcerun {marker}" in out, out
+
+
+def test_a_damaged_raw_file_under_the_prefix_plans_the_download_again(tmp_path: Path):
+    consumer = write_consumer(tmp_path / "consumer", bench_config(tmp_path / "cache"))
+    raw = consumer / PREFIX / "results" / "raw" / "digits"
+    recorded(raw, "digits.csv.gz", b"other", b"the bytes", "MANIFEST.json", dataset="digits")
+    before = sorted((p.name, p.read_bytes()) for p in raw.iterdir())
+    proc = run_consumer(consumer, "--dry-run", "--cores", "1")
+    out = proc.stdout + proc.stderr
+    manifest = f"{PREFIX}/results/raw/digits/MANIFEST.json"
+    assert (
+        f"{PREFIX}/results/raw/digits/digits.csv.gz has 5 bytes, 9 were written (checked "
+        f"against {manifest}): a real run sets {manifest} aside (as {manifest}.damaged)"
+    ) in out, out
+    # planned as forced: the manifest is there, and the rest of the plan needs it
+    assert re.search(r"^rule bench_download:\n(    .*\n)*?    reason: Forced execution$", out, re.M)
+    assert sorted((p.name, p.read_bytes()) for p in raw.iterdir()) == before  # a dry run
 
 
 # ---------------------------------------------------------------------- Slurm pre-flight check

@@ -235,6 +235,7 @@ def test_declared_slices_carry_the_files_and_how_to_read_them():
         "val_fraction": 0.1,
         "test_fraction": 0.2,
         "split_seed": 0,
+        "min_split_size": 50,
         "format": "npz",
         "files": ["data.npz"],
     }
@@ -243,8 +244,11 @@ def test_declared_slices_carry_the_files_and_how_to_read_them():
 # --------------------------------------------------------------------------- stages
 
 
-def run_stages(server, tmp_path: Path, name: str, data: bytes, fmt: str, **extra) -> dict:
-    """Download (from loopback) and preprocess a declared dataset; its meta.json."""
+def preprocess_declared(
+    server, tmp_path: Path, name: str, data: bytes, fmt: str, **extra
+) -> tuple[int, Path]:
+    """Download (from loopback) and preprocess a declared dataset with the workflow's params:
+    the preprocess exit status and its output folder."""
     url = server.add(name, data)
     cfg = cb.validate(declared(format=fmt, files=[{"url": url, "sha256": sha256(data)}], **extra))
     ds = cfg["datasets"]["mine"]
@@ -256,13 +260,20 @@ def run_stages(server, tmp_path: Path, name: str, data: bytes, fmt: str, **extra
     out = tmp_path / "data"
     argv = ["--dataset", "mine", "--manifest", str(manifest)]
     argv += ["--params", json.dumps(cb.preprocess_slice(ds)), "--out-dir", str(out)]
-    assert preprocess.main(argv) == 0
+    return preprocess.main(argv), out
+
+
+def run_stages(server, tmp_path: Path, name: str, data: bytes, fmt: str, **extra) -> dict:
+    """Download (from loopback) and preprocess a declared dataset; its meta.json."""
+    status, out = preprocess_declared(server, tmp_path, name, data, fmt, **extra)
+    assert status == 0
     return json.loads((out / "meta.json").read_text())
 
 
 def test_declared_npz_goes_through_download_and_preprocess(server, tmp_path):
     x, y = blobs(100, 4)
-    meta = run_stages(server, tmp_path, "d.npz", npz_bytes(x=x, y=np.array(list("wxyz"))[y]), "npz")
+    data = npz_bytes(x=x, y=np.array(list("wxyz"))[y])
+    meta = run_stages(server, tmp_path, "d.npz", data, "npz", min_split_size=10)  # val: 10
     assert meta["class_names"] == ["w", "x", "y", "z"] and meta["num_classes"] == 4
     assert meta["image_shape"] == [8, 8, 1]
     assert sum(meta["counts"].values()) == 100
@@ -275,7 +286,13 @@ def test_declared_image_folder_is_resized_to_image_size(server, tmp_path):
         {c: [x[i] for i in range(12) if y[i] == k] for k, c in enumerate("ab")},
     )
     meta = run_stages(
-        server, tmp_path, "p.tar.gz", path.read_bytes(), "image-folder", image_size=[6, 8]
+        server,
+        tmp_path,
+        "p.tar.gz",
+        path.read_bytes(),
+        "image-folder",
+        image_size=[6, 8],
+        min_split_size=1,  # 12 images
     )
     assert meta["image_shape"] == [6, 8, 3] and meta["class_names"] == ["a", "b"]
 
@@ -288,6 +305,31 @@ def test_a_declared_file_with_the_wrong_checksum_is_refused(server, tmp_path, ca
     assert download.main(argv) == 1
     assert "sha256 mismatch" in capsys.readouterr().err
     assert not (tmp_path / "M").exists()
+
+
+def test_a_declared_dataset_too_small_for_its_splits_is_refused_before_anything_is_written(
+    server, tmp_path, capsys
+):
+    """Its size is known only once downloaded: preprocess refuses it as bad settings, naming
+    the key, the split, its size and the minimum (the default, 50), and writes no array."""
+    x, y = blobs(100, 4)
+    data = npz_bytes(x=x, y=np.array(list("wxyz"))[y])
+    status, out = preprocess_declared(server, tmp_path, "d.npz", data, "npz")
+    assert status == cb.EXIT_BAD_SETTINGS
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "preprocess: error: datasets.mine.val_fraction: the val split would hold "
+        "10 sample(s) (val_fraction 0.1 of 100), fewer than min_split_size = 50"
+    ), err
+    assert "datasets.mine.test_fraction: the test split would hold 20 sample(s)" in err
+    assert not out.exists() or not list(out.iterdir())
+    # the same data with a lower minimum goes through
+    status, out = preprocess_declared(server, tmp_path, "d.npz", data, "npz", min_split_size=10)
+    assert status == 0 and json.loads((out / "meta.json").read_text())["counts"] == {
+        "train": 70,
+        "val": 10,
+        "test": 20,
+    }
 
 
 def test_a_corrupt_declared_file_fails_preprocess_naming_it(server, tmp_path, capsys):
@@ -327,7 +369,9 @@ def test_a_declared_dataset_runs_through_the_whole_workflow(server, tmp_path):
     x, y = blobs(240, 3, seed=1)
     data = npz_bytes(x=x[..., 0], y=np.array(["circle", "line", "square"])[y])
     url = server.add("shapes.npz", data)
-    cfg = declared("shapes", format="npz", files=[{"url": url, "sha256": sha256(data)}])
+    cfg = declared(
+        "shapes", format="npz", files=[{"url": url, "sha256": sha256(data)}], min_split_size=20
+    )  # 240 images: 168 / 24 / 48
     cfg["download"]["cache_dir"] = str(tmp_path / "cache")
     cfg["runs"] = [{**cfg["runs"][0], "name": "shapes-1w", "workers": 1, "epochs": 3}]
     write_config(tmp_path, cfg)

@@ -18,7 +18,8 @@ from clusterbench.datasets import DATASETS
 from conftest import REPO
 
 DIGITS_PARAMS = {"val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 7}
-OFFICIAL_PARAMS = {"val_fraction": 0.25, "test_fraction": 0.2, "split_seed": 7}
+# the generated MNIST and CIFAR-10 archives hold a few dozen images: any split size will do
+OFFICIAL_PARAMS = {"val_fraction": 0.25, "test_fraction": 0.2, "split_seed": 7, "min_split_size": 1}
 
 
 def run(dataset: str, manifest: Path, out: Path, params: dict | str) -> int:
@@ -308,9 +309,51 @@ def test_manifest_problems(tmp_path, capsys, digits_manifest):
 
 def test_too_few_examples_for_a_split(tmp_path, capsys):
     fake = make_digits(tmp_path / "raw", n=3)
-    params = {"val_fraction": 0.1, "test_fraction": 0.1, "split_seed": 0}
-    assert run("digits", fake.write_manifest(), tmp_path / "out", params) == 1
-    assert "3 examples are too few" in capsys.readouterr().err
+    params = {"val_fraction": 0.1, "test_fraction": 0.1, "split_seed": 0, "min_split_size": 1}
+    assert run("digits", fake.write_manifest(), tmp_path / "out", params) == EXIT_BAD_SETTINGS
+    err = capsys.readouterr().err
+    assert "datasets.digits.val_fraction: the val split would hold 0 sample(s)" in err
+    assert "datasets.digits.test_fraction: the test split would hold 0 sample(s)" in err
+    assert outputs(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(
+    ("dataset", "params", "message"),
+    [
+        (  # the default minimum, 50: 60 generated images leave a val split of 15
+            "mnist",
+            {k: v for k, v in OFFICIAL_PARAMS.items() if k != "min_split_size"},
+            "datasets.mnist.val_fraction: the val split would hold 15 sample(s) (val_fraction 0.25 "
+            "of 60), fewer than min_split_size = 50",
+        ),
+        (
+            "mnist",
+            {**OFFICIAL_PARAMS, "min_split_size": 21},
+            "datasets.mnist.min_split_size: the test split would hold 20 sample(s) (the official "
+            "test split of 'mnist'), fewer than min_split_size = 21",
+        ),
+    ],
+    ids=["val-default-minimum", "official-test"],
+)
+def test_a_split_below_the_minimum_is_refused_before_any_array_is_written(
+    tmp_path, capsys, dataset, params, message
+):
+    """The workflow refuses a built-in dataset's tiny split before any job (its size is known);
+    the stage checks the decoded data again, before writing anything."""
+    fake = make_mnist(tmp_path / "raw", n_train=60, n_test=20)
+    assert run(dataset, fake.write_manifest(), tmp_path / "out", params) == EXIT_BAD_SETTINGS
+    err = capsys.readouterr().err
+    assert err.startswith("preprocess: error: ") and message in err, err
+    assert outputs(tmp_path / "out") == []
+
+
+def test_the_real_digits_split_below_a_raised_minimum(digits_manifest, tmp_path, capsys):
+    params = {**DIGITS_PARAMS, "min_split_size": 200}  # val: 180 of the 1797 images
+    assert run("digits", digits_manifest, tmp_path / "out", params) == EXIT_BAD_SETTINGS
+    assert "datasets.digits.val_fraction: the val split would hold 180 sample(s)" in (
+        capsys.readouterr().err
+    )
+    assert outputs(tmp_path / "out") == []
 
 
 def test_failed_rerun_removes_stale_marker(tmp_path):

@@ -314,6 +314,53 @@ def split_problems(split: Mapping[str, Any], where: str) -> list[str]:
     return []
 
 
+def split_sizes(
+    train_samples: int, test_samples: int | None, val_fraction: float, test_fraction: float
+) -> dict[str, int]:
+    """The samples in each split (train, val, test) that preprocessing makes of
+    ``train_samples`` training samples and an official test split of ``test_samples`` (None: no
+    official test split, one is held out of the training samples), rounded exactly as
+    ``clusterbench.preprocess.split_indices`` rounds."""
+    val = round(val_fraction * train_samples)
+    if test_samples is None:
+        test = round(test_fraction * train_samples)
+        return {"train": train_samples - val - test, "val": val, "test": test}
+    return {"train": train_samples - val, "val": val, "test": test_samples}
+
+
+def split_size_problems(
+    name: str, split: Mapping[str, Any], train_samples: int, test_samples: int | None
+) -> list[str]:
+    """A problem for each split of dataset ``name`` that would hold fewer samples than its
+    ``min_split_size``, split with the fractions of ``split`` (see :func:`split_sizes`), naming
+    the key to change, the split, its size and the minimum. A tiny split reports meaningless
+    figures (an accuracy of 1.0000 from 2 samples)."""
+    where = f"datasets.{name}"
+    minimum = split["min_split_size"]
+    val, test = split["val_fraction"], split["test_fraction"]
+    held_out = test_samples is None
+    causes = {  # split -> (the key that sets its size, how)
+        "train": (
+            (where, f"what val_fraction + test_fraction = {val + test:g} leave of {train_samples}")
+            if held_out
+            else (f"{where}.val_fraction", f"what val_fraction {val:g} leaves of {train_samples}")
+        ),
+        "val": (f"{where}.val_fraction", f"val_fraction {val:g} of {train_samples}"),
+        "test": (
+            (f"{where}.test_fraction", f"test_fraction {test:g} of {train_samples}")
+            if held_out
+            else (f"{where}.min_split_size", f"the official test split of {name!r}")
+        ),
+    }
+    sizes = split_sizes(train_samples, test_samples, val, test)
+    return [
+        f"{causes[part][0]}: the {part} split would hold {size} sample(s) ({causes[part][1]}), "
+        f"fewer than min_split_size = {minimum}"
+        for part, size in sizes.items()
+        if size < minimum
+    ]
+
+
 def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     """Checks across the keys of one resolved dataset entry that the schema cannot express."""
     where = f"datasets.{name}"
@@ -329,6 +376,10 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
             resolve_urls(name, download_slice(ds)["source"])
         except DatasetError as exc:
             problems.append(f"{where}: {exc}")
+        spec = BUILTIN_DATASETS[name]
+        if spec.train_samples is not None and not split_problems(ds, where):
+            # its size is known: a split below the minimum now (a declared one's: preprocess)
+            problems += split_size_problems(name, ds, spec.train_samples, spec.test_samples)
         return problems
     if "format" not in ds or "files" not in ds:
         missing = " and ".join(k for k in ("format", "files") if k not in ds)
@@ -459,7 +510,10 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """How a dataset is split, and for a declared one, how its files are read."""
-    split = {key: dataset_cfg[key] for key in ("val_fraction", "test_fraction", "split_seed")}
+    split = {
+        key: dataset_cfg[key]
+        for key in ("val_fraction", "test_fraction", "split_seed", "min_split_size")
+    }
     if "format" in dataset_cfg:
         split["format"] = dataset_cfg["format"]
         split["files"] = [declared_file_name(entry) for entry in dataset_cfg["files"]]

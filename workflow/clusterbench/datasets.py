@@ -59,6 +59,11 @@ class DatasetSpec:
     class_names: tuple[str, ...]
     #: Whether the dataset ships an official test split (otherwise one is held out).
     official_test_split: bool
+    #: Samples in the published training data (val, and without an official test split also
+    #: test, are held out of it) and in the official test split; None: unknown until decoded
+    #: (a declared dataset), or no official test split.
+    train_samples: int | None = None
+    test_samples: int | None = None
 
     @property
     def num_classes(self) -> int:
@@ -107,6 +112,7 @@ DATASETS: dict[str, DatasetSpec] = {
         image_shape=(8, 8, 1),
         class_names=tuple(str(d) for d in range(10)),
         official_test_split=False,
+        train_samples=1797,
     ),
     "mnist": DatasetSpec(
         name="mnist",
@@ -144,6 +150,8 @@ DATASETS: dict[str, DatasetSpec] = {
         image_shape=(28, 28, 1),
         class_names=tuple(str(d) for d in range(10)),
         official_test_split=True,
+        train_samples=60000,
+        test_samples=10000,
     ),
     "cifar10": DatasetSpec(
         name="cifar10",
@@ -171,6 +179,8 @@ DATASETS: dict[str, DatasetSpec] = {
             "truck",
         ),
         official_test_split=True,
+        train_samples=50000,
+        test_samples=10000,
     ),
 }
 

@@ -4,21 +4,32 @@ Snakemake notices a missing output, not a damaged one: a truncated ``train_x.npy
 the steps after it stale, which then fail (or worse, use it). The download records each raw
 file's sha256 in ``MANIFEST.json`` and the preprocess step each array's in ``meta.json``
 (``files``). The workflow checks them before any job starts (rules/common.smk), and the stages
-check their inputs again before use; a damaged file is named with the command that makes it
-again.
+check their inputs again before use. A damaged array is named with the command that makes it
+again; a damaged raw file makes the workflow set its manifest aside (:func:`set_aside`), so
+that Snakemake runs the download again.
+
+The workflow checks at every invocation: :class:`DigestCache` keeps each file's sha256 with
+its size, modification and change times, so an unchanged file is not read again.
 
 Only the standard library: the Snakefile imports this module.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import itertools
 import json
 import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from clusterbench.atomic import write_json
+
+#: What os.link raises where the file system has no hard links.
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
 class DamagedFile(ValueError):
@@ -38,8 +49,61 @@ def record(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": sha256_of(path)}
 
 
-def problems(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Each file of ``files`` (name -> its record) in ``folder`` that is missing or differs."""
+class DigestCache:
+    """The sha256 of files, remembered in the JSON file ``path`` (None: in memory only) by their
+    absolute path with the size, inode, modification and change time they had when hashed.
+
+    A file written again gets a new change time (``st_ctime_ns``, which no ``touch`` or
+    ``os.utime`` can set back), so it is hashed again even if its size and modification time
+    are restored. An unreadable cache file counts as empty: it only saves time.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.entries: dict[str, list[Any]] = {}
+        self.changed = False
+        if path is not None:
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                loaded = None
+            if isinstance(loaded, dict):
+                self.entries = {k: v for k, v in loaded.items() if isinstance(v, list)}
+
+    @staticmethod
+    def _key(stat: os.stat_result) -> list[int]:
+        return [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
+
+    def sha256(self, path: Path) -> str:
+        """``path``'s sha256: remembered if the file is unchanged, else read (and remembered)."""
+        name = os.path.abspath(path)
+        key = self._key(os.stat(path))
+        entry = self.entries.get(name)
+        if entry is not None and entry[:-1] == key:
+            return entry[-1]
+        digest = sha256_of(path)
+        if key == self._key(os.stat(path)):  # not changing while it was read
+            self.entries[name] = [*key, digest]
+            self.changed = True
+        return digest
+
+    def save(self) -> None:
+        """Write the cache (atomically) if it changed; entries of files gone are dropped."""
+        if self.path is None or not self.changed:
+            return
+        kept = {name: entry for name, entry in self.entries.items() if os.path.isfile(name)}
+        try:
+            write_json(self.path, kept)
+        except OSError:
+            return  # a cache that cannot be written only costs time
+        self.changed = False
+
+
+def problems(
+    folder: Path, files: Mapping[str, Mapping[str, Any]], cache: DigestCache | None = None
+) -> list[str]:
+    """Each file of ``files`` (name -> its record) in ``folder`` that is missing or differs;
+    ``cache`` remembers the digests of unchanged files."""
     found = []
     for name, expected in sorted(files.items()):
         path = folder / name
@@ -49,8 +113,14 @@ def problems(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
         size = path.stat().st_size
         if "size" in expected and size != expected["size"]:
             found.append(f"{path} has {size} bytes, {expected['size']} were written")
-        elif "sha256" in expected and sha256_of(path) != expected["sha256"]:
-            found.append(f"{path} differs from what was written (sha256)")
+        elif "sha256" in expected:
+            try:
+                digest = sha256_of(path) if cache is None else cache.sha256(path)
+            except OSError as exc:
+                found.append(f"{path} cannot be read ({exc.strerror or exc})")
+                continue
+            if digest != expected["sha256"]:
+                found.append(f"{path} differs from what was written (sha256)")
     return found
 
 
@@ -65,18 +135,87 @@ def _recorded(marker: Path, key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def check(marker: Path, key: str, remedy: str, prefix: str = "") -> None:
+def recorded_problems(
+    marker: Path,
+    key: str,
+    prefix: str = "",
+    cache: DigestCache | None = None,
+    strict: bool = False,
+) -> list[str]:
+    """Each file recorded under ``key`` in ``marker`` (next to it; those whose name starts with
+    ``prefix``) that is missing or damaged (see :func:`problems`). With ``strict``, a marker
+    that exists but records no ``key`` object (damaged itself) is a problem too."""
+    files = _recorded(marker, key)
+    if files is None:
+        if strict and os.path.lexists(marker):
+            return [f"{marker} records no {key!r} (not the JSON the stage wrote)"]
+        return []
+    chosen = {k: v for k, v in files.items() if k.startswith(prefix)}
+    return problems(marker.parent, chosen, cache)
+
+
+def check(
+    marker: Path, key: str, remedy: str, prefix: str = "", cache: DigestCache | None = None
+) -> None:
     """Raise :class:`DamagedFile` if a file recorded under ``key`` in ``marker`` (next to it;
     those whose name starts with ``prefix``) is missing or damaged; ``remedy`` is the command
     that writes them again."""
-    files = _recorded(marker, key)
-    if files is None:
-        return
-    found = problems(marker.parent, {k: v for k, v in files.items() if k.startswith(prefix)})
+    found = recorded_problems(marker, key, prefix, cache)
     if found:
         raise DamagedFile(
             "; ".join(found) + f" (checked against {marker}). Make it again with: {remedy}"
         )
+
+
+def set_aside(marker: Path, suffix: str = ".damaged") -> Path:
+    """Rename ``marker`` to ``<marker><suffix>`` (``<suffix>.2``, ... if taken: nothing is ever
+    overwritten or deleted) and return the new path. Without its marker the stage that writes
+    it is due again: Snakemake reruns a job whose output is missing.
+
+    Atomic: a hard link under the new name, then the old name removed; where the file system
+    has no hard links, a rename to a name that was free just before.
+    """
+    for number in itertools.count(1):
+        aside = _aside_name(marker, suffix, number)
+        try:
+            os.link(marker, aside)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            if os.path.lexists(aside):
+                continue
+            os.rename(marker, aside)
+            return aside
+        os.unlink(marker)
+        return aside
+    raise AssertionError("unreachable")
+
+
+def _aside_name(marker: Path, suffix: str, number: int) -> Path:
+    return marker.with_name(marker.name + suffix + ("" if number == 1 else f".{number}"))
+
+
+def next_aside(marker: Path, suffix: str = ".damaged") -> Path:
+    """The name :func:`set_aside` would give ``marker`` now."""
+    for number in itertools.count(1):
+        aside = _aside_name(marker, suffix, number)
+        if not os.path.lexists(aside):
+            return aside
+    raise AssertionError("unreachable")
+
+
+def set_aside_copies(marker: Path, suffix: str = ".damaged") -> list[Path]:
+    """The copies :func:`set_aside` made of ``marker``, oldest first."""
+    found = []
+    for path in marker.parent.glob(f"{marker.name}{suffix}*"):
+        number = path.name[len(marker.name + suffix) :]
+        if number == "":
+            found.append((1, path))
+        elif number[:1] == "." and number[1:].isdigit():
+            found.append((int(number[1:]), path))
+    return [path for _, path in sorted(found)]
 
 
 def remake_command(marker: Path | str) -> str:

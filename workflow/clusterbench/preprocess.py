@@ -30,7 +30,7 @@ import numpy as np
 
 from clusterbench import formats, integrity
 from clusterbench.atomic import atomic_open, write_json
-from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.config import ConfigError, bad_settings, split_size_problems, stage_params
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.download import file_digests
 from clusterbench.params import read_json_object
@@ -68,8 +68,9 @@ class Decoded:
 
 def parse_params(text: str) -> dict[str, Any]:
     """``--params``, checked against the config schema's definition of this stage's slice:
-    ``{"val_fraction", "test_fraction", "split_seed"}`` and, for a dataset declared in the
-    config, its ``format``, ``files`` (names, in the config's order) and ``image_size``."""
+    ``{"val_fraction", "test_fraction", "split_seed", "min_split_size"}`` and, for a dataset
+    declared in the config, its ``format``, ``files`` (names, in the config's order) and
+    ``image_size``."""
     return stage_params("preprocess", text)
 
 
@@ -96,7 +97,10 @@ def load_manifest(
         entry, file_path = entries[name], path.parent / name
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise PreprocessError(f"manifest {path}: entry for {name} has no sha256")
-        again = f"Download it again with: {integrity.remake_command(path)}"
+        again = (
+            "Run the workflow again: it sets the manifest aside and downloads the files again "
+            f"(or: {integrity.remake_command(path)})"
+        )
         if not file_path.is_file():
             raise PreprocessError(f"{file_path} (listed in {path}) does not exist. {again}")
         actual = file_digests(file_path)["sha256"]
@@ -260,7 +264,9 @@ DECODERS: dict[str, Callable[[dict[str, Path], DatasetSpec], Decoded]] = {
 
 
 def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]:
-    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted)."""
+    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted).
+
+    Each subset holds ``round(fraction * n)`` (as ``clusterbench.config.split_sizes`` counts)."""
     order = np.random.default_rng(seed).permutation(n)
     sizes = [round(f * n) for f in fractions]
     bounds = np.cumsum([0, *sizes])
@@ -271,6 +277,16 @@ def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]
             f"{n} examples are too few for fractions {fractions}: a split would be empty"
         )
     return [np.sort(p) for p in parts]
+
+
+def check_split_sizes(dataset: str, decoded: Decoded, params: dict[str, Any]) -> None:
+    """:class:`ConfigError` naming the key (``datasets.<dataset>.val_fraction``, ...) if a split
+    would hold fewer than ``min_split_size`` samples: checked before any array is written. The
+    workflow checks a built-in dataset before any job; a declared one's size is known only now."""
+    test_samples = None if decoded.y_test is None else len(decoded.y_test)
+    problems = split_size_problems(dataset, params, len(decoded.y_train), test_samples)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def make_splits(decoded: Decoded, params: SplitParams) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -333,6 +349,7 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
     decoded, sha256 = decode(dataset, Path(manifest), params)
 
     official_test = decoded.x_test is not None
+    check_split_sizes(dataset, decoded, params)
     split = SplitParams(
         val_fraction=params["val_fraction"],
         test_fraction=None if official_test else params["test_fraction"],
