@@ -272,7 +272,7 @@ def preflight(wildcards):
     training job this executor could never run as asked (clusterbench.preflight):
 
     - slurm: a job larger than every partition (Slurm would leave it pending forever), with
-      the resources the job would be submitted with;
+      the resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
     - local: a run needing more cores than local jobs get (its ranks would share cores).
 
     Snakemake calls input functions while it builds the job graph, after it has chosen the
@@ -288,7 +288,7 @@ def preflight(wildcards):
 
     try:
         if plugin.name == "slurm":
-            check_slurm_job(checks, wildcards)
+            check_slurm_job(wildcards)
         elif plugin.name == "local":
             run = RUNS[wildcards.run]
             cores = min(workflow.resource_settings.cores or 1, os.cpu_count() or 1)
@@ -302,17 +302,20 @@ def preflight(wildcards):
     return []
 
 
-def check_slurm_job(checks, wildcards):
-    """clusterbench.preflight.check_slurm on the train job of ``wildcards``."""
+def check_slurm_job(wildcards):
+    """The Slurm scheduler's check_slurm (clusterbench.launch.schedulers.slurm) on the train job
+    of ``wildcards``."""
+    from clusterbench.launch.schedulers import slurm
+
     # this workflow's train step, under its module name (`use rule ... as`) if any
     train = rules.train.rule
     if "text" not in SINFO:
-        SINFO["text"] = checks.sinfo()
+        SINFO["text"] = slurm.sinfo()
     resources = train.expand_resources(
         dict(wildcards.items()),
         [],
         attempt=1,
         skip_evaluation=set(train.resources.keys())
-        - {"_cores", *checks.SLURM_RESOURCE_KEYS},
+        - {"_cores", *slurm.SLURM_RESOURCE_KEYS},
     )
-    checks.check_slurm([(wildcards.run, resources)], SINFO["text"])
+    slurm.check_slurm([(wildcards.run, resources)], SINFO["text"])

@@ -1,6 +1,8 @@
 # One Horovod rank per worker, started by clusterbench.launch in whatever allocation the job runs
 # in (local subprocesses, srun steps, qrsh -inherit). The command is the same in every profile;
 # resources (clusterbench.resources) size the job for each executor and are no rerun trigger.
+# A run's `priority` orders the local train jobs (Snakemake picks the highest first) and becomes
+# Slurm's --nice / SGE's -p through the resources; neither it nor `qos` is a rerun trigger.
 rule train:
     input:
         script=script("train"),
@@ -16,6 +18,7 @@ rule train:
         "results/logs/train/{run}.log",
     benchmark:
         "results/benchmarks/train/{run}.tsv"
+    priority: lambda wc: run_of(wc)["priority"]
     conda:
         SOFTWARE
     threads: lambda wc: run_of(wc)["workers"] * run_of(wc)["cpus_per_worker"]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -64,11 +66,11 @@ def assert_identical_weights(weights: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
-def assert_pipeline_outputs(workdir: Path, launcher: str) -> None:
+def assert_pipeline_outputs(workdir: Path, scheduler: str) -> None:
     res = workdir / "results"
     for two, backend in ((TWO, "horovod"), (TWO_DDP, "ddp")):
         info = json.loads((res / "runs" / two / "run.json").read_text())
-        assert info["world"]["launcher"] == launcher and info["world"]["size"] == 2
+        assert info["world"]["scheduler"] == scheduler and info["world"]["size"] == 2
         assert info["world"]["backend"] == backend
         assert_identical_weights(workdir / "weights" / two)
     for run in (p.name for p in (res / "runs").iterdir()):
@@ -117,7 +119,7 @@ def test_slurm_runs_the_pipeline_with_a_two_node_training_job(slurm_cluster, slu
     assert {r["local_size"] for r in ranks.values()} == {1}
     assert sorted(r["hostname"] for r in ranks.values()) == ["node1", "node2"]
     log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
-    assert "slurm launcher (srun steps): 2 rank(s)" in log, log
+    assert "slurm scheduler (srun steps): 2 rank(s)" in log, log
     # the DDP twin: the same allocation and placement, through torch.distributed
     ddp = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO_DDP}.log", "ddp")
     assert sorted(ddp) == [0, 1]
@@ -175,6 +177,46 @@ def submit_too_big(cluster, finished: Path, workdir: Path, profile: str, nodes: 
     proc = run_on(cluster, workdir, profile, *poll, "results/runs/too-big/model.pt", check=False)
     assert proc.returncode != 0
     return proc.stdout + proc.stderr
+
+
+def train_next_to(finished: Path, workdir: Path, runs: list[dict], nodes: int) -> list[str]:
+    """A config of tiny 1-epoch digits ``runs`` (over the 1-worker run) in ``workdir``, next to a
+    finished pipeline's data (copied, mtimes kept); the targets: their run.json files."""
+    shutil.copytree(finished / "results" / "raw", workdir / "results" / "raw")
+    shutil.copytree(finished / "results" / "data", workdir / "results" / "data")
+    cfg = cluster_config(workdir, nodes=nodes)
+    one = dict(next(r for r in cfg["runs"] if r["workers"] == 1), epochs=1)
+    cfg["runs"] = [{**one, **run} for run in runs]
+    write_config(workdir, cfg)
+    return [f"results/runs/{run['name']}/run.json" for run in runs]
+
+
+@pytest.mark.slurm
+def test_slurm_train_jobs_carry_their_runs_priority_and_qos(
+    slurm_cluster, slurm_finished, tmp_path
+):
+    """A run's priority P is its train job's nice -P (Slurm's nice lowers a job's priority),
+    its qos the job's QOS; without them, nice 0 and the default QOS."""
+    runs = [
+        {"name": "urgent", "priority": 7, "qos": slurm_cluster.qos},
+        {"name": "patient", "priority": -3},
+        {"name": "plain"},
+    ]
+    targets = train_next_to(slurm_finished, tmp_path / "w", runs, nodes=1)
+    proc = run_on(slurm_cluster, tmp_path / "w", "slurm", *SLURM_POLL, *targets)
+    out = proc.stdout + proc.stderr
+    submitted = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", out)
+    job_of = {Path(log).parent.name: job for job, log in submitted if "rule_train" in log}
+    assert set(job_of) == {r["name"] for r in runs}, out
+
+    def nice_and_qos(job: str) -> tuple[str, str]:
+        # job records stay MinJobAge = 300 s after the job ends
+        text = slurm_cluster.run(["scontrol", "show", "job", job]).stdout
+        return re.search(r"\bNice=(\S+)", text)[1], re.search(r"\bQOS=(\S+)", text)[1]
+
+    assert nice_and_qos(job_of["urgent"]) == ("-7", slurm_cluster.qos)
+    assert nice_and_qos(job_of["patient"]) == ("3", "normal")
+    assert nice_and_qos(job_of["plain"]) == ("0", "normal")
 
 
 @pytest.mark.slurm
@@ -314,9 +356,51 @@ def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_fin
     assert {r["size"] for r in ranks.values()} == {2}
     assert sorted(r["local_rank"] for r in ranks.values()) == [0, 1]
     log = (workdir / "results" / "logs" / "train" / f"{TWO}.log").read_text()
-    assert "sge launcher (qrsh -inherit): 2 rank(s)" in log, log
+    assert "sge scheduler (qrsh -inherit): 2 rank(s)" in log, log
     ddp = rank_lines(workdir / "results" / "logs" / "train" / f"{TWO_DDP}.log", "ddp")
     assert sorted(ddp) == [0, 1]
+
+
+@pytest.mark.sge
+def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp_path):
+    """A run's priority P is its train job's `qsub -p P`, seen with `qstat -j` while the job is
+    queued or runs, for two jobs ready at once (the profile's `sge-array-limit: 1` keeps the
+    plugin from giving both the first one's resources in one array job)."""
+    workdir = tmp_path / "w"
+    runs = [{"name": "patient", "priority": -3}, {"name": "urgent", "priority": 5}]
+    targets = train_next_to(sge_finished, workdir, runs, nodes=1)
+    seen: dict[str, str] = {}
+    done = threading.Event()
+
+    def watch() -> None:  # qstat -j of every job in the cell, until the workflow ends
+        while not done.is_set():
+            qstat = sge_cluster.run(["qstat"], check=False).stdout
+            for job in re.findall(r"^\s*(\d+)\s", qstat, re.M):
+                text = sge_cluster.run(["qstat", "-j", job], check=False).stdout
+                name = re.search(r"^job_name:\s*train_", text, re.M)
+                # the array's log folder: <run tag>_chunk<N>_<sub-chunk>_<sub-range>
+                chunk = re.search(r"/(\w+_chunk\d+)_\d+_\d+/", text)
+                priority = re.search(r"^priority:\s*(\S+)", text, re.M)
+                if name and chunk and priority and str(workdir) in text:
+                    seen[chunk[1]] = priority[1]
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        # targets after a one-value option (--set-resources would take them for its own)
+        extra = ["--set-resources", "train:sge_export_env=True", *SGE_POLL, *targets]
+        run_on(sge_cluster, workdir, "sge", *extra)
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+    meta = workdir / ".snakemake" / "sge_logs" / ".meta" / "rule_train"
+    priority_of = {}
+    for chunk, priority in seen.items():  # the plugin's manifest: which run each chunk is
+        manifest = json.loads((meta / f"task_manifest_{chunk}.json").read_text())
+        for task in manifest.values():
+            priority_of[task["wildcards"]["run"]] = priority
+    assert priority_of == {"patient": "-3", "urgent": "5"}, seen
 
 
 @pytest.mark.sge

@@ -359,3 +359,31 @@ def test_the_preprocess_stage_defaults_to_the_config_minimum():
     )
     assert params["min_split_size"] == cb.validate(_base())["datasets"]["digits"]["min_split_size"]
 
+
+def test_priority_and_qos_are_checked_and_no_training_setting():
+    """A run's priority (-1023..1024) and qos (safe characters) size no result: defaults 0 and
+    null, outside the train slice (the train rule's params, its rerun trigger) and the config
+    hash; bad values name the key."""
+    cfg = _base()
+    cfg["runs"].append({"name": "b", "dataset": "digits", "priority": -1023, "qos": "high.prio-1"})
+    cfg["runs"].append({"name": "c", "dataset": "digits", "priority": 1024})
+    runs = cb.validate(cfg)["runs"]
+    assert [(r["priority"], r["qos"]) for r in runs] == [
+        (0, None),
+        (-1023, "high.prio-1"),
+        (1024, None),
+    ]
+    assert cb.train_slice(runs[0]) == {**cb.train_slice(runs[1]), "name": "a"}
+    assert {"priority", "qos"} <= set(cb.RESOURCE_KEYS)
+    plain = cb.validate(_base())
+    assert cb.config_hash(plain) == cb.config_hash(
+        cb.validate({**_base(), "run_defaults": {"priority": 9, "qos": "x"}})
+    )
+    for value, words in [(1025, "maximum of 1024"), (-1024, "minimum of -1023"), (True, "type")]:
+        with pytest.raises(cb.ConfigError, match=rf"runs\[0\]\.priority: .*{words}"):
+            cb.validate(
+                {**_base(), "runs": [{"name": "a", "dataset": "digits", "priority": value}]}
+            )
+    for qos in ["a b", "-x", "x;y", "", "q" * 65]:
+        with pytest.raises(cb.ConfigError, match=r"runs\[0\]\.qos"):
+            cb.validate({**_base(), "runs": [{"name": "a", "dataset": "digits", "qos": qos}]})

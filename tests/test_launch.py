@@ -23,14 +23,18 @@ from pathlib import Path
 import psutil
 import pytest
 from clusterbench import launch
-from clusterbench.allocation import Allocation, Host, parse_scontrol_job
-from test_allocation import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
+from clusterbench.launch import runner
+from clusterbench.launch.cli import parse_args, prepare
+from clusterbench.launch.schedulers import local, sge, slurm
+from clusterbench.launch.schedulers.base import Allocation, Host
+from clusterbench.launch.schedulers.slurm import parse_scontrol_job
+from test_schedulers import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
 
 PY = sys.executable
 TIMEOUT = 90  # seconds: a hanging launcher fails the test instead of hanging it
 
 needs_two_cpus = pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="the local launcher offers one slot per CPU"
+    len(os.sched_getaffinity(0)) < 2, reason="the local scheduler offers one slot per CPU"
 )
 
 # Prints one RESULT line per rank with what Horovod and the environment say.
@@ -136,6 +140,39 @@ time.sleep(300)
 """
 
 
+# No Horovod: each rank writes ready<rank> once it handles SIGUSR1, then exits 0 when it has got
+# two SIGUSR1 (1 if not within 60 s), printing how many it got and where.
+USR1_TWICE = r"""
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda sig, frame: got.append(sig))
+rank = os.environ["HOROVOD_RANK"]
+open(os.path.join(sys.argv[1], "ready%s" % rank), "w").close()
+deadline = time.time() + 60
+while len(got) < 2 and time.time() < deadline:
+    time.sleep(0.05)
+where = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+print("rank %s got %d SIGUSR1 on %s" % (rank, len(got), where), flush=True)
+sys.exit(0 if len(got) == 2 else 1)
+"""
+
+
+def _usr1_twice(launcher: str, ready_dir: Path, np: int = 2) -> str:
+    """A job script: ``launcher`` in the background; once every rank is ready, SIGUSR1 to the
+    launcher twice; then its exit code (``launcher-exit=N``)."""
+    return f"""{launcher} &
+pid=$!
+for i in $(seq 600); do
+  [ "$(ls {ready_dir} | grep -c ready)" -ge {np} ] && break
+  sleep 0.1
+done
+kill -USR1 $pid
+sleep 1
+kill -USR1 $pid
+wait $pid
+echo launcher-exit=$?"""
+
+
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTERBENCH_")}
     env.update(extra)
@@ -168,7 +205,7 @@ def _run_local(
     script = tmp_path / "rank.py"
     script.write_text(code)
     return subprocess.run(
-        _launch_cmd(np, script, *args, options=("--launcher", "local", *options)),
+        _launch_cmd(np, script, *args, options=("--scheduler", "local", *options)),
         cwd=tmp_path,
         env=env or _clean_env(),
         capture_output=True,
@@ -235,7 +272,7 @@ def _fake_slurm(tmp_path: Path, job_text: str, tools: tuple[str, ...] = ("srun",
 
 def test_np_larger_than_local_cpus_names_both_numbers(monkeypatch, capsys) -> None:
     cpus = len(os.sched_getaffinity(0))
-    assert _main(monkeypatch, ["--launcher", "local", "--np", str(cpus + 1), "--", "true"]) == 2
+    assert _main(monkeypatch, ["--scheduler", "local", "--np", str(cpus + 1), "--", "true"]) == 2
     err = capsys.readouterr().err
     assert f"--np {cpus + 1} is more than the {cpus} slot(s)" in err
 
@@ -280,15 +317,16 @@ def test_missing_srun(monkeypatch, capsys, tmp_path) -> None:
     [
         (["--np", "1", "true"], {}, "missing '--'"),
         (["--np", "1", "--"], {}, "no command after '--'"),
-        (["--launcher", "mpi", "--np", "1", "--", "true"], {}, "unknown launcher 'mpi'"),
-        (["--np", "1", "--", "true"], {"CLUSTERBENCH_LAUNCHER": "pbs"}, "unknown launcher 'pbs'"),
+        (["--scheduler", "mpi", "--np", "1", "--", "true"], {}, "unknown scheduler 'mpi'"),
+        (["--launcher", "mpi", "--np", "1", "--", "true"], {}, "unknown scheduler 'mpi'"),
+        (["--np", "1", "--", "true"], {"CLUSTERBENCH_SCHEDULER": "pbs"}, "unknown scheduler 'pbs'"),
         (["--np", "1", "--timeout", "soon", "--", "true"], {}, "positive number of seconds"),
         (["--np", "1", "--", "true"], {"CLUSTERBENCH_GLOO_TIMEOUT": "0"}, "positive number"),
         (["--np", "1", "--log-level", "loud", "--", "true"], {}, "unknown log level 'loud'"),
-        (["--launcher", "slurm", "--np", "1", "--", "true"], {}, "needs SLURM_JOB_ID"),
-        (["--launcher", "sge", "--np", "1", "--", "true"], {}, "needs PE_HOSTFILE"),
+        (["--scheduler", "slurm", "--np", "1", "--", "true"], {}, "needs SLURM_JOB_ID"),
+        (["--scheduler", "sge", "--np", "1", "--", "true"], {}, "needs PE_HOSTFILE"),
         (
-            ["--launcher", "local", "--np", "1", "--iface", "nosuch0", "--", "true"],
+            ["--scheduler", "local", "--np", "1", "--iface", "nosuch0", "--", "true"],
             {},
             "network interface 'nosuch0' has no IPv4 address",
         ),
@@ -310,11 +348,20 @@ class _Slot:
         self.local_rank, self.local_size = local_rank, local_size
 
 
+def _slurm(monkeypatch, job_text: str, tag: str, steps: list[str]) -> slurm.SlurmScheduler:
+    """A Slurm scheduler bound to the job of ``job_text``, in which ``steps`` already run."""
+    monkeypatch.setattr(slurm, "slurm_steps", lambda job_id, **_: list(steps))
+    sched = slurm.SlurmScheduler()
+    alloc = parse_scontrol_job(job_text)
+    sched.bind(alloc, alloc.slots, tag, set())
+    return sched
+
+
 def test_srun_step_takes_its_share_without_overlap(monkeypatch) -> None:
     monkeypatch.setenv("SLURM_NTASKS", "3")
     monkeypatch.setenv("SLURM_CONF", "/etc/x/slurm.conf")
-    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
-    executor = launch.SlurmExecutor(alloc, "cb-test", overlap=False)
+    executor = _slurm(monkeypatch, SCONTROL_JOB_UNEVEN, "cb-test", steps=[])
+    assert not executor.overlap
     argv = shlex.split(executor.shell_command("env A=1 python x.py 'a b'", _Slot("node1", 1, 1, 2)))
     assert argv[:7] == [
         "srun",
@@ -329,24 +376,27 @@ def test_srun_step_takes_its_share_without_overlap(monkeypatch) -> None:
     assert "--overlap" not in argv
     assert argv[-3:] == ["bash", "-c", "env A=1 python x.py 'a b'"]
     # srun must not see the batch step's SLURM_* values (they would override its options).
-    assert "SLURM_NTASKS" not in executor.env and executor.env["SLURM_CONF"] == "/etc/x/slurm.conf"
+    env = executor.start_env
+    assert "SLURM_NTASKS" not in env and env["SLURM_CONF"] == "/etc/x/slurm.conf"
 
 
-def test_srun_step_asks_one_gpu_or_overlaps_when_told() -> None:
-    alloc = parse_scontrol_job(SCONTROL_JOB_GPUS)
-    gpu = shlex.split(
-        launch.SlurmExecutor(alloc, "t", overlap=False).shell_command("x", _Slot("node2", 3, 0, 1))
-    )
+def test_srun_step_asks_one_gpu_or_overlaps_when_steps_run(monkeypatch) -> None:
+    sched = _slurm(monkeypatch, SCONTROL_JOB_GPUS, "t", steps=[])
+    gpu = shlex.split(sched.shell_command("x", _Slot("node2", 3, 0, 1)))
     assert "--gres=gpu:1" in gpu and "--mem=500M" in gpu
-    over = shlex.split(
-        launch.SlurmExecutor(alloc, "t", overlap=True).shell_command("x", _Slot("node1", 0, 0, 3))
-    )
+    # Slurm pins the step's GPU itself (CUDA_VISIBLE_DEVICES of the step): the launcher does not
+    assert sched.rank_device(sched.hosts["node2"], 0, 1, None) is None
+    assert sched.gpu_note() and "--gres=gpu:1" in sched.gpu_note()
+    sched = _slurm(monkeypatch, SCONTROL_JOB_GPUS, "t", steps=["11.0"])
+    assert sched.overlap
+    over = shlex.split(sched.shell_command("x", _Slot("node1", 0, 0, 3)))
     assert "--overlap" in over and not any(a.startswith(("--mem", "--gres")) for a in over)
+    assert sched.rank_device(sched.hosts["node1"], 1, 2, None) == "1"  # pinned by local rank
 
 
 def test_qrsh_command_survives_qrsh_joining_its_arguments(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    executor = launch.SgeExecutor(local_hosts=set())
+    executor = sge.SgeScheduler()
     rank_cmd = "env HOROVOD_RANK=1 python x.py 'a b' 'q\"uote'"
     argv = shlex.split(executor.shell_command(rank_cmd, _Slot("hostB", 1, 0, 1)))
     assert argv[:5] == ["qrsh", "-inherit", "-nostdin", "-V", "hostB"]
@@ -355,13 +405,13 @@ def test_qrsh_command_survives_qrsh_joining_its_arguments(tmp_path, monkeypatch)
     assert remote[:2] == ["bash", "-c"] and len(remote) == 3
     assert remote[2].startswith(f"cd {shlex.quote(str(tmp_path))} || exit 1; {rank_cmd} & ")
     # The rank announces its pid, which the executor takes out of the output.
-    assert executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stderr>:" + launch._PID_MARK + "4242\n")
+    assert executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stderr>:" + sge.PID_MARK + "4242\n")
     assert executor.pids == {1: 4242}
     assert not executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stdout>:hello\n")
 
 
 def test_local_allocation_is_this_host_one_slot_per_cpu() -> None:
-    alloc = launch.local_allocation()
+    alloc = local.local_allocation()
     assert alloc == Allocation("local", (Host(socket.gethostname(), len(os.sched_getaffinity(0))),))
 
 
@@ -381,7 +431,7 @@ def test_torch_dist_env_of_a_slot() -> None:
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
     slots = get_host_assignments(parse_hosts("node1:2,node2:1"), 3)
-    envs = [launch.torch_dist_env(s, ("10.0.0.1", 4242)) for s in slots]
+    envs = [runner.torch_dist_env(s, ("10.0.0.1", 4242)) for s in slots]
     assert [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"]) for e in envs] == [
         ("0", "0", "0"),
         ("1", "1", "0"),
@@ -475,7 +525,7 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path) -> None:
     script = tmp_path / "rank.py"
     script.write_text(IDLE)
     proc = subprocess.Popen(
-        _launch_cmd(2, script, str(tmp_path), options=("--launcher", "local")),
+        _launch_cmd(2, script, str(tmp_path), options=("--scheduler", "local")),
         cwd=tmp_path,
         env=_clean_env(),
         stdout=subprocess.PIPE,
@@ -587,6 +637,24 @@ def test_slurm_failing_rank_stops_the_other_step(slurm_cluster, tmp_path) -> Non
     assert steps == [f"{job}.batch", "batch"], out
 
 
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_usr1_reaches_every_rank_step_and_stops_nothing(slurm_cluster, tmp_path) -> None:
+    """SIGUSR1 to the launcher in a 2-node job: passed on to each rank's step (scancel --signal),
+    twice; every rank keeps running and exits 0, and so does the launcher."""
+    script = tmp_path / "rank.py"
+    script.write_text(USR1_TWICE)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    launcher = _jobstep_like(2, script, str(ready)).split("\n")[0]  # without its echo
+    _, out = _sbatch(slurm_cluster, tmp_path, "-N2", "-n2", script=_usr1_twice(launcher, ready))
+    assert "launcher-exit=0" in out, out
+    assert "[0]<stdout>:rank 0 got 2 SIGUSR1 on node1" in out, out
+    assert "[1]<stdout>:rank 1 got 2 SIGUSR1 on node2" in out, out
+    assert out.count("received SIGUSR1: passing it on to every rank") == 2, out
+    assert "stopping" not in out, out
+
+
 def _qsub(cluster, tmp_path: Path, *args: str, script: str) -> str:
     path = tmp_path / "job.sh"
     path.write_text("#!/bin/bash\n" + script + "\n")
@@ -643,6 +711,24 @@ def test_sge_failing_rank_stops_the_other_and_the_job_survives(sge_cluster, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.sge
+def test_sge_usr1_reaches_every_rank_and_stops_nothing(sge_cluster, tmp_path) -> None:
+    """SIGUSR1 to the launcher in a `-pe mpi 2` job: passed on to each rank started through
+    qrsh -inherit (its pid), twice; the ranks keep running and exit 0, the job survives."""
+    script = tmp_path / "rank.py"
+    script.write_text(USR1_TWICE)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    launcher = shlex.join(_launch_cmd(2, script, str(ready)))
+    out = _qsub(sge_cluster, tmp_path, "-pe", "mpi", "2", script=_usr1_twice(launcher, ready))
+    assert "launcher-exit=0" in out, out
+    for rank in (0, 1):
+        assert f"[{rank}]<stdout>:rank {rank} got 2 SIGUSR1" in out, out
+    assert out.count("received SIGUSR1: passing it on to every rank") == 2, out
+    assert "stopping" not in out, out
+
+
+@pytest.mark.slow
 def test_single_rank_in_an_sge_job_starts_locally(monkeypatch, capfd, tmp_path) -> None:
     """A one-slot job (e.g. `-pe smp 1`, no control_slaves) needs no qrsh -inherit."""
     bin_dir = tmp_path / "bin"
@@ -663,7 +749,7 @@ def test_single_rank_in_an_sge_job_starts_locally(monkeypatch, capfd, tmp_path) 
     out, err = capfd.readouterr()
     assert rc == 0, out + err
     assert "identity 0 1" in out and "qrsh must not be used" not in out + err
-    assert "sge launcher (one local process): 1 rank(s)" in out + err
+    assert "sge scheduler (one local process): 1 rank(s)" in out + err
 
 
 def test_single_rank_in_a_gpu_slurm_job_keeps_its_environment(monkeypatch, tmp_path) -> None:
@@ -673,7 +759,8 @@ def test_single_rank_in_a_gpu_slurm_job_keeps_its_environment(monkeypatch, tmp_p
     (Path(path) / "squeue").write_text("#!/bin/sh\necho 11.0 busy\n")  # a step holds the CPUs
     env = {"SLURM_JOB_ID": "11", "PATH": path, "CUDA_VISIBLE_DEVICES": "1"}
     monkeypatch.setenv("PATH", path)
-    args = launch.parse_args(["--np", "1", "--", "true"], env)
-    plan = launch.prepare(args, env)
+    args = parse_args(["--np", "1", "--", "true"], env)
+    plan = prepare(args, env)
     assert plan.devices == {0: None}
-    assert not plan.slurm_overlap
+    assert plan.scheduler.name == "slurm" and plan.starter.name == "local"
+    assert plan.env["CLUSTERBENCH_SCHEDULER"] == "slurm"

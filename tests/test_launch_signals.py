@@ -1,7 +1,8 @@
 """clusterbench.launch when things go wrong: stop signals (twice, in every order, at varied
-delays), ranks that ignore SIGTERM, a launcher killed by SIGKILL, a rank killed by SIGKILL.
+delays), ranks that ignore SIGTERM, a launcher killed by SIGKILL, a rank killed by SIGKILL; and
+SIGUSR1 (the preemption warning), which is passed on to every rank and stops nothing.
 
-The subprocess tests start the real launcher (``--launcher local --np 2``) with tiny rank
+The subprocess tests start the real launcher (``--scheduler local --np 2``) with tiny rank
 programs (``python -S``, no Horovod, no torch: real training is covered in test_launch.py) that
 record their pid and sleep. They assert bounds, not timings: after a first stop signal every rank
 is gone and the launcher has exited (128 + signal) within :data:`AFTER_FIRST_S`, after a second
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from clusterbench import launch
+from clusterbench.launch import runner
 
 PY = sys.executable
 STARTUP_S = 60  # the ranks are up within this (2 busy cores)
@@ -35,7 +36,7 @@ AFTER_SECOND_S = 5.0  # ... after a second signal
 POLL_S = 0.002
 
 needs_two_cpus = pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="the local launcher offers one slot per CPU"
+    len(os.sched_getaffinity(0)) < 2, reason="the local scheduler offers one slot per CPU"
 )
 
 # argv: the directory for the pid files, then the ranks that ignore SIGTERM ("0,1"; "" none).
@@ -52,6 +53,25 @@ n = 0
 while True:
     n += sum(range(2000))
     time.sleep(0.01)
+"""
+
+# Like RANK, but records every SIGUSR1 it gets (one line each in rank<N>.usr1) and exits 0 when
+# the file "stop" appears in its directory.
+RANK_USR1 = r"""
+import os, signal, sys, time
+rank = os.environ["HOROVOD_RANK"]
+record = os.path.join(sys.argv[1], "rank%s.usr1" % rank)
+def on_usr1(sig, frame):
+    with open(record, "a") as f:
+        f.write("%d\n" % sig)
+signal.signal(signal.SIGUSR1, on_usr1)
+path = os.path.join(sys.argv[1], "rank%s.pid" % rank)
+with open(path + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(path + ".tmp", path)
+while not os.path.exists(os.path.join(sys.argv[1], "stop")):
+    time.sleep(0.01)
+print("rank %s done" % rank, flush=True)
 """
 
 
@@ -101,14 +121,14 @@ class Launch:
     exited_at: float | None = None
 
     @classmethod
-    def start(cls, tmp_path: Path, name: str, stubborn: str = "") -> Launch:
-        script = tmp_path / "rank.py"
+    def start(cls, tmp_path: Path, name: str, stubborn: str = "", code: str = RANK) -> Launch:
+        script = tmp_path / f"rank-{abs(hash(code))}.py"
         if not script.exists():
-            script.write_text(RANK)
+            script.write_text(code)
         run_dir = tmp_path / name
         run_dir.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTERBENCH_")}
-        cmd = [PY, "-m", "clusterbench.launch", "--np", "2", "--launcher", "local", "--"]
+        cmd = [PY, "-m", "clusterbench.launch", "--np", "2", "--scheduler", "local", "--"]
         with open(run_dir / "out", "wb") as out, open(run_dir / "err", "wb") as err:
             proc = subprocess.Popen(
                 [*cmd, PY, "-S", str(script), str(run_dir), stubborn],
@@ -195,7 +215,7 @@ def _figures(label: str, values: list[float]) -> str:
 def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkeypatch) -> None:
     """With the installed horovod: plain launch_gloo leaves Horovod's set_event_on_signal
     (Event.set in a signal handler) installed while the ranks run; through the launcher's
-    StopSignals and _shutdown_event_without_handlers the ranks run under _on_stop_signal and get
+    StopSignals and shutdown_event_without_handlers the ranks run under _on_signal and get
     the launcher's shutdown event, and the previous handlers come back afterwards."""
     from horovod.runner.common.util.settings import Settings
     from horovod.runner.gloo_run import launch_gloo
@@ -223,14 +243,14 @@ def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkey
 
     seen.clear()
     shutdown = threading.Event()
-    signals = launch.StopSignals(
+    signals = runner.StopSignals(
         shutdown, kill=lambda: None, sweep=lambda: None, final=lambda: None
     )
-    with signals, launch._shutdown_event_without_handlers(shutdown):
+    with signals, runner.shutdown_event_without_handlers(shutdown):
         run_two()
     assert len(seen) == 2
     for on_int, on_term, events in seen:
-        assert on_int is on_term is launch._on_stop_signal
+        assert on_int is on_term is runner._on_signal
         assert events == [shutdown]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert signal.set_wakeup_fd(-1) == -1  # the wake-up fd was given back too
@@ -255,7 +275,7 @@ class _Recorder:
 
 
 def _stop_signals(rec: _Recorder, shutdown: threading.Event, **deadlines: float):
-    return launch.StopSignals(
+    return runner.StopSignals(
         shutdown,
         kill=rec.hook("kill"),
         sweep=rec.hook("sweep"),
@@ -315,15 +335,57 @@ def test_without_a_signal_nothing_happens_and_handlers_come_back() -> None:
     rec, shutdown = _Recorder(), threading.Event()
     before = signal.getsignal(signal.SIGTERM)
     with _stop_signals(rec, shutdown) as signals:
-        assert signal.getsignal(signal.SIGTERM) is launch._on_stop_signal
+        assert signal.getsignal(signal.SIGTERM) is runner._on_signal
     assert signal.getsignal(signal.SIGTERM) is before
     assert signals.first is None and not shutdown.is_set() and rec.calls == []
+
+
+def test_usr1_is_passed_on_and_stops_nothing() -> None:
+    """SIGUSR1 (twice) to this process: ``forward`` gets it each time, on the watcher thread;
+    no shutdown, no kill, no exit; a SIGTERM afterwards still stops as usual."""
+    rec, shutdown = _Recorder(), threading.Event()
+    forwarded: list[int] = []
+    both = threading.Event()
+
+    def forward(signum: int) -> None:
+        forwarded.append(signum)
+        if len(forwarded) == 2:
+            both.set()
+
+    before = signal.getsignal(signal.SIGUSR1)
+    signals = runner.StopSignals(
+        shutdown,
+        kill=rec.hook("kill"),
+        sweep=rec.hook("sweep"),
+        final=rec.hook("final"),
+        exit=rec.exit,
+        forward=forward,
+        kill_after=0.3,
+        exit_after=1.0,
+    )
+    try:
+        with signals:
+            assert signal.getsignal(signal.SIGUSR1) is runner._on_signal
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert both.wait(5), forwarded
+            time.sleep(0.5)  # longer than kill_after: a stop would have escalated by now
+            assert forwarded == [signal.SIGUSR1, signal.SIGUSR1]
+            assert not shutdown.is_set() and rec.calls == [] and signals.first is None
+            assert signals.passed_on == [signal.SIGUSR1] * 2 and signals.received == []
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert rec.exited.wait(10), rec.calls
+    finally:
+        signals.uninstall()
+    assert rec.code == 128 + signal.SIGTERM and shutdown.is_set()
+    assert signal.getsignal(signal.SIGUSR1) is before
 
 
 def test_reaper_kills_a_session_and_what_left_it(tmp_path) -> None:
     """A session leader below this process (as Horovod's middleman is), its child, and an orphan
     of its process group that is no longer below this process: one sweep kills them all."""
-    reaper = launch.Reaper()
+    reaper = runner.Reaper()
     pid_file = tmp_path / "orphan.pid"
     leader = subprocess.Popen(
         ["sh", "-c", f"(sleep 60 & echo $! > {pid_file}); sleep 60"],
@@ -515,6 +577,44 @@ def test_a_dead_rank_fails_the_job(tmp_path) -> None:
         finally:
             run.cleanup()
     _figures("rank SIGKILLed -> launcher exited non-zero", took)
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_usr1_reaches_every_local_rank_and_they_keep_running(tmp_path) -> None:
+    """SIGUSR1 to the launcher (three times) reaches each rank's own process (not Horovod's
+    middleman or the shell between, which would die of it) every time; the ranks and the
+    launcher keep running, and end normally (exit 0) when told."""
+    run = Launch.start(tmp_path, "usr1", code=RANK_USR1)
+    try:
+        run.wait_ranks()
+        records = [run.dir / f"rank{r}.usr1" for r in (0, 1)]
+
+        def counts() -> list[int]:
+            return [len(f.read_text().split()) if f.exists() else 0 for f in records]
+
+        for n in (1, 2, 3):
+            run.signal(signal.SIGUSR1, group=False)
+            deadline = time.monotonic() + 10
+            while counts() != [n, n] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert counts() == [n, n], run.stderr()
+        assert {f.read_text() for f in records} == {f"{int(signal.SIGUSR1)}\n" * 3}
+        time.sleep(1.0)
+        assert run.proc.poll() is None, run.stderr()
+        assert all(r.alive() for r in run.ranks), run.stderr()
+        assert not [p for p in run.started if not p.alive() and p not in run.ranks], run.stderr()
+        (run.dir / "stop").write_text("")
+        run.proc.wait(timeout=STARTUP_S)
+        assert run.proc.returncode == 0, run.stderr()
+        err = run.stderr()
+        assert err.count("received SIGUSR1: passing it on to every rank") == 3, err
+        assert "stopping every rank" not in err and "SIGKILL" not in err, err
+        assert "all 2 rank(s) finished" in err, err
+        out = (run.dir / "out").read_text()
+        assert "[0]<stdout>:rank 0 done" in out and "[1]<stdout>:rank 1 done" in out, out
+    finally:
+        run.cleanup()
 
 
 def test_interrupt_forwarding_finds_the_launchers_below_a_process():

@@ -1,9 +1,11 @@
-"""The Slurm pre-flight check: jobs larger than their partition are refused up front."""
+"""The pre-flight checks: Slurm jobs larger than their partition (the Slurm scheduler's
+check) and local runs needing more cores than local jobs get are refused up front."""
 
 from __future__ import annotations
 
 import pytest
-from clusterbench.preflight import PreflightError, check_slurm, parse_sinfo, slurm_problems
+from clusterbench.launch.schedulers.slurm import check_slurm, parse_sinfo, slurm_problems
+from clusterbench.preflight import PreflightError
 from clusterbench.resources import train_resources
 
 # sinfo -h -o '%P|%D|%c|%G' on a site with a heterogeneous GPU partition
@@ -43,6 +45,7 @@ def test_parse_sinfo_aggregates_node_groups():
         (run(workers=18, nodes=2, gpus_per_node=9), "gpu", False),  # GPUs per node
         (run(workers=2, nodes=1, gpus_per_node=1), None, False),  # no GPUs in cpu
         (run(workers=1, nodes=1), "nonexistent", False),
+        (run(workers=64, nodes=1, priority=-5, qos="low"), None, True),  # --nice is no size
     ],
 )
 def test_slurm_problems(request_, partition, ok):

@@ -168,7 +168,10 @@ def make_fake_results(
                 "hosts": [hosts[i % len(hosts)] for i in range(workers)],
                 "device": spec.get("device", "cpu"),
                 "gpus": 0,
-                "launcher": "slurm" if spec["nodes"] > 1 else "local",
+                # a run.json from before provenance names the scheduler "launcher" (old key)
+                ("scheduler" if spec.get("provenance", True) else "launcher"): (
+                    "slurm" if spec["nodes"] > 1 else "local"
+                ),
                 "backend": cfg["backend"],
             },
             "effective": {
@@ -987,6 +990,8 @@ def test_run_json_without_provenance_is_reported_as_unknown(tmp_path: Path):
     assert (old["cpu_model"], old["gpus"], old["commit"]) == ("unknown",) * 3
     assert old["torch"] == "2.13.0" and old["host_ranks"] == "node01"
     assert old["provenance_differs"] == "" and runs.loc["alike-1w", "provenance_differs"] == ""
+    # the scheduler under run.json's old key "launcher", and under "scheduler"
+    assert runs["scheduler"].to_dict() == {"alike-1w": "local", "alike-2w": "local"}
     text = pdf_text(out / "report.pdf").split("\f")
     page = " ".join(text[PAGE["provenance"]].split())
     assert "not recorded" in page and "Not recorded for alike-2w" in page

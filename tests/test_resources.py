@@ -1,4 +1,5 @@
-"""clusterbench.resources: the resource dicts, and the sbatch/qsub lines the real plugins build.
+"""clusterbench.resources (and the schedulers' parts of it): the resource dicts, and the
+sbatch/qsub lines the real plugins build.
 
 The executor plugins' own command builders (snakemake-executor-plugin-slurm's
 ``get_submit_command``, the SGE plugin's ``get_submit_command``) are called with a job carrying
@@ -196,3 +197,55 @@ def test_qsub_single_worker_uses_profile_pe(tmp_path: Path) -> None:
     argv = qsub_line(train_resources(run_config(cpus_per_worker=2)), tmp_path)
     assert argv[argv.index("-pe") + 1 : argv.index("-pe") + 3] == ["smp", "2"]
     assert last_l(argv, "h_vmem") == "INFINITY"
+
+
+# ------------------------------------------------------------------------------------------------
+# a run's priority and qos
+
+
+def test_priority_and_qos_are_resources_only_when_set() -> None:
+    res = train_resources(run_config(workers=2))
+    assert "qos" not in res and "sge_priority" not in res and "--nice" not in str(res)
+    res = train_resources(run_config(workers=2, priority=0, qos=None))
+    assert "qos" not in res and "sge_priority" not in res
+    res = train_resources(run_config(workers=2, priority=7, qos="high"))
+    assert res["qos"] == "high" and res["sge_priority"] == 7
+    assert set(res) <= set(TRAIN_RESOURCE_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("priority", "message"),
+    [(1025, "priority must be an integer in -1023..1024"), (-1024, "-1023..1024"), (1.5, "1.5")],
+)
+def test_bad_priority_is_rejected(priority, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        train_resources(run_config(priority=priority))
+
+
+@pytest.mark.parametrize(("priority", "nice"), [(7, "-7"), (-5, "5"), (1024, "-1024")])
+def test_sbatch_priority_is_the_opposite_nice_and_qos_is_qos(priority, nice) -> None:
+    """Slurm's nice lowers a job's priority: a run's priority P is `--nice=-P`."""
+    argv = sbatch_line(train_resources(run_config(workers=2, nodes=2, priority=priority, qos="hi")))
+    assert option(argv, "--nice") == nice
+    assert option(argv, "--qos") == "hi"
+    assert option(argv, "--ntasks-per-node") == "1"  # the other slurm_extra flags stay
+
+
+def test_sbatch_without_priority_or_qos() -> None:
+    argv = sbatch_line(train_resources(run_config(workers=2)))
+    assert option(argv, "--nice") is None and option(argv, "--qos") is None
+
+
+@pytest.mark.parametrize("priority", [5, -7])
+def test_qsub_priority_is_p_and_the_profiles_w_e_stays(tmp_path: Path, priority) -> None:
+    profile_default = {"sge_extra": "-w e"}  # profiles/sge default-resources, evaluated
+    res = train_resources(run_config(workers=2, priority=priority, qos="hi"))
+    assert "sge_extra" not in res  # so the profile's default reaches train jobs too
+    argv = qsub_line({**profile_default, **res}, tmp_path)
+    assert option(argv, "-p") == str(priority)
+    assert option(argv, "-w") == "e"
+    assert "hi" not in argv  # no QOS on SGE
+
+
+def test_qsub_without_priority(tmp_path: Path) -> None:
+    assert option(qsub_line(train_resources(run_config(workers=2)), tmp_path), "-p") is None

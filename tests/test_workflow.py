@@ -124,7 +124,7 @@ def test_two_worker_run_reaches_target_accuracy(finished: Path):
     assert max(acc[name] for name in two_workers) >= 0.95, acc
     info = json.loads((finished / "results" / "runs" / two_workers[0] / "run.json").read_text())
     assert info["world"]["size"] == 2
-    assert info["world"]["launcher"] == "local"
+    assert info["world"]["scheduler"] == "local"
 
 
 def test_html_report_builds(finished: Path):
@@ -186,13 +186,14 @@ def test_evaluation_setting_reruns_evaluate_and_report(finished: Path):
     assert reran == {("evaluate", run) for run in runs} | {("report", "")}
 
 
-def test_download_retries_rerun_nothing(finished: Path):
+def test_download_retries_and_a_runs_priority_and_qos_rerun_nothing(finished: Path):
     reran = _change(
         finished,
         lambda c: (
             c["report"].update(title="A new title"),
             c["evaluate"].update(batch_size=97),
             c["download"].update(retries=9),
+            c["runs"][0].update(priority=-5, qos="low"),  # scheduler settings, no result
         ),
     )
     assert reran == set()
@@ -203,6 +204,7 @@ def _every_config_change(c):
     c["report"].update(title="A new title")
     c["evaluate"].update(batch_size=97)
     c["download"].update(retries=9)
+    c["runs"][0].update(priority=-5, qos="low")
     c["runs"][0]["lr"] = 0.02
 
 
@@ -299,6 +301,34 @@ def test_a_run_needing_more_cores_than_local_jobs_get_is_refused_before_any_job(
     assert proc.returncode != 0
     assert f"run 'wide' needs {(os.cpu_count() or 1) + 1} cores" in out, out
     assert not (tmp_path / "results").exists(), out
+
+
+def test_local_train_jobs_run_in_the_order_of_their_priority(tmp_path: Path):
+    """Three tiny runs, one core: the train jobs start highest priority first (the rule's
+    priority is the run's), whatever their order in the config; the epochs' timestamps in
+    metrics.jsonl agree."""
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(tmp_path / "cache")
+    tiny = {"dataset": "digits", "workers": 1, "epochs": 1}
+    cfg["runs"] = [
+        {**tiny, "name": "low", "priority": -5, "qos": "ignored-locally"},
+        {**tiny, "name": "default"},
+        {**tiny, "name": "high", "priority": 7},
+    ]
+    write_config(tmp_path, cfg)
+    targets = [f"results/runs/{r['name']}/run.json" for r in cfg["runs"]]
+    proc = snakemake(tmp_path, "--cores", "1", *targets)
+    started = re.findall(r"rule train:.*?wildcards: run=(\S+)", proc.stdout + proc.stderr, re.S)
+    assert started == ["high", "default", "low"], proc.stdout + proc.stderr
+
+    def trained_at(run: str) -> str:
+        lines = (tmp_path / "results" / "runs" / run / "metrics.jsonl").read_text().splitlines()
+        return json.loads(lines[-1])["time"]  # ISO 8601, UTC, milliseconds: sorts as text
+
+    assert trained_at("high") < trained_at("default") < trained_at("low")
+    for run in cfg["runs"]:  # no scheduler setting reaches the training's own record
+        info = json.loads((tmp_path / "results" / "runs" / run["name"] / "run.json").read_text())
+        assert "priority" not in info["run"] and "qos" not in info["run"]
 
 
 def test_invalid_config_stops_before_any_job(tmp_path: Path):

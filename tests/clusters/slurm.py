@@ -5,6 +5,8 @@ Daemons (each with its pid file under ``<base>/run``, logs under ``<base>/log``)
 ``slurmdbd`` (so ``sacct`` works), ``slurmctld`` and one ``slurmd`` per node (``-N node1``,
 ``-N node2``, distinct ports). Each node declares two fake GPUs (character devices under
 ``<base>/gpus``) through gres.conf, so GPU requests are accepted and CUDA_VISIBLE_DEVICES is set.
+slurmdbd holds a QOS besides ``normal``, :attr:`SlurmCluster.qos` (``cbtest``), which root's
+association may use: a run's ``qos`` can be tested with it.
 
 Clients need only ``SLURM_CONF=<base>/etc/slurm.conf``. A nested ``srun`` inside a job started by
 Snakemake's jobstep plugin loses SLURM_CONF, so the cluster also links /etc/slurm/slurm.conf to its
@@ -35,6 +37,7 @@ class SlurmCluster(Cluster):
     nodes = ("node1", "node2")
     partition = "debug"
     cluster_name = "clusterbench"
+    qos = "cbtest"  # a second QOS in slurmdbd, for jobs that ask for one (`--qos=cbtest`)
 
     def __init__(
         self,
@@ -371,6 +374,13 @@ StorageLoc={DB_NAME}
             timeout=30,
             what="cluster registered in slurmdbd",
             on_timeout=lambda: "\n".join(tail(log) for log in self.logs),
+        )
+        # a QOS for tests of `--qos` (root's association, registered with the cluster, may use it)
+        run(["sacctmgr", "-i", "add", "qos", self.qos], env=env, logs=[Path(dbd.log)])
+        run(
+            ["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={self.qos}"],
+            env=env,
+            logs=[Path(dbd.log)],
         )
 
     # --------------------------------------------------------------------------------------------

@@ -56,8 +56,9 @@ TRAIN_KEYS = (
     "precision",
     "channels_last",
 )
-#: Run keys that only size the job (scheduler resources): never part of params.
-RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime")
+#: Run keys that only size or place the job (scheduler resources, the order of local jobs):
+#: never part of params, so changing them reruns nothing.
+RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime", "priority", "qos")
 
 
 class ConfigError(ValueError):

@@ -1,135 +1,22 @@
 """Refuse, before any job starts, a training job the executor could never run as asked.
 
-Slurm accepts a job that asks for more than its partition has (unless the site sets
-``EnforcePartLimits``) and leaves it pending forever with reason ``PartitionConfig``. Before the
-first job is submitted, the workflow (``preflight`` in rules/common.smk, an input function
-of the train rule) compares each training job of the job graph with the partition's nodes, CPUs
-and GPUs as ``sinfo`` reports them, and stops with a message naming the run and both sizes.
-Under the local executor it refuses a run needing more cores than local jobs get
-(:func:`local_problems`): its ranks would share cores and its timing would measure that.
+``preflight`` in rules/common.smk (an input function of the train rule) calls the check of the
+executor Snakemake runs under:
+
+- Slurm: :func:`clusterbench.launch.schedulers.slurm.check_slurm` compares each training job of
+  the job graph with the partition's nodes, CPUs and GPUs as ``sinfo`` reports them (Slurm would
+  accept a larger job and leave it pending forever);
+- local: :func:`local_problems` refuses a run needing more cores than local jobs get (its ranks
+  would share cores and its timing would measure that).
+
+SGE needs no check of ours: the profile's ``qsub -w e`` rejects a job that could never run.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import shlex
-import subprocess
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
-#: ``sinfo`` format: partition (``*`` marks the default), node count, CPUs per node, GRES.
-SINFO_FORMAT = "%P|%D|%c|%G"
-
-#: The rule resources :func:`slurm_problems` reads.
-SLURM_RESOURCE_KEYS = ("slurm_partition", "nodes", "tasks", "cpus_per_task", "slurm_extra")
-
 
 class PreflightError(RuntimeError):
     """A job asks for more than the cluster has; the message names the run and both sizes."""
-
-
-@dataclass
-class Partition:
-    name: str
-    default: bool = False
-    nodes: int = 0
-    cpus: int = 0
-    max_cpus_per_node: int = 0
-    max_gpus_per_node: int = 0
-
-
-def _gpus(gres: str) -> int:
-    """GPUs per node in a GRES string such as ``gpu:a100:4(S:0-1),shard:8`` or ``(null)``."""
-    total = 0
-    for item in gres.split(","):
-        fields = re.sub(r"\(.*?\)", "", item).split(":")
-        if fields[0] == "gpu" and fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
-
-
-def parse_sinfo(text: str) -> dict[str, Partition]:
-    """Partitions from ``sinfo -h -o '%P|%D|%c|%G'`` (one line per node group of a partition)."""
-    parts: dict[str, Partition] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        name, nodes, cpus, gres = (field.strip() for field in line.split("|"))
-        default = name.endswith("*")
-        name = name.rstrip("*")
-        part = parts.setdefault(name, Partition(name))
-        part.default |= default
-        count, per_node = int(nodes), int(cpus.rstrip("+"))
-        part.nodes += count
-        part.cpus += count * per_node
-        part.max_cpus_per_node = max(part.max_cpus_per_node, per_node)
-        part.max_gpus_per_node = max(part.max_gpus_per_node, _gpus(gres))
-    return parts
-
-
-def _option(extra: str, name: str) -> int | None:
-    """The integer value of ``--name=N`` / ``--name N`` in an sbatch option string."""
-    args = shlex.split(extra or "")
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{name}="):
-            return int(arg.split("=", 1)[1])
-        if arg == f"--{name}" and i + 1 < len(args):
-            return int(args[i + 1])
-    return None
-
-
-def slurm_problems(
-    run: str, resources: Mapping[str, Any], partitions: Mapping[str, Partition]
-) -> list[str]:
-    """Why the Slurm job of ``run`` with these rule ``resources`` could never start, if it can't."""
-    wanted = resources.get("slurm_partition") or next(
-        (p.name for p in partitions.values() if p.default), None
-    )
-    if wanted is None or wanted not in partitions:
-        known = ", ".join(sorted(partitions)) or "none"
-        return [f"run {run!r}: partition {wanted!r} does not exist (partitions: {known})"]
-    part = partitions[wanted]
-    nodes = int(resources.get("nodes") or 1)
-    tasks = int(resources.get("tasks") or 1)
-    cpus = int(resources.get("cpus_per_task") or 1)
-    extra = str(resources.get("slurm_extra") or "")
-    per_node = _option(extra, "ntasks-per-node") or math.ceil(tasks / nodes)
-    gpus = _option(extra, "gpus-per-node") or 0
-    where = f"partition {part.name!r} ({part.nodes} node(s), {part.cpus} CPUs"
-    where += f", at most {part.max_cpus_per_node} per node"
-    where += f", {part.max_gpus_per_node} GPU(s) per node)"
-    problems = []
-    if nodes > part.nodes:
-        problems.append(f"{nodes} nodes")
-    if tasks * cpus > part.cpus:
-        problems.append(f"{tasks} workers x {cpus} CPU(s) = {tasks * cpus} CPUs")
-    elif per_node * cpus > part.max_cpus_per_node:
-        problems.append(f"{per_node} workers x {cpus} CPU(s) on one node")
-    if gpus > part.max_gpus_per_node:
-        problems.append(f"{gpus} GPU(s) per node")
-    if not problems:
-        return []
-    return [
-        f"run {run!r} asks for {' and '.join(problems)}, more than {where} can ever give: "
-        "it would wait in the queue forever. Lower workers/nodes/cpus_per_worker/gpus_per_node "
-        "or choose another partition (slurm_partition)."
-    ]
-
-
-def sinfo() -> str:
-    """``sinfo -h -o SINFO_FORMAT``: the partitions as this host's Slurm reports them."""
-    try:
-        return subprocess.run(
-            ["sinfo", "-h", "-o", SINFO_FORMAT],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise PreflightError(f"cannot ask Slurm for its partitions (sinfo): {exc}") from exc
 
 
 def local_problems(run: str, workers: int, cpus_per_worker: int, cores: int) -> list[str]:
@@ -144,11 +31,3 @@ def local_problems(run: str, workers: int, cpus_per_worker: int, cores: int) -> 
         "its time per epoch would measure that; lower workers or cpus_per_worker, or run it "
         "through a cluster profile (--profile profiles/slurm or profiles/sge)"
     ]
-
-
-def check_slurm(jobs: Iterable[tuple[str, Mapping[str, Any]]], sinfo_text: str | None = None):
-    """Raise :class:`PreflightError` if any ``(run, resources)`` could never start on Slurm."""
-    partitions = parse_sinfo(sinfo() if sinfo_text is None else sinfo_text)
-    problems = [p for run, resources in jobs for p in slurm_problems(run, resources, partitions)]
-    if problems:
-        raise PreflightError("\n".join(problems))

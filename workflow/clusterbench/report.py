@@ -646,7 +646,8 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "device": world.get("device", "unknown"),
                 "backend": str(world.get("backend") or cfg["backend"]),
                 "bn": str(cfg["bn"]),
-                "launcher": world.get("launcher", "unknown"),
+                # run.json files written before the rename name the scheduler "launcher"
+                "scheduler": world.get("scheduler", world.get("launcher", "unknown")),
                 "hosts": " ".join(dict.fromkeys(map(str, world.get("hosts", [])))),
                 "epochs": int(r.info.get("epochs_completed", len(ep))),
                 "batch_size": int(cfg["batch_size"]),
@@ -1163,10 +1164,10 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
             " / ".join(summarise_values(runs_df[k]) for k in ("python", "torch", "horovod")),
         ),
         (
-            "Training devices; backends; launchers",
+            "Training devices; backends; schedulers",
             f"{', '.join(sorted(runs_df['device'].unique()))}; "
             f"{', '.join(sorted(runs_df['backend'].unique()))}; "
-            f"{', '.join(sorted(runs_df['launcher'].unique()))}",
+            f"{', '.join(sorted(runs_df['scheduler'].unique()))}",
         ),
         ("Runs that differ", diff_text),
         (
@@ -2308,7 +2309,7 @@ def user_texts(
     for what, cols in (
         ("the dataset name", ("dataset",)),
         ("the model name", ("model",)),
-        ("the backend name", ("backend", "bn", "launcher")),
+        ("the backend name", ("backend", "bn", "scheduler")),
         ("the training host", ("host_ranks",)),
         ("the training CPU", ("cpu_model",)),
         ("the training GPUs", ("gpus",)),

@@ -373,9 +373,10 @@ def run_provenance(facts: list[dict[str, Any]]) -> dict[str, Any]:
     return {**provenance.merge_ranks(facts), "date": provenance.now()}
 
 
-def _launcher() -> str:
-    """What started the ranks: the name clusterbench-launch exports to them, else a guess."""
-    name = os.environ.get("CLUSTERBENCH_LAUNCHER", "auto")
+def _scheduler() -> str:
+    """Whose allocation the ranks ran in: the scheduler clusterbench-launch exports to them
+    (local, slurm, sge); else "gloo" (another Gloo launcher started them) or "none"."""
+    name = os.environ.get("CLUSTERBENCH_SCHEDULER", "auto")
     if name != "auto":
         return name
     return "gloo" if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ else "none"
@@ -810,7 +811,7 @@ def _train(
             "device": device.type,
             "gpus": workers if device.type == "cuda" else 0,
             "gpu_names": sorted({f["device_name"] for f in facts if f["device_name"]}),
-            "launcher": _launcher(),
+            "scheduler": _scheduler(),
             "backend": rt.name,
         }
         model_file = {

@@ -1,29 +1,44 @@
-"""Unit tests of clusterbench.allocation: scheduler text in, hosts/slots/interfaces out.
+"""Unit tests of the schedulers' pure parts: scheduler text in, hosts/slots/interfaces out.
 
-The sample texts are real output of Slurm 22.05.8 (`scontrol show job -d`, `scontrol show
-node`, `squeue --steps`) from the two-node test cluster (node1 and node2 on one machine).
+Slurm (hostlists, ``scontrol``, ``squeue``), SGE (``$PE_HOSTFILE``), local (hosts files), the
+registry that picks the scheduler, each scheduler's ``discover_hosts`` on sample input, GPU
+lists, and the generic placement of ranks and choice of the network interface
+(:mod:`clusterbench.launch.placement`). The Slurm sample texts are real output of Slurm 22.05.8
+(`scontrol show job -d`, `scontrol show node`, `squeue --steps`) from the two-node test cluster
+(node1 and node2 on one machine).
 """
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
-from clusterbench.allocation import (
+from clusterbench.launch import schedulers
+from clusterbench.launch.placement import (
+    choose_iface,
+    horovod_hosts,
+    local_nodes,
+    spread_ranks,
+)
+from clusterbench.launch.schedulers.base import (
     Allocation,
     AllocationError,
     Host,
-    choose_iface,
+    LaunchError,
+    node_devices,
+    rank_device,
+)
+from clusterbench.launch.schedulers.local import LocalScheduler, parse_hosts_file
+from clusterbench.launch.schedulers.sge import SgeScheduler, parse_pe_hostfile
+from clusterbench.launch.schedulers.slurm import (
+    SlurmScheduler,
     expand_hostlist,
     expand_ranges,
-    horovod_hosts,
-    local_nodes,
-    node_devices,
-    parse_pe_hostfile,
+    job_hosts,
     parse_scontrol_job,
     parse_scontrol_nodes,
-    rank_device,
     running_steps,
-    select_launcher,
-    spread_ranks,
 )
 
 # `sbatch -N2 -n3 -c2`: node1 got 4 CPUs, node2 2 CPUs, 2 CPUs per task.
@@ -141,7 +156,7 @@ def test_expand_ranges() -> None:
 
 def test_scontrol_job_uneven_cpus_gives_cpus_per_task_slots() -> None:
     alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
-    assert alloc.launcher == "slurm"
+    assert alloc.scheduler == "slurm"
     assert alloc.job_id == "1"
     assert alloc.cpus_per_task == 2
     assert [(h.name, h.slots, h.cpus, h.mem_mb, h.gpus) for h in alloc.hosts] == [
@@ -213,7 +228,7 @@ def test_pe_hostfile_several_hosts_uneven_slots() -> None:
         "hostA.example.org 2 gpu.q@hostA.example.org UNDEFINED\n"
     )
     alloc = parse_pe_hostfile(text)
-    assert alloc.launcher == "sge"
+    assert alloc.scheduler == "sge"
     assert [(h.name, h.slots) for h in alloc.hosts] == [
         ("hostA.example.org", 6),
         ("hostB.example.org", 1),
@@ -276,11 +291,11 @@ def test_host_assignment_for_fewer_ranks_than_slots() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# launcher selection
+# which scheduler: the registry
 
 
 @pytest.mark.parametrize(
-    ("requested", "env", "launcher"),
+    ("requested", "env", "scheduler"),
     [
         (None, {"SLURM_JOB_ID": "7"}, "slurm"),
         (None, {"SLURM_JOBID": "7"}, "slurm"),
@@ -289,19 +304,39 @@ def test_host_assignment_for_fewer_ranks_than_slots() -> None:
         (None, {}, "local"),
         ("auto", {"SLURM_JOB_ID": "7"}, "slurm"),
         ("local", {"SLURM_JOB_ID": "7"}, "local"),
-        (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_LAUNCHER": "local"}, "local"),
+        (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_SCHEDULER": "local"}, "local"),
+        (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_LAUNCHER": "local"}, "local"),  # old name
         ("SGE", {}, "sge"),
     ],
 )
-def test_select_launcher(requested, env, launcher) -> None:
-    assert select_launcher(requested, env) == launcher
+def test_select_scheduler(requested, env, scheduler) -> None:
+    assert schedulers.select(requested, env).name == scheduler
 
 
-def test_select_launcher_unknown_name() -> None:
-    with pytest.raises(AllocationError, match="unknown launcher 'mpi'"):
-        select_launcher("mpi", {})
-    with pytest.raises(AllocationError, match="unknown launcher 'pbs'"):
-        select_launcher(None, {"CLUSTERBENCH_LAUNCHER": "pbs"})
+def test_select_scheduler_unknown_name() -> None:
+    with pytest.raises(AllocationError, match="unknown scheduler 'mpi'"):
+        schedulers.select("mpi", {})
+    with pytest.raises(AllocationError, match="unknown scheduler 'pbs'"):
+        schedulers.select(None, {"CLUSTERBENCH_SCHEDULER": "pbs"})
+
+
+def test_detection_walks_the_registry_in_order(monkeypatch) -> None:
+    """A scheduler added to the registry is detected without any change elsewhere; the first
+    that detects wins, local (which always does) is the fallback."""
+
+    class Pbs(schedulers.Scheduler):
+        name = "pbs"
+
+        @classmethod
+        def detect(cls, env):
+            return "PBS_JOBID" in env
+
+    registry = {"pbs": Pbs, **schedulers.SCHEDULERS}
+    monkeypatch.setattr(schedulers, "SCHEDULERS", registry)
+    assert schedulers.detect({"PBS_JOBID": "1", "SLURM_JOB_ID": "2"}) is Pbs
+    assert schedulers.detect({"SLURM_JOB_ID": "2"}) is SlurmScheduler
+    assert schedulers.select("pbs", {}) is Pbs
+    assert list(schedulers.SCHEDULERS)[-1] == "local"
 
 
 # ------------------------------------------------------------------------------------------
@@ -365,3 +400,72 @@ def test_iface_requested_wins_and_must_exist() -> None:
 def test_local_nodes() -> None:
     addrs = {"a": "127.0.0.1", "b": "10.1.2.1", "c": "10.9.9.9", "d": None, "e": "127.0.1.1"}
     assert local_nodes(addrs, IFACES) == {"a", "b", "e"}
+
+
+# ------------------------------------------------------------------------------------------
+# discover_hosts: the hosts a job could use now (for Horovod elastic)
+
+
+def test_hosts_file_formats_comments_sums_and_zero() -> None:
+    text = "# hosts for the elastic run\na:4\nb slots=2   # MPI style\nc\n\na:2\nd:0\n"
+    assert parse_hosts_file(text) == {"a": 6, "b": 2, "c": 1}
+    assert parse_hosts_file("") == {}
+
+
+@pytest.mark.parametrize("text", ["a:two\n", "a b c\n", "a slots=\n", ":3\n"])
+def test_hosts_file_malformed_line_is_named(text: str) -> None:
+    with pytest.raises(AllocationError, match="hosts file line 1"):
+        parse_hosts_file(text)
+
+
+def test_local_discover_hosts_this_host_or_the_hosts_file(tmp_path) -> None:
+    local = LocalScheduler()
+    local.allocation({})
+    assert local.discover_hosts() == {socket.gethostname(): len(os.sched_getaffinity(0))}
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1:2\nnode2:2\n")
+    env = {"CLUSTERBENCH_HOSTS_FILE": str(hosts)}
+    assert local.discover_hosts(env) == {"node1": 2, "node2": 2}
+    hosts.write_text("node1:2\n# node2 taken out\n")  # edited while the job runs
+    assert local.discover_hosts(env) == {"node1": 2}
+    with pytest.raises(LaunchError, match="cannot read the hosts file"):
+        local.discover_hosts({"CLUSTERBENCH_HOSTS_FILE": str(tmp_path / "none")})
+
+
+def test_slurm_job_hosts_leave_out_a_node_whose_rank_failed() -> None:
+    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
+    assert job_hosts(alloc) == {"node1": 2, "node2": 1}
+    assert job_hosts(alloc, {"node2"}) == {"node1": 2}
+    assert job_hosts(alloc, {"node1", "node2"}) == {}
+
+
+def test_slurm_discover_hosts_asks_scontrol_again(monkeypatch) -> None:
+    from clusterbench.launch.schedulers import slurm
+
+    asked = []
+
+    def fake_tool(cmd):
+        asked.append(cmd)
+        return SCONTROL_JOB_UNEVEN
+
+    monkeypatch.setattr(slurm, "run_tool", fake_tool)
+    sched = SlurmScheduler()
+    assert sched.discover_hosts({"SLURM_JOB_ID": "1"}) == {"node1": 2, "node2": 1}
+
+    class Slot:
+        hostname, rank = "node2", 2
+
+    sched.rank_failed(Slot())  # what the rank runner reports when rank 2 fails on its own
+    assert sched.discover_hosts({"SLURM_JOB_ID": "1"}) == {"node1": 2}
+    assert asked == [["scontrol", "show", "job", "-d", "1"]] * 2
+    with pytest.raises(LaunchError, match="needs SLURM_JOB_ID"):
+        sched.discover_hosts({})
+
+
+def test_sge_discover_hosts_reads_the_pe_hostfile(tmp_path) -> None:
+    hostfile = tmp_path / "pe_hostfile"
+    hostfile.write_text("hostA 2 all.q@hostA UNDEFINED\nhostB 1 all.q@hostB UNDEFINED\n")
+    sched = SgeScheduler()
+    assert sched.discover_hosts({"PE_HOSTFILE": str(hostfile)}) == {"hostA": 2, "hostB": 1}
+    with pytest.raises(LaunchError, match="needs PE_HOSTFILE"):
+        sched.discover_hosts({})

@@ -1,0 +1,131 @@
+"""Where the ranks go, whatever the scheduler: pure functions, text and data in, data out.
+
+How ``--np`` ranks spread over an allocation's hosts (Horovod's ``host:slots`` string), which
+hosts are this machine, and the network interface Gloo binds to. The schedulers
+(:mod:`clusterbench.launch.schedulers`) read the allocation; :mod:`clusterbench.launch.cli`
+puts the two together.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from clusterbench.launch.schedulers.base import Allocation, AllocationError
+
+# ------------------------------------------------------------------------------------------
+# ranks on hosts
+
+
+def spread_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:
+    """How many of ``np`` ranks each host runs: one per host first (in order), then fill each
+    host up to its capacity in order — Slurm's block distribution. Hosts given 0 are dropped."""
+    total = sum(c for _, c in capacities)
+    if np < 1:
+        raise AllocationError(f"--np must be at least 1, got {np}")
+    if np > total:
+        desc = ", ".join(f"{h}:{c}" for h, c in capacities)
+        raise AllocationError(
+            f"--np {np} is more than the {total} slot(s) of the allocation ({desc})"
+        )
+    counts = [0] * len(capacities)
+    left = np
+    for i, (_, cap) in enumerate(capacities):
+        if left and cap:
+            counts[i], left = 1, left - 1
+    for i, (_, cap) in enumerate(capacities):
+        extra = min(cap - counts[i], left)
+        counts[i] += extra
+        left -= extra
+    return [(h, n) for (h, _), n in zip(capacities, counts, strict=True) if n]
+
+
+def horovod_hosts(allocation: Allocation, np: int) -> str:
+    """Horovod's ``host:slots,...`` string for ``np`` ranks of ``allocation``."""
+    for h in allocation.hosts:
+        if ":" in h.name or "," in h.name:
+            raise AllocationError(f"host name {h.name!r} contains ':' or ','")
+    used = spread_ranks([(h.name, h.slots) for h in allocation.hosts], np)
+    return ",".join(f"{h}:{n}" for h, n in used)
+
+
+# ------------------------------------------------------------------------------------------
+# network interface
+
+
+def local_nodes(
+    node_addresses: Mapping[str, str | None], local_ifaces: Mapping[str, Sequence[str]]
+) -> set[str]:
+    """The nodes whose address is on this machine (one of its addresses, or loopback)."""
+    local_ips = {a for addrs in local_ifaces.values() for a in addrs}
+    return {n for n, a in node_addresses.items() if a and (a in local_ips or _is_loopback(a))}
+
+
+@dataclass(frozen=True)
+class IfaceChoice:
+    iface: str
+    address: str  # this host's IPv4 address on it: the rendezvous server address
+    reason: str
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def choose_iface(
+    node_addresses: Mapping[str, str | None],
+    local_ifaces: Mapping[str, Sequence[str]],
+    host_name: str,
+    host_address: str | None,
+    requested: str | None = None,
+) -> IfaceChoice:
+    """The interface Gloo binds to and the rendezvous address on it.
+
+    ``requested`` (``--iface``/``CLUSTERBENCH_IFACE``) wins. Otherwise the loopback interface
+    when every node's address is on this machine, else the interface carrying the address
+    ``host_name`` resolves to (``host_address``).
+
+    :param node_addresses: node name -> its resolved IPv4 address (None: unresolved)
+    :param local_ifaces: interface -> its IPv4 addresses (this machine)
+    """
+    local_ips = {a: i for i, addrs in local_ifaces.items() for a in addrs}
+    if requested:
+        addrs = local_ifaces.get(requested)
+        if not addrs:
+            known = ", ".join(sorted(local_ifaces)) or "none"
+            raise AllocationError(
+                f"network interface {requested!r} has no IPv4 address on this machine "
+                f"(interfaces with one: {known})"
+            )
+        return IfaceChoice(requested, addrs[0], "requested with --iface / CLUSTERBENCH_IFACE")
+
+    here = local_nodes(node_addresses, local_ifaces)
+    remote = {n: a for n, a in node_addresses.items() if n not in here}
+    if not remote:
+        loop = next(
+            (i for i, addrs in local_ifaces.items() if any(_is_loopback(a) for a in addrs)), None
+        )
+        if loop is None:
+            raise AllocationError("no loopback interface with an IPv4 address; pass --iface")
+        where = ", ".join(f"{n}={a}" for n, a in node_addresses.items())
+        addr = next(a for a in local_ifaces[loop] if _is_loopback(a))
+        return IfaceChoice(loop, addr, f"every node address is on this machine ({where})")
+
+    where = ", ".join(f"{n}={a or 'unresolved'}" for n, a in remote.items())
+    if host_address and not _is_loopback(host_address) and host_address in local_ips:
+        iface = local_ips[host_address]
+        return IfaceChoice(
+            iface,
+            host_address,
+            f"nodes {where} are not on this machine; this host's name {host_name!r} resolves "
+            f"to {host_address}, carried by {iface}",
+        )
+    raise AllocationError(
+        f"cannot choose a network interface: nodes {where} are not on this machine and this "
+        f"host's name {host_name!r} resolves to {host_address or 'nothing'}, "
+        "which no non-loopback interface carries; pass --iface or set CLUSTERBENCH_IFACE"
+    )

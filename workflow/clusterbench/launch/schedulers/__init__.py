@@ -1,0 +1,52 @@
+"""The schedulers the launcher knows, and which one it runs under.
+
+:data:`SCHEDULERS` is the registry, in detection order: the first whose ``detect(env)`` is true
+is the one (``local`` detects always: it comes last). Adding a scheduler is adding a
+:class:`~clusterbench.launch.schedulers.base.Scheduler` subclass here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from clusterbench.launch.schedulers.base import AllocationError, Scheduler
+from clusterbench.launch.schedulers.local import LocalScheduler
+from clusterbench.launch.schedulers.sge import SgeScheduler
+from clusterbench.launch.schedulers.slurm import SlurmScheduler
+
+#: Name -> scheduler class, in detection order.
+SCHEDULERS: dict[str, type[Scheduler]] = {
+    cls.name: cls for cls in (SlurmScheduler, SgeScheduler, LocalScheduler)
+}
+
+#: The environment variable that forces a scheduler (``--scheduler`` wins), and its old name.
+SCHEDULER_VAR = "CLUSTERBENCH_SCHEDULER"
+OLD_SCHEDULER_VAR = "CLUSTERBENCH_LAUNCHER"
+
+
+def detect(env: Mapping[str, str]) -> type[Scheduler]:
+    """The scheduler whose allocation ``env`` is in: the first of :data:`SCHEDULERS` to say so.
+
+    Slurm: ``SLURM_JOB_ID``/``SLURM_JOBID``; SGE: ``PE_HOSTFILE`` and ``JOB_ID``; else local.
+    """
+    return next(cls for cls in SCHEDULERS.values() if cls.detect(env))
+
+
+def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
+    """``--scheduler`` (or ``CLUSTERBENCH_SCHEDULER``, formerly ``CLUSTERBENCH_LAUNCHER``) if
+    given and not ``auto``, else :func:`detect`."""
+    name = (
+        (requested or env.get(SCHEDULER_VAR) or env.get(OLD_SCHEDULER_VAR) or "auto")
+        .strip()
+        .lower()
+    )
+    if name == "auto":
+        return detect(env)
+    if name not in SCHEDULERS:
+        raise AllocationError(
+            f"unknown scheduler {name!r}: choose one of auto, {', '.join(SCHEDULERS)}"
+        )
+    return SCHEDULERS[name]
+
+
+__all__ = ["SCHEDULERS", "LocalScheduler", "Scheduler", "SgeScheduler", "SlurmScheduler"]

@@ -1,0 +1,245 @@
+"""What every scheduler implements (:class:`Scheduler`), and what they share.
+
+A *scheduler* is the cluster system the launcher runs in: none (``local``), Slurm or SGE. For
+each, a subclass says whether the launcher runs inside one of its allocations (``detect``), which
+hosts, slots and GPUs that allocation has (``allocation``), how one rank's command is started on
+its host (``shell_command``) and signalled (``signal_rank``), which GPU a rank uses
+(``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod elastic
+later). The registry in :mod:`clusterbench.launch.schedulers` picks one.
+
+The dataclasses and pure functions here (GPU lists) and the scheduler modules' parsers (text in,
+data out) need no scheduler to be unit-tested; the methods that ask a scheduler run its tools
+(:func:`run_tool`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+TOOL_TIMEOUT_S = 60  # scontrol / squeue / sinfo answering
+SIGNAL_TIMEOUT_S = 15  # scancel --signal / qrsh -inherit kill answering
+#: Every rank gets this variable, ``<launch tag>.<rank>``: how a local rank's process is found.
+RANK_ID_VAR = "CLUSTERBENCH_RANK_ID"
+
+
+class LaunchError(RuntimeError):
+    """The launch cannot start (or a scheduler's tool failed); the message says why."""
+
+
+class AllocationError(ValueError):
+    """The allocation (or what was asked of it) cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """One node of an allocation: its scheduler name and how many ranks it can take."""
+
+    name: str
+    slots: int
+    cpus: int | None = None  # CPUs allocated on the node (Slurm), if known
+    mem_mb: int | None = None  # memory allocated on the node (Slurm), if known
+    gpus: tuple[str, ...] | None = None  # GPU indices the scheduler gave the job on the node
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The hosts of the allocation the launcher runs in, in the scheduler's order."""
+
+    scheduler: str
+    hosts: tuple[Host, ...]
+    job_id: str | None = None
+    cpus_per_task: int = 1
+
+    @property
+    def slots(self) -> int:
+        return sum(h.slots for h in self.hosts)
+
+    def host_slots(self) -> dict[str, int]:
+        """Host name -> slots, in the scheduler's order."""
+        return {h.name: h.slots for h in self.hosts}
+
+    def describe(self) -> str:
+        return ", ".join(f"{h.name}:{h.slots}" for h in self.hosts)
+
+
+# ------------------------------------------------------------------------------------------
+# asking the scheduler
+
+
+def require_tools(scheduler: str, *tools: str) -> None:
+    """A :class:`LaunchError` naming the first of ``tools`` that is not on PATH."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            raise LaunchError(f"the {scheduler} scheduler needs `{tool}`, which is not on PATH")
+
+
+def run_tool(cmd: list[str]) -> str:
+    """The output of a scheduler tool; a :class:`LaunchError` when it fails or hangs."""
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"`{shlex.join(cmd)}` did not answer within {TOOL_TIMEOUT_S} s") from exc
+    except OSError as exc:
+        raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
+    if proc.returncode != 0:
+        raise LaunchError(
+            f"`{shlex.join(cmd)}` failed with exit code {proc.returncode}: {proc.stderr.strip()}"
+        )
+    return proc.stdout
+
+
+def resolve(name: str) -> str | None:
+    """The IPv4 address ``name`` resolves to, None if it does not."""
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------------------------------
+# GPUs
+
+
+def split_devices(value: str | None) -> tuple[str, ...] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a tuple; None when unset, () when set but empty."""
+    if value is None:
+        return None
+    return tuple(d.strip() for d in value.split(",") if d.strip())
+
+
+def node_devices(
+    scheduler_gpus: Sequence[str] | None, inherited: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """The GPUs ranks on a node may use: the scheduler's per-node list, narrowed (never widened)
+    by a ``CUDA_VISIBLE_DEVICES`` the launcher inherited; either alone if only one is known."""
+    if scheduler_gpus is None:
+        return tuple(inherited) if inherited is not None else None
+    if inherited is None:
+        return tuple(scheduler_gpus)
+    return tuple(d for d in scheduler_gpus if d in set(inherited))
+
+
+def rank_device(devices: Sequence[str] | None, local_rank: int, local_size: int, host: str):
+    """The ``CUDA_VISIBLE_DEVICES`` value of one rank: the ``local_rank``-th device, or None
+    (leave it alone) when the node has no GPU list; "" keeps an empty list empty."""
+    if devices is None:
+        return None
+    if not devices:
+        return ""
+    if len(devices) < local_size:
+        raise AllocationError(
+            f"{host} runs {local_size} rank(s) but has only {len(devices)} GPU(s) "
+            f"({','.join(devices)}): one GPU per rank is needed"
+        )
+    return devices[local_rank]
+
+
+# ------------------------------------------------------------------------------------------
+# the interface
+
+
+class Scheduler:
+    """One scheduler: reading its allocation, and starting and signalling ranks in it.
+
+    A launch makes one instance of the detected (or requested) scheduler and calls, in order:
+    :meth:`allocation` and :meth:`addresses` (what the job has), :meth:`bind` (this launch's tag
+    and which hosts are this machine), :meth:`rank_device` per rank, then, from the rank runner's
+    threads, :meth:`shell_command`, :meth:`observe`, :meth:`signal_rank`, :meth:`rank_failed`,
+    and :meth:`cleanup` at the end of a launch that was stopped.
+
+    ``shell_command`` wraps Horovod's per-slot command (``env HOROVOD_RANK=... CMD``) for
+    ``safe_shell_exec.execute``, which runs it with ``sh -c`` and, when told to stop, sends
+    SIGTERM to the shell's children and SIGKILL after a grace period. When the rank runs
+    elsewhere (``remote``: a scheduler's task, not a process below the launcher) that SIGTERM
+    would only reach srun/qrsh, so the runner stops it with ``signal_rank`` first.
+    """
+
+    #: The name the registry, ``--scheduler`` and the ranks' ``CLUSTERBENCH_SCHEDULER`` use.
+    name: ClassVar[str] = ""
+    #: How ranks start, for the launcher's log ("srun steps").
+    how: ClassVar[str] = ""
+    #: The rank is not this host's process but a scheduler's task (srun step, qrsh -inherit):
+    #: stopping it goes through ``signal_rank``; killing the local srun/qrsh is a last resort.
+    remote: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        #: The environment of the local process that starts a rank (None: the launcher's own).
+        self.start_env: dict[str, str] | None = None
+        #: The environment :meth:`allocation` read (where :meth:`discover_hosts` looks again).
+        self.job_env: Mapping[str, str] = os.environ
+        self.cwd = os.getcwd()
+        self.alloc: Allocation | None = None
+        self.tag = "cb"
+        self.local_hosts: set[str] = set()
+        #: Hosts on which a rank failed (Slurm's :meth:`discover_hosts` leaves them out).
+        self.failed_hosts: set[str] = set()
+
+    # reading the allocation
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        """Whether ``env`` is that of a job inside this scheduler's allocation."""
+        raise NotImplementedError
+
+    def allocation(self, env: Mapping[str, str]) -> Allocation:
+        """The hosts, slots and GPUs of the allocation this launcher runs in."""
+        raise NotImplementedError
+
+    def addresses(self, alloc: Allocation) -> dict[str, str | None]:
+        """Each host's IPv4 address (None: unresolved)."""
+        return {h.name: resolve(h.name) for h in alloc.hosts}
+
+    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
+        """The hosts (and their slots) the job could run ranks on now, asked again each time:
+        what Horovod elastic's host discovery needs. ``env``: the job's environment (default:
+        the one :meth:`allocation` read)."""
+        raise NotImplementedError
+
+    # starting ranks
+
+    def bind(self, alloc: Allocation, np: int, tag: str, local_hosts: set[str]) -> None:
+        """Get ready to start ``np`` ranks of ``alloc``: ``tag`` names this launch (Slurm step
+        names), ``local_hosts`` are the hosts whose address is this machine."""
+        self.alloc, self.tag, self.local_hosts = alloc, tag, set(local_hosts)
+
+    def rank_device(
+        self, host: Host, local_rank: int, local_size: int, inherited: Sequence[str] | None
+    ) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` of the ``local_rank``-th rank on ``host`` (None: leave the
+        rank's environment alone): the local rank's GPU of the node's list (the scheduler's,
+        narrowed by an inherited ``CUDA_VISIBLE_DEVICES``)."""
+        return rank_device(node_devices(host.gpus, inherited), local_rank, local_size, host.name)
+
+    def gpu_note(self) -> str | None:
+        """A line for the log when the scheduler itself gives each rank its GPU."""
+        return None
+
+    def shell_command(self, command: str, slot_info: Any) -> str:
+        """The shell command that runs one rank's ``command`` on ``slot_info.hostname``."""
+        return command
+
+    def observe(self, slot_info: Any, line: str) -> bool:
+        """Look at one line of the rank's output; True to drop it from the output."""
+        return False
+
+    def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
+        """Send ``sig`` to the rank itself (not to what started it); True when it was sent."""
+        return False
+
+    def rank_failed(self, slot_info: Any) -> None:
+        """A rank exited non-zero on its own (not stopped by the launcher)."""
+        self.failed_hosts.add(slot_info.hostname)
+
+    def cleanup(self) -> None:
+        """After a launch that was stopped or failed: end whatever of it the scheduler still
+        runs (Slurm: leftover steps)."""

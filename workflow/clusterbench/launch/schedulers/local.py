@@ -1,0 +1,135 @@
+"""No scheduler: ranks are subprocesses of the launcher on this host.
+
+The allocation is this host with one slot per CPU this process may run on. For Horovod elastic,
+:meth:`LocalScheduler.discover_hosts` reads a user-editable hosts file when
+``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`parse_hosts_file`), else it is this host's slots.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clusterbench.launch.schedulers.base import (
+    RANK_ID_VAR,
+    Allocation,
+    AllocationError,
+    Host,
+    LaunchError,
+    Scheduler,
+)
+
+#: The environment variable naming a hosts file for :meth:`LocalScheduler.discover_hosts`.
+HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
+
+
+def local_allocation() -> Allocation:
+    """This host, one slot per CPU this process may run on."""
+    return Allocation("local", (Host(socket.gethostname(), len(os.sched_getaffinity(0))),))
+
+
+_HOST_LINE = re.compile(r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|\s+slots\s*=\s*(?P<m>\S+))?")
+
+
+def parse_hosts_file(text: str) -> dict[str, int]:
+    """Hosts and their slots from a hosts file, one host per line: ``host`` (1 slot),
+    ``host:N`` (Horovod's discovery format) or ``host slots=N`` (MPI's hostfile); ``#`` starts
+    a comment, blank lines are skipped, a host listed twice gets the sum. Hosts with 0 slots
+    are left out (a way to take a host out without deleting its line)."""
+    hosts: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _HOST_LINE.fullmatch(line)
+        count = (m.group("n") or m.group("m") or "1") if m else ""
+        if not m or not count.isdigit():
+            raise AllocationError(
+                f"hosts file line {lineno} is not 'host', 'host:slots' or 'host slots=N': {raw!r}"
+            )
+        hosts[m.group("host")] = hosts.get(m.group("host"), 0) + int(count)
+    return {h: n for h, n in hosts.items() if n > 0}
+
+
+class LocalScheduler(Scheduler):
+    """Ranks are subprocesses of this launcher (also the single rank of a one-rank job under
+    any scheduler: it runs right where the launcher does)."""
+
+    name = "local"
+    how = "local processes"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._procs: dict[int, Any] = {}  # rank -> psutil.Process of the rank
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        return True  # the fallback: no scheduler's allocation
+
+    def allocation(self, env: Mapping[str, str]) -> Allocation:
+        self.job_env = env
+        return local_allocation()
+
+    def addresses(self, alloc: Allocation) -> dict[str, str | None]:
+        return {h.name: "127.0.0.1" for h in alloc.hosts}
+
+    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
+        env = self.job_env if env is None else env
+        path = env.get(HOSTS_FILE_VAR)
+        if not path:
+            return local_allocation().host_slots()
+        try:
+            return parse_hosts_file(Path(path).read_text())
+        except OSError as exc:
+            raise LaunchError(
+                f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}"
+            ) from exc
+
+    def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
+        """``sig`` to the rank's own process: the topmost process below this launcher whose
+        environment holds this rank's :data:`RANK_ID_VAR` (not Horovod's middleman or the shell
+        between, which would die of a signal they do not handle)."""
+        proc = self._rank_process(slot_info.rank)
+        if proc is None:
+            return False
+        import psutil
+
+        try:
+            proc.send_signal(sig)  # psutil checks the pid still names the same process
+        except psutil.Error:
+            self._procs.pop(slot_info.rank, None)
+            return False
+        return True
+
+    def _rank_process(self, rank: int) -> Any:
+        import psutil
+
+        known = self._procs.get(rank)
+        if known is not None and known.is_running():
+            return known
+        wanted = f"{self.tag}.{rank}"
+
+        def is_rank(proc: psutil.Process | None) -> bool:
+            try:
+                return proc is not None and proc.environ().get(RANK_ID_VAR) == wanted
+            except psutil.Error:
+                return False
+
+        try:
+            below = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return None
+        for proc in below:
+            try:
+                parent = proc.parent()
+            except psutil.Error:
+                continue
+            if is_rank(proc) and not is_rank(parent):
+                self._procs[rank] = proc
+                return proc
+        return None

@@ -1,0 +1,182 @@
+"""SGE (Son of Grid Engine, UGE): from submitting a job to starting its ranks.
+
+- Reading the job (a pure parser, unit-tested): ``$PE_HOSTFILE``.
+- :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
+  ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``).
+- The train rule's SGE resources (:func:`train_resources`).
+
+The resource part runs when the Snakefile is parsed: this module imports only the standard
+library.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clusterbench.launch.schedulers.base import (
+    SIGNAL_TIMEOUT_S,
+    Allocation,
+    AllocationError,
+    Host,
+    LaunchError,
+    Scheduler,
+    require_tools,
+)
+
+
+def parse_pe_hostfile(text: str) -> Allocation:
+    """SGE ``$PE_HOSTFILE``: lines ``host slots queue processor-range``.
+
+    A host listed twice (two queues) gets the sum of its slots, in first-seen order.
+    """
+    slots: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise AllocationError(f"PE_HOSTFILE line {lineno} is not 'host slots ...': {line!r}")
+        slots[parts[0]] = slots.get(parts[0], 0) + int(parts[1])
+    if not slots:
+        raise AllocationError("PE_HOSTFILE lists no hosts")
+    return Allocation(scheduler="sge", hosts=tuple(Host(h, n) for h, n in slots.items()))
+
+
+def _read_pe_hostfile(env: Mapping[str, str]) -> Allocation:
+    path = env.get("PE_HOSTFILE")
+    if not path:
+        raise LaunchError("the sge scheduler needs PE_HOSTFILE (submit with `qsub -pe <pe> N`)")
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise LaunchError(f"cannot read PE_HOSTFILE {path}: {exc}") from exc
+    return parse_pe_hostfile(text)
+
+
+#: What the remote shell prints before the rank's pid (the scheduler takes it out of the output).
+PID_MARK = "clusterbench-launch: rank pid "
+
+
+class SgeScheduler(Scheduler):
+    """``qrsh -inherit -nostdin -V <host>`` in the job's parallel environment.
+
+    qrsh joins its arguments with spaces and the remote side parses them again with a shell,
+    so the ``bash -c`` script is quoted twice. The remote shell starts in the home directory:
+    change to the launcher's directory first. ``-V`` passes this environment on.
+
+    SGE kills the whole job (this launcher included) when a ``qrsh -inherit`` client is killed
+    or a task dies of a signal, and the client may even exit 0. So the remote bash runs the rank
+    as its child, announces the child's pid on stderr and exits with ``128 + signal`` if the rank
+    dies of one; ``signal_rank`` signals that pid: directly when the host is this machine, else
+    through another ``qrsh -inherit``. The client then ends by itself with the rank's status.
+    """
+
+    name = "sge"
+    how = "qrsh -inherit"
+    remote = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pids: dict[int, int] = {}
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        return bool(env.get("PE_HOSTFILE") and env.get("JOB_ID"))
+
+    def allocation(self, env: Mapping[str, str]) -> Allocation:
+        """The hosts and slots of ``$PE_HOSTFILE``."""
+        if not env.get("PE_HOSTFILE"):
+            raise LaunchError("the sge scheduler needs PE_HOSTFILE (submit with `qsub -pe <pe> N`)")
+        if not env.get("JOB_ID"):
+            raise LaunchError("the sge scheduler needs JOB_ID in the environment (qrsh -inherit)")
+        require_tools("sge", "qrsh")
+        self.job_env = env
+        self.alloc = _read_pe_hostfile(env)
+        return self.alloc
+
+    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
+        """The hosts and slots of the job's parallel environment (``$PE_HOSTFILE``)."""
+        return _read_pe_hostfile(self.job_env if env is None else env).host_slots()
+
+    def shell_command(self, command: str, slot_info: Any) -> str:
+        remote = f"cd {shlex.quote(self.cwd)} || exit 1; {command} & echo {PID_MARK}$! >&2; wait $!"
+        qrsh = ["qrsh", "-inherit", "-nostdin", "-V", slot_info.hostname, "bash", "-c"]
+        return f"{shlex.join(qrsh)} {shlex.quote(shlex.quote(remote))}"
+
+    def observe(self, slot_info: Any, line: str) -> bool:
+        _, mark, pid = line.partition(PID_MARK)
+        if mark and pid.strip().isdigit():
+            self.pids[slot_info.rank] = int(pid)
+            return True
+        return False
+
+    def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
+        pid = self.pids.get(slot_info.rank)
+        if pid is None:
+            return False
+        if slot_info.hostname in self.local_hosts:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                return False
+            return True
+        cmd = ["qrsh", "-inherit", "-nostdin", slot_info.hostname, "kill", f"-{sig.name[3:]}"]
+        proc = subprocess.run(
+            [*cmd, str(pid)], check=False, capture_output=True, timeout=SIGNAL_TIMEOUT_S
+        )
+        return proc.returncode == 0
+
+
+# ------------------------------------------------------------------------------------------
+# the train rule's resources (snakemake-executor-plugin-sge 0.6.31)
+
+#: The SGE parallel environment multi-worker jobs run in (``$fill_up``, ``control_slaves TRUE``).
+SGE_MPI_PE = "mpi"
+
+#: The SGE keys :func:`train_resources` may return.
+TRAIN_RESOURCE_KEYS = ("threads", "sge_pe", "sge_resources", "sge_priority")
+
+
+def _sge_memory(mem_mb: int, slots: int) -> str:
+    """``sge_resources`` that lift h_vmem and state the real memory per slot (``tmem``)."""
+    return f"h_vmem=INFINITY,tmem={math.ceil(mem_mb / slots)}M"
+
+
+def train_resources(
+    *, workers: int, cpus_per_worker: int, mem_mb: int, priority: int = 0
+) -> dict[str, Any]:
+    """The SGE part of a training job's resources (``qsub``):
+
+    ``threads``        slots: ``-pe <pe> N`` (the plugin ignores the rule's ``threads:``; without
+                       a PE it would write ``-l slots=N``).
+    ``sge_pe``         ``mpi`` for multi-worker jobs (a ``$fill_up`` PE with ``control_slaves``,
+                       so the launcher can ``qrsh -inherit``); one-worker jobs use the
+                       profile's ``sge-pe`` (``smp``).
+    ``sge_resources``  ``h_vmem=INFINITY`` and ``tmem=<per slot>``: the plugin turns
+                       ``mem_mb``/``mem_mb_per_cpu`` into ``-l h_vmem=`` per slot, enforced like
+                       ``ulimit -v``, which kills PyTorch (it reserves far more address space
+                       than it uses); ``sge_resources`` comes later on the command line and wins.
+    ``sge_priority``   ``-p P`` for a run's ``priority`` P (-1023..1024; above 0 needs an
+                       operator or manager).
+    ``runtime`` (generic) becomes ``-l h_rt=``. No GPU mapping exists; a site with a GPU
+    complex adds it to ``sge_resources`` in its profile. The profile's ``sge_extra``
+    (``-w e``) is left alone.
+    """
+    resources: dict[str, Any] = {}
+    if workers > 1:
+        slots = workers
+        resources["sge_pe"] = SGE_MPI_PE
+    else:
+        slots = cpus_per_worker
+    resources["threads"] = slots
+    resources["sge_resources"] = _sge_memory(mem_mb, slots)
+    if priority:
+        resources["sge_priority"] = priority
+    return resources
