@@ -169,8 +169,9 @@ def check(
 
 def set_aside(marker: Path, suffix: str = ".damaged") -> Path:
     """Rename ``marker`` to ``<marker><suffix>`` (``<suffix>.2``, ... if taken: nothing is ever
-    overwritten or deleted) and return the new path. Without its marker the stage that writes
-    it is due again: Snakemake reruns a job whose output is missing.
+    overwritten or deleted) and return the new path. A missing marker alone does not make
+    Snakemake 9 rerun its job while the jobs after it are complete: the caller also forces it
+    (rules/common.smk, ``raw_files_intact``).
 
     Atomic: a hard link under the new name, then the old name removed; where the file system
     has no hard links, a rename to a name that was free just before.

@@ -391,12 +391,14 @@ class Outputs:
     that checkpoint's metrics and drops the events logged after it.
     """
 
-    def __init__(self, out_dir: Path, run: dict[str, Any], resume: dict[str, Any] | None) -> None:
+    def __init__(
+        self, out_dir: Path, run: dict[str, Any], resume: dict[str, Any] | None, keep: int
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.out_dir, self.run = out_dir, run
         self.ckpt_dir = checkpoints.slice_dir(out_dir, run)
-        self.keep = checkpoints.checkpoint_settings()["keep"]
+        self.keep = keep  # checkpoints.keep
         (out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = out_dir / TB_PARTIAL, out_dir / "tensorboard"
         if resume is None:
@@ -732,9 +734,10 @@ def _train(
         rank_provenance(rt.rank, rt.local_rank, device), name="train.provenance"
     )
     hosts = list(dict.fromkeys(f["node"] for f in facts))
-    outputs = Outputs(out_dir, run, checkpoint) if rt.rank == 0 else None
+    settings = checkpoints.checkpoint_settings()
+    outputs = Outputs(out_dir, run, checkpoint, settings["keep"]) if rt.rank == 0 else None
     done_before = outputs.train_seconds if outputs else 0.0
-    check_every = checkpoints.checkpoint_settings()["preemption_check_steps"]
+    check_every = settings["preemption_check_steps"]
 
     def train_seconds() -> float:
         return done_before + time.monotonic() - started
