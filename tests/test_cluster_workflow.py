@@ -326,6 +326,7 @@ def test_killing_a_rank_fails_the_local_job(tmp_path, backend):
 
 @pytest.mark.slurm
 def test_killing_a_rank_fails_the_slurm_job(slurm_cluster, tmp_path):
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     workdir = tmp_path / "w"
     returncode, out, log, seconds = kill_rank_during_training(
         workdir, "slurm", slurm_cluster.environ(), SLURM_POLL

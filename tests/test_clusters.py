@@ -84,6 +84,31 @@ def test_state_undo_stops_daemons_and_removes_only_its_own_symlink(tmp_path: Pat
     assert foreign.read_text() == "someone else's"
 
 
+def test_a_link_left_by_a_dead_cluster_is_taken_over_but_not_a_live_ones(tmp_path: Path) -> None:
+    """A dev cluster's directory restored without its daemons (a snapshot, a crash) is stale."""
+    link = tmp_path / "etc" / "slurm.conf"
+    old = State(tmp_path / "old")
+    old.base.mkdir()
+    (old.base / "etc").mkdir()
+    (old.base / "etc" / "slurm.conf").write_text("old cluster")
+    proc, daemon = _sleeper(old.base, "slurmctld")
+    old.add_daemon(daemon)
+    assert old.add_symlink_if_free(link, old.base / "etc" / "slurm.conf")
+    new = State(tmp_path / "new")
+    new.base.mkdir()
+    try:
+        assert not new.add_symlink_if_free(link, new.base / "slurm.conf")  # its daemon runs
+    finally:
+        proc.kill()
+        proc.wait()
+    assert new.add_symlink_if_free(link, new.base / "slurm.conf")  # now nothing of it runs
+    assert os.readlink(link) == str(new.base / "slurm.conf")
+    # ...while a link that no test cluster recorded is never taken over, live or not
+    foreign = tmp_path / "etc" / "foreign.conf"
+    foreign.symlink_to(old.base / "etc" / "slurm.conf")
+    assert not new.add_symlink_if_free(foreign, new.base / "slurm.conf")
+
+
 def test_free_ports_are_distinct_and_bindable() -> None:
     ports = free_ports(4)
     assert len(set(ports)) == 4

@@ -85,7 +85,7 @@ def aggregate_worker(backend: str, out_dir: str) -> None:
         dist_optimizer.step()
         out.update({f"step{step}.agg.{k}": v for k, v in bn_stats(model).items()})
     np.savez(Path(out_dir) / f"rank-{rt.rank}.npz", **out)
-    rt.shutdown()
+    rt.finish()
 
 
 # --------------------------------------------------------------------------------------------

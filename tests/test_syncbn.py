@@ -78,7 +78,7 @@ def worker(backend: str, out_dir: str, sizes: str) -> None:
     bn.comm = rt
     result = step(bn, x[lo:hi], w[lo:hi])
     np.savez(Path(out_dir) / f"rank-{rt.rank}.npz", **result)
-    rt.shutdown()
+    rt.finish()
 
 
 # --------------------------------------------------------------------------------------------

@@ -409,13 +409,8 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     events = [f for f in files if f.startswith("tensorboard/")]
     assert len(events) == 1 and "events.out.tfevents" in events[0]
-    assert [f for f in files if f not in events] == [
-        "checkpoints/epoch-001.pt",
-        "checkpoints/epoch-002.pt",
-        "metrics.jsonl",
-        "model.pt",
-        "run.json",
-    ]
+    # the checkpoints are gone once model.pt is written: nothing is left to resume from
+    assert [f for f in files if f not in events] == ["metrics.jsonl", "model.pt", "run.json"]
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -449,10 +444,6 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
     assert_provenance(info, ranks=[0, 1])
 
-    ckpt = torch.load(out / "checkpoints" / "epoch-002.pt", weights_only=True)
-    assert ckpt["epoch"] == 2 and ckpt["config"] == run
-    assert ckpt["optimizer"]["state"]  # momentum buffers
-
     model_file = torch.load(out / "model.pt", weights_only=True)
     assert model_file["arch"] == {
         "model": "small_cnn",
@@ -462,7 +453,6 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     }
     net = build_model(**model_file["arch"])
     net.load_state_dict(model_file["state_dict"])  # strict: same keys as a plain model
-    assert all(torch.equal(ckpt["model"][k], v) for k, v in model_file["state_dict"].items())
 
 
 @pytest.mark.slow

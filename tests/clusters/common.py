@@ -291,6 +291,23 @@ def _reap(pid: int) -> None:
         pass
 
 
+def _left_by_a_dead_cluster(link: Path) -> bool:
+    """Whether symlink ``link`` dangles, or is a test cluster's whose daemons are all gone."""
+    if not os.path.exists(link):
+        return True
+    target = Path(os.path.realpath(link))
+    for base in target.parents:
+        if (base / STATE_FILE).is_file():
+            try:
+                state = State.load(base)
+            except (OSError, ValueError, KeyError, TypeError):
+                return False  # unreadable: not provably ours to take over
+            return (str(link), os.readlink(link)) in state.symlinks and not any(
+                d.pid() for d in state.daemons
+            )
+    return False
+
+
 @dataclass
 class State:
     """What a cluster started and changed, persisted in ``<base>/state.json`` as it happens."""
@@ -335,10 +352,12 @@ class State:
     def add_symlink_if_free(self, link: Path, target: Path) -> bool:
         """Create ``link`` -> ``target`` only if nothing exists at ``link``; remember it.
 
-        A dangling symlink (left by a cluster whose directory is gone) counts as nothing.
+        A dangling symlink (left by a cluster whose directory is gone) counts as nothing, and so
+        does one left by a test cluster none of whose daemons still runs (a crashed session, or a
+        machine restored from a snapshot with a dev cluster's directory in it).
         """
         if os.path.lexists(link):
-            if not (os.path.islink(link) and not os.path.exists(link)):
+            if not (os.path.islink(link) and _left_by_a_dead_cluster(link)):
                 return False
             os.unlink(link)
         link.parent.mkdir(parents=True, exist_ok=True)

@@ -654,10 +654,13 @@ def train(
                 f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
                 "process(es): launch with clusterbench-launch --np WORKERS"
             )
-        return _train(rt, run, data, out_dir, dump_dir, max_steps, device_type)
-    finally:
-        # also on an error: the other ranks' pending collectives then fail instead of hanging
+        result = _train(rt, run, data, out_dir, dump_dir, max_steps, device_type)
+    except BaseException:
+        # the other ranks' pending collectives then fail instead of hanging
         rt.shutdown()
+        raise
+    rt.finish()
+    return result
 
 
 def _train(

@@ -93,6 +93,14 @@ class Runtime(ABC):
     def shutdown(self) -> None:
         """Leave the world; pending collectives of the other ranks then fail, not hang."""
 
+    def finish(self) -> None:
+        """Leave the world together after a success: no rank tears down while another still
+        talks to it (Gloo can abort a rank whose peer closed its pairs mid-teardown)."""
+        try:
+            self.allreduce_sum(torch.zeros(1, device=self.device_type), name="finish")
+        finally:
+            self.shutdown()
+
     # -- identity -------------------------------------------------------------------------
     @property
     def rank(self) -> int:
