@@ -21,7 +21,7 @@ if not CHECKOUT.is_dir():
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
-from clusterbench import integrity, interrupt
+from clusterbench import integrity, interrupt, preemption
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
 
 # SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
@@ -174,6 +174,12 @@ if workflow.is_main_process:
     for _dataset in DATASETS:
         check_recorded_files(IN_WORKDIR(f"{data_dir(_dataset)}/meta.json"))
 
+if workflow.remote_exec:
+    # This Snakemake runs a job on a cluster node, in the job's processes with the ranks: a
+    # scheduler's preemption warning (Slurm --signal=USR1@N goes to every process of the job's
+    # steps; SGE's -notify to the job) must not kill it or the rule's shell, which inherits
+    # this; the launcher and the ranks install their own handlers for it.
+    preemption.ignore()
 
 #: The datasets whose raw files this process has checked (each once).
 RAW_CHECKED = set()

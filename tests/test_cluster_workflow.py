@@ -227,6 +227,108 @@ def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_f
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
 
 
+# --------------------------------------------------------------------------------- preemption
+
+#: Two trainings of 8 epochs of about a second each (batch 16): one on two nodes, one alone.
+PREEMPTED = {
+    "2w": {"name": "long-2w", "workers": 2, "nodes": 2, "epochs": 8, "batch_size": 16},
+    "1w": {"name": "long-1w", "workers": 1, "nodes": 1, "epochs": 8, "batch_size": 16},
+}
+
+
+@pytest.fixture(scope="module")
+def slurm_uninterrupted(slurm_cluster, slurm_finished, tmp_path_factory) -> Path:
+    """Both trainings, run on Slurm without interruption: the reference."""
+    workdir = tmp_path_factory.mktemp("slurm-uninterrupted")
+    targets = train_next_to(slurm_finished, workdir, list(PREEMPTED.values()), nodes=2)
+    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL, *targets)
+    return workdir / "results" / "runs"
+
+
+def _slurm_job_of(cluster, workdir: Path, deadline: float) -> str:
+    """The id of the one running Slurm job working in ``workdir``."""
+    while time.time() < deadline:
+        out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z"]).stdout
+        jobs = [line.split("|")[0] for line in out.splitlines() if line.endswith(f"|{workdir}")]
+        if len(jobs) == 1:
+            return jobs[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no running job of {workdir}: {out}")
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    "how, which",
+    [("warning", "2w"), ("warning", "1w"), ("requeue", "2w")],
+    ids=["usr1-two-nodes", "usr1-one-worker", "scontrol-requeue-two-nodes"],
+)
+def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
+    slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path, how, which
+):
+    """Mid-training, Slurm's preemption warning (what `--signal=USR1@N` sends: SIGUSR1 to every
+    process of the job's steps, here by `scancel --signal=USR1`) makes the ranks checkpoint at
+    a step boundary and the job exit 75; Snakemake's retry (the profile's `retries: 1`)
+    continues from that step. `scontrol requeue` kills the job and queues it again (the
+    profile's `--requeue`); it continues from its last checkpoint. Either way the training ends
+    bit for bit as the uninterrupted one on Slurm, every epoch once."""
+    from test_resume import assert_same_training
+
+    run = PREEMPTED[which]
+    workdir = tmp_path / "w"
+    (target,) = train_next_to(slurm_finished, workdir, [run], nodes=2)
+    log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
+    cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "slurm"), *SLURM_POLL)
+    proc = subprocess.Popen(
+        [*cmd, target],
+        cwd=REPO,
+        env=snakemake_env(slurm_cluster.environ()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 600
+        while not (log.exists() and "train: epoch 2:" in log.read_text()):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "training did not reach epoch 2"
+            time.sleep(0.2)
+        job = _slurm_job_of(slurm_cluster, workdir, deadline)
+        if how == "warning":
+            slurm_cluster.run(["scancel", "--signal=USR1", job])
+        else:
+            slurm_cluster.run(["scontrol", "requeue", job])
+            while slurm_cluster.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != (
+                "PENDING"
+            ):
+                assert time.time() < deadline, "the requeued job never went back to the queue"
+                time.sleep(0.5)
+            # a requeued job waits for a BeginTime about 2 min ahead: start it now
+            slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-5000:]
+    first = next((workdir / ".snakemake" / "slurm_logs").rglob(f"{job}.log")).read_text()
+    final = log.read_text()
+    if how == "warning":
+        written = re.search(
+            r"rank 0 preempted: checkpoint written (epoch \d+, after step \d+)", first
+        )
+        assert written, first[-3000:]
+        assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+        assert f"train: continuing from the checkpoint {written[1]}" in final, final[-3000:]
+        state = slurm_cluster.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"])
+        assert state.stdout.split() == ["FAILED|75:0"], state.stdout  # then Snakemake's retry
+    else:
+        shown = slurm_cluster.run(["scontrol", "show", "job", job]).stdout
+        assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, shown
+        assert "train: continuing from the checkpoint after epoch" in final, final[-3000:]
+    assert_same_training(
+        workdir / "results" / "runs" / run["name"], slurm_uninterrupted / run["name"]
+    )
+
+
 def test_unknown_profile_setting_is_an_error(tmp_path):
     profile = tmp_path / "profile"
     shutil.copytree(REPO / "profiles" / "slurm", profile)
@@ -402,6 +504,83 @@ def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp
         for task in manifest.values():
             priority_of[task["wildcards"]["run"]] = priority
     assert priority_of == {"patient": "-3", "urgent": "5"}, seen
+
+
+@pytest.fixture(scope="module")
+def sge_uninterrupted(sge_cluster, sge_finished, tmp_path_factory) -> Path:
+    """The two-slot training of :data:`PREEMPTED`, run on SGE without interruption."""
+    workdir = tmp_path_factory.mktemp("sge-uninterrupted")
+    targets = train_next_to(sge_finished, workdir, [dict(PREEMPTED["2w"], nodes=1)], nodes=1)
+    run_on(
+        sge_cluster,
+        workdir,
+        "sge",
+        "--set-resources",
+        "train:sge_export_env=True",
+        *SGE_POLL,
+        *targets,
+    )
+    return workdir / "results" / "runs"
+
+
+@pytest.mark.sge
+def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_stopped(
+    sge_cluster, sge_finished, sge_uninterrupted, tmp_path
+):
+    """`qdel` of the SGE training job mid-training: the profile's `qsub -notify` makes SGE send
+    SIGUSR2 (the queue's `notify` time before its SIGKILL); the ranks checkpoint at a step
+    boundary and the job exits 75; Snakemake's retry continues from that step and the training
+    ends bit for bit as the uninterrupted one."""
+    from test_resume import assert_same_training
+
+    run = dict(PREEMPTED["2w"], nodes=1)
+    workdir = tmp_path / "w"
+    (target,) = train_next_to(sge_finished, workdir, [run], nodes=1)
+    log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
+    cmd = snakemake_cmd(
+        workdir,
+        "--profile",
+        str(REPO / "profiles" / "sge"),
+        "--set-resources",
+        "train:sge_export_env=True",
+        *SGE_POLL,
+        target,
+    )
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=snakemake_env(sge_cluster.environ()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 600
+        while not (log.exists() and "train: epoch 2:" in log.read_text()):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "training did not reach epoch 2"
+            time.sleep(0.2)
+        first = log.read_text()
+        qstat = sge_cluster.run(["qstat"]).stdout
+        (job,) = re.findall(r"^\s*(\d+)\s.*\sr\s", qstat, re.M)
+        sge_cluster.run(["qdel", job])
+        ended = ("[launch] preempted", "exited with code", "all 2 rank(s) finished")
+        while not any(mark in first for mark in ended) and time.time() < deadline:
+            time.sleep(0.2)
+            first = log.read_text() if log.exists() else first
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-5000:]
+    written = re.search(r"rank 0 preempted: checkpoint written (epoch \d+, after step \d+)", first)
+    assert written, first[-3000:]
+    assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+    final = log.read_text()
+    assert f"train: continuing from the checkpoint {written[1]}" in final, final[-3000:]
+    assert_same_training(
+        workdir / "results" / "runs" / run["name"], sge_uninterrupted / run["name"]
+    )
 
 
 @pytest.mark.sge

@@ -75,6 +75,27 @@ print("rank %s done" % rank, flush=True)
 """
 
 
+# Like a training rank on a preemption warning (SIGUSR1 or SIGUSR2): it finishes what it does
+# (rank 1 takes 1.5 s longer, as if writing the checkpoint), records that it did, and exits 75.
+RANK_PREEMPTED = r"""
+import os, signal, sys, time
+rank = os.environ["HOROVOD_RANK"]
+warned = []
+for sig in (signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(sig, lambda s, f: warned.append(s))
+path = os.path.join(sys.argv[1], "rank%s.pid" % rank)
+with open(path + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(path + ".tmp", path)
+while not warned:
+    time.sleep(0.01)
+time.sleep(1.5 * int(rank))
+with open(os.path.join(sys.argv[1], "rank%s.done" % rank), "w") as f:
+    f.write("%d\n" % warned[0])
+sys.exit(75)
+"""
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state, start time) of a process from /proc/<pid>/stat; None if there is none."""
     try:
@@ -613,6 +634,27 @@ def test_usr1_reaches_every_local_rank_and_they_keep_running(tmp_path) -> None:
         assert "all 2 rank(s) finished" in err, err
         out = (run.dir / "out").read_text()
         assert "[0]<stdout>:rank 0 done" in out and "[1]<stdout>:rank 1 done" in out, out
+    finally:
+        run.cleanup()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2], ids=["USR1", "USR2"])
+def test_ranks_that_stop_on_a_preemption_warning_make_the_launcher_exit_75(tmp_path, sig):
+    """Slurm's warning (SIGUSR1) or SGE's -notify before a kill (SIGUSR2) reaches every rank;
+    a rank that exits 75 first is no failure: the others are left to finish their exit (no
+    SIGTERM), and the launcher exits 75 ("run again to continue") saying so."""
+    run = Launch.start(tmp_path, "preempted", code=RANK_PREEMPTED)
+    try:
+        run.wait_ranks()
+        run.signal(sig, group=False)
+        run.proc.wait(timeout=STARTUP_S)
+        err = run.stderr()
+        assert run.proc.returncode == 75, err
+        done = [run.dir / f"rank{r}.done" for r in (0, 1)]
+        assert [f.read_text() for f in done] == [f"{int(sig)}\n"] * 2, err  # rank 1 not stopped
+        assert "preempted: every rank stopped at the checkpoint" in err, err
+        assert "stopping the other ranks" not in err and "exited with code" not in err, err
     finally:
         run.cleanup()
 

@@ -8,11 +8,13 @@ our resources, so a plugin upgrade that changes the mapping fails here.
 
 from __future__ import annotations
 
+import ast
 import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from clusterbench.resources import (
     SGE_MPI_PE,
     TRAIN_RESOURCE_KEYS,
@@ -21,6 +23,8 @@ from clusterbench.resources import (
 from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
 from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def run_config(**overrides):
@@ -236,15 +240,37 @@ def test_sbatch_without_priority_or_qos() -> None:
     assert option(argv, "--nice") is None and option(argv, "--qos") is None
 
 
+def profile(name: str) -> dict:
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
 @pytest.mark.parametrize("priority", [5, -7])
-def test_qsub_priority_is_p_and_the_profiles_w_e_stays(tmp_path: Path, priority) -> None:
-    profile_default = {"sge_extra": "-w e"}  # profiles/sge default-resources, evaluated
+def test_qsub_priority_is_p_and_the_profiles_w_e_and_notify_stay(tmp_path: Path, priority) -> None:
+    # profiles/sge default-resources, evaluated as Snakemake evaluates them
+    profile_default = {
+        "sge_extra": ast.literal_eval(profile("sge")["default-resources"]["sge_extra"])
+    }
     res = train_resources(run_config(workers=2, priority=priority, qos="hi"))
     assert "sge_extra" not in res  # so the profile's default reaches train jobs too
     argv = qsub_line({**profile_default, **res}, tmp_path)
     assert option(argv, "-p") == str(priority)
     assert option(argv, "-w") == "e"
+    assert "-notify" in argv  # SIGUSR2 before a kill: the preemption warning
     assert "hi" not in argv  # no QOS on SGE
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sbatch_asks_for_the_warning_and_the_profile_for_requeue(workers) -> None:
+    """A run's warning_seconds N is `--signal=USR1@N` (to the steps, not `B:` the batch shell
+    alone), for one worker and for an MPI job; 0 asks for none. The profile asks for requeue."""
+    run = run_config(workers=workers, nodes=workers, warning_seconds=90, priority=3)
+    argv = sbatch_line(train_resources(run))
+    assert option(argv, "--signal") == "USR1@90"
+    assert option(argv, "--nice") == "-3"
+    assert option(sbatch_line(train_resources({**run, "warning_seconds": 0})), "--signal") is None
+    assert profile("slurm")["slurm-requeue"] is True
+    assert "trap '' USR1 USR2" in profile("slurm")["precommand"]
+    assert "trap '' USR1 USR2" in profile("sge")["precommand"]
 
 
 def test_qsub_without_priority(tmp_path: Path) -> None:

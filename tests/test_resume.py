@@ -7,8 +7,10 @@ Horovod ranks under ``horovodrun --gloo`` for two); the workflow-level ones kill
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -233,13 +235,17 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["sigkill-training-job", "sigint-to-snakemake", "sigkill-all"])
+@pytest.mark.parametrize(
+    "how", ["sigkill-training-job", "sigint-to-snakemake", "sigkill-all", "usr1-to-the-launcher"]
+)
 def test_a_killed_workflow_reruns_from_the_last_checkpoint(uninterrupted, tmp_path, how):
     """The training job killed mid-epoch by SIGKILL (launcher and ranks at once, as the OOM
     killer or a dying node does), or SIGINT to snakemake alone (Ctrl-C): `snakemake` again, with
     no flags, continues the training from its last checkpoint and ends exactly as the
     uninterrupted run did. SIGKILL to snakemake too leaves Snakemake's lock, which Snakemake
-    wants lifted with `--unlock` first; the training then continues the same way."""
+    wants lifted with `--unlock` first; the training then continues the same way. A preemption
+    warning (SIGUSR1) to the job's launcher stops it at a checkpoint mid-epoch, with exit 75;
+    the next run continues from that very step."""
     write_config(tmp_path, long_run_config(tmp_path))
     target = "results/runs/resumed/model.pt"
     profile = ("--profile", str(REPO / "profiles" / "local"))
@@ -263,9 +269,18 @@ def test_a_killed_workflow_reruns_from_the_last_checkpoint(uninterrupted, tmp_pa
         if how == "sigkill-training-job":
             job = processes_in(tmp_path, "clusterbench.launch") + processes_in(tmp_path, "train.py")
             for pid in job:
-                os.kill(pid, signal.SIGKILL)
+                # one killed may take others with it (the launcher's middlemen kill their ranks)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         elif how == "sigint-to-snakemake":
             os.kill(proc.pid, signal.SIGINT)
+        elif how == "usr1-to-the-launcher":
+            (launcher,) = [  # the launcher itself, not the rule's shell that started it
+                pid
+                for pid in processes_in(tmp_path, "clusterbench.launch")
+                if b"\0-m\0clusterbench.launch\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            ]
+            os.kill(launcher, preemption.WARNING_SIGNAL)
         else:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=120)
@@ -283,9 +298,20 @@ def test_a_killed_workflow_reruns_from_the_last_checkpoint(uninterrupted, tmp_pa
     assert not (out / "model.pt").exists()
     assert list((out / "checkpoints").glob("*/epoch-*.pt"))
 
+    log = tmp_path / "results" / "logs" / "train" / "resumed.log"
+    resumed_at = "after epoch"
+    if how == "usr1-to-the-launcher":
+        first = log.read_text()
+        written = re.search(
+            r"rank 0 preempted: checkpoint written (epoch \d+, after step \d+)", first
+        )
+        assert written, first[-3000:]
+        assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+        assert "exited with code" not in first, first[-3000:]
+        resumed_at = written.group(1)
     if how == "sigkill-all":
         snakemake(tmp_path, *profile, "--unlock", target)
     snakemake(tmp_path, *profile, target)
-    log = (tmp_path / "results" / "logs" / "train" / "resumed.log").read_text()
-    assert "train: continuing from the checkpoint after epoch" in log, log[-3000:]
+    text = log.read_text()
+    assert f"train: continuing from the checkpoint {resumed_at}" in text, text[-3000:]
     assert_same_training(out, uninterrupted)

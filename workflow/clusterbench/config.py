@@ -58,7 +58,7 @@ TRAIN_KEYS = (
 )
 #: Run keys that only size or place the job (scheduler resources, the order of local jobs):
 #: never part of params, so changing them reruns nothing.
-RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime", "priority", "qos")
+RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime", "warning_seconds", "priority", "qos")
 
 
 class ConfigError(ValueError):
@@ -252,6 +252,12 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"{where}.minutes: a time box of {run['minutes']:g} min does not end before the "
                 f"job's wall-clock limit (runtime: {run['runtime']} min): the scheduler would kill "
                 "the job before it writes its model; raise runtime or lower minutes"
+            )
+        if run["warning_seconds"] >= 60 * run["runtime"]:
+            problems.append(
+                f"{where}.warning_seconds: a warning {run['warning_seconds']} s before the end "
+                f"of a {run['runtime']} min job (runtime) would come at its start; lower "
+                "warning_seconds or raise runtime"
             )
         if run["dataset"] not in resolved["datasets"]:
             problems.append(

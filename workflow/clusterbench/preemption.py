@@ -1,7 +1,8 @@
 """The preemption warning, as a training rank sees it.
 
-A scheduler warns a job before it stops it (Slurm ``--signal=...USR1@GRACE``, SGE ``-notify``;
-the launcher forwards the signal to every rank). The handler only sets a flag: no lock, no
+A scheduler warns a job before it stops it: Slurm sends SIGUSR1 ``--signal=USR1@GRACE`` before
+the time limit, SGE (``qsub -notify``) SIGUSR2 before a kill and SIGUSR1 before a suspension;
+the launcher forwards both to every rank. The handler only sets a flag: no lock, no
 I/O, so it is safe whatever the rank is doing. The ranks then agree on the flag in one
 collective at a step boundary (every ``checkpoints.preemption_check_steps`` steps and at each
 epoch's end), so that no rank stops alone; rank 0 writes a checkpoint there and every rank
@@ -14,8 +15,10 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-#: The signal a scheduler sends as its warning (Slurm ``--signal``, SGE ``-notify``).
+#: The signal Slurm is asked to send as its warning (``sbatch --signal``).
 WARNING_SIGNAL = signal.SIGUSR1
+#: Every signal taken as a warning: SGE's ``-notify`` sends SIGUSR2 before it kills a job.
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 #: Exit status of a rank, and of the launcher, that stopped after checkpointing on a warning
 #: (sysexits' EX_TEMPFAIL: run the same command again to continue).
 EXIT_PREEMPTED = 75
@@ -29,10 +32,20 @@ def _on_warning(signum: int, frame: Any) -> None:
 
 
 def install() -> None:
-    """Record the warning signal from now on instead of dying of it (its default action)."""
+    """Record the warning signals from now on instead of dying of them (their default action)."""
     global _warned
     _warned = False
-    signal.signal(WARNING_SIGNAL, _on_warning)
+    for sig in WARNING_SIGNALS:
+        signal.signal(sig, _on_warning)
+
+
+def ignore() -> None:
+    """Ignore the warning signals in this process and, by inheritance, in what it starts until
+    that installs its own handlers: for the processes between a scheduler and the ranks (a
+    Snakemake job's own Snakemake, the rule's shell), which would otherwise die of a warning
+    meant for the ranks."""
+    for sig in WARNING_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def warned() -> bool:

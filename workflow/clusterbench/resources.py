@@ -62,7 +62,8 @@ def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
     """The resources of one training run (``workers`` Horovod ranks on ``nodes`` nodes).
 
     ``run`` needs ``workers``, ``nodes``, ``gpus_per_node``, ``cpus_per_worker``, ``mem_mb``
-    (the whole job's memory) and ``runtime`` (minutes); ``priority`` and ``qos`` are optional.
+    (the whole job's memory) and ``runtime`` (minutes); ``priority``, ``qos`` and
+    ``warning_seconds`` are optional.
     Returns only the keys that apply (a subset of :data:`TRAIN_RESOURCE_KEYS`); raises
     ``ValueError`` naming a bad field.
     """
@@ -83,6 +84,7 @@ def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
         raise ValueError(f"{where} priority must be an integer in {low}..{high}, got {priority!r}")
     qos = run.get("qos") or None
+    warning_seconds = _int_at_least(run.get("warning_seconds", 0), f"{where} warning_seconds", 0)
     if qos is not None and not isinstance(qos, str):
         raise ValueError(f"{where} qos must be a string, got {qos!r}")
 
@@ -98,6 +100,7 @@ def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
             cpus_per_worker=cpus,
             priority=priority,
             qos=qos,
+            warning_seconds=warning_seconds,
         ),
         **sge.train_resources(
             workers=workers, cpus_per_worker=cpus, mem_mb=mem_mb, priority=priority

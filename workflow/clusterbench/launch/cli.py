@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from clusterbench import preemption
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import IfaceChoice, choose_iface, horovod_hosts, local_nodes
 from clusterbench.launch.runner import (
@@ -261,7 +262,7 @@ def run(plan: Plan) -> int:
                     plan.iface.address,
                 )
         except RuntimeError:
-            if runner.failure() is None and signals.first is None:
+            if runner.failure() is None and not runner.preempted() and signals.first is None:
                 raise
         finally:
             if signals.killed_at is not None:
@@ -273,6 +274,13 @@ def run(plan: Plan) -> int:
     if signals.first is not None and (failed is None or failed.after_stop):
         log.error("the launcher received %s: all ranks were stopped", signals.describe())
         return 128 + signals.first
+    if failed is None and runner.preempted():
+        log.warning(
+            "preempted: every rank stopped at the checkpoint they agreed on after the warning; "
+            "run the same command again to continue from it (exit %d)",
+            preemption.EXIT_PREEMPTED,
+        )
+        return preemption.EXIT_PREEMPTED
     if failed is None:
         log.info("all %d rank(s) finished", args.np)
         return 0

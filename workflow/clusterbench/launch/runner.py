@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from clusterbench import preemption
 from clusterbench.launch.schedulers.base import RANK_ID_VAR, LaunchError, Scheduler
 
 log = logging.getLogger("clusterbench.launch")
@@ -47,9 +48,12 @@ KILL_AFTER_S = 8.0
 EXIT_AFTER_S = 12.0
 EXIT_AFTER_SECOND_S = 3.0
 SWEEP_EVERY_S = 0.5  # once killing, SIGKILL whatever appeared since, this often
-# Passed on to every rank, nothing else: SIGUSR1 is the preemption warning (Slurm's
-# `--signal=B:USR1@T`, a site's own tooling), which the ranks handle themselves.
-FORWARDED_SIGNALS = (signal.SIGUSR1,)
+# Once a rank has exited as preempted (its checkpoint written, every rank agreed to stop), the
+# others are given this long to exit too before they are stopped like after a failure.
+PREEMPTED_WAIT_S = 60.0
+# Passed on to every rank, nothing else: the preemption warnings (Slurm's `--signal=USR1@T`
+# under `--full`/`B:`, SGE's `-notify`, a site's own tooling), which the ranks handle themselves.
+FORWARDED_SIGNALS = preemption.WARNING_SIGNALS
 
 
 # safe_shell_exec runs the command with `sh -c`. A shell that exec's its last command would
@@ -139,6 +143,7 @@ class RankRunner:
         self.reaper = Reaper()
         self._lock = threading.Lock()
         self._out_lock = threading.Lock()
+        self._preempted_timer: threading.Timer | None = None
 
     def exec_command(self, command: str, slot_info: Any, events: list | None) -> tuple[int, float]:
         from horovod.runner.common.util import safe_shell_exec
@@ -199,6 +204,15 @@ class RankRunner:
         result = RankResult(rank, host, exit_code, ended, self.stop_all.is_set(), list(tail))
         with self._lock:
             self.results[rank] = result
+            if exit_code == preemption.EXIT_PREEMPTED and not self.stop_all.is_set():
+                # every rank agreed to stop and the checkpoint is written: the others are on
+                # their way out too; no rank failed, no host is to blame
+                log.info("rank %d on %s stopped after the preemption checkpoint", rank, host)
+                if self._preempted_timer is None:
+                    self._preempted_timer = threading.Timer(PREEMPTED_WAIT_S, self.stop_all.set)
+                    self._preempted_timer.daemon = True
+                    self._preempted_timer.start()
+                return exit_code, ended
             if exit_code != 0 and not self.stop_all.is_set():
                 log.error(
                     "rank %d on %s exited with code %d: stopping the other ranks",
@@ -268,14 +282,24 @@ class RankRunner:
                 "rank %d: %s could not be passed on (rank not found)", slot_info.rank, sig.name
             )
 
+    def preempted(self) -> bool:
+        """Whether a rank stopped on a preemption warning (exit :data:`EXIT_PREEMPTED`): the
+        checkpoint to continue from was written before any rank exited."""
+        return any(r.exit_code == preemption.EXIT_PREEMPTED for r in self.results.values())
+
     def failure(self) -> RankResult | None:
-        """The rank whose failure ended the run, None if every rank exited 0.
+        """The rank whose failure ended the run, None if every rank exited 0 or as preempted.
 
         The first to fail before the others were told to stop, preferring a rank whose output
         does not show Horovod reacting to a dead peer (a rank that dies takes its peers' Gloo
-        connections down with it, and they may be seen failing at about the same time)."""
-        failed = [r for r in self.results.values() if r.exit_code != 0]
+        connections down with it, and they may be seen failing at about the same time). After
+        a preemption, a rank stopped because it outlived :data:`PREEMPTED_WAIT_S` is none."""
+        failed = [
+            r for r in self.results.values() if r.exit_code not in (0, preemption.EXIT_PREEMPTED)
+        ]
         if not failed:
+            return None
+        if self.preempted() and all(r.after_stop for r in failed):
             return None
         unprompted = [r for r in failed if not r.after_stop] or failed
         primary = [r for r in unprompted if not _peer_failure(r.tail)] or unprompted

@@ -41,6 +41,7 @@ from clusterbench.launch.schedulers.base import (
     resolve,
     run_tool,
 )
+from clusterbench.preemption import WARNING_SIGNAL
 from clusterbench.preflight import PreflightError
 
 log = logging.getLogger("clusterbench.launch")
@@ -417,6 +418,7 @@ def train_resources(
     cpus_per_worker: int,
     priority: int = 0,
     qos: str | None = None,
+    warning_seconds: int = 0,
 ) -> dict[str, Any]:
     """The Slurm part of a training job's resources (the generic ``nodes``, ``mem_mb``,
     ``mem_mb_per_cpu`` and ``runtime`` come from :func:`clusterbench.resources.train_resources`).
@@ -430,7 +432,11 @@ def train_resources(
     ``cpus_per_task``  ``--cpus-per-task`` (one rank's CPUs; overrides the rule's ``threads``).
     ``slurm_extra``    ``--gpus-per-node=G``, ``--ntasks-per-node=K``, ``--nice=-P`` for a run's
                        ``priority`` P (Slurm's nice is the opposite way round: a higher priority
-                       is a lower nice; a negative nice needs an operator). GPUs are *not* asked
+                       is a lower nice; a negative nice needs an operator), and
+                       ``--signal=USR1@N`` for a run's ``warning_seconds`` N: Slurm sends the
+                       preemption warning to every process of the job's steps (the ranks), not
+                       to the batch shell (``B:`` would reach that shell alone, which cannot
+                       pass it on while it waits for its command). GPUs are *not* asked
                        for with ``gpu=`` (that is ``--gpus`` per job, and it makes the plugin
                        add ``--ntasks-per-gpu=<tasks>``); ``slurm_extra`` may not repeat flags the
                        plugin sets (``--gres``, ``--gpus``, ``--ntasks``, ``--mem``, ``--qos`` ...).
@@ -447,6 +453,8 @@ def train_resources(
             extra.append(f"--ntasks-per-node={workers // nodes}")
     if priority:
         extra.append(f"--nice={-priority}")
+    if warning_seconds:
+        extra.append(f"--signal={WARNING_SIGNAL.name.removeprefix('SIG')}@{warning_seconds}")
     if extra:
         resources["slurm_extra"] = " ".join(extra)
     if qos:
