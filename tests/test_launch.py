@@ -403,7 +403,10 @@ def test_qrsh_command_survives_qrsh_joining_its_arguments(tmp_path, monkeypatch)
     # qrsh joins the rest with spaces; the remote shell parses that string again.
     remote = shlex.split(" ".join(argv[5:]))
     assert remote[:2] == ["bash", "-c"] and len(remote) == 3
-    assert remote[2].startswith(f"cd {shlex.quote(str(tmp_path))} || exit 1; {rank_cmd} & ")
+    # the remote shell ignores the preemption warnings (SGE's -notify reaches it too)
+    assert remote[2].startswith(
+        f"trap '' USR1 USR2; cd {shlex.quote(str(tmp_path))} || exit 1; {rank_cmd} & "
+    )
     # The rank announces its pid, which the executor takes out of the output.
     assert executor.observe(_Slot("hostB", 1, 0, 1), "[1]<stderr>:" + sge.PID_MARK + "4242\n")
     assert executor.pids == {1: 4242}

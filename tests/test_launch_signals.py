@@ -14,6 +14,7 @@ started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -65,6 +66,7 @@ def on_usr1(sig, frame):
     with open(record, "a") as f:
         f.write("%d\n" % sig)
 signal.signal(signal.SIGUSR1, on_usr1)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1])  # as clusterbench.train does
 path = os.path.join(sys.argv[1], "rank%s.pid" % rank)
 with open(path + ".tmp", "w") as f:
     f.write(str(os.getpid()))
@@ -83,6 +85,7 @@ rank = os.environ["HOROVOD_RANK"]
 warned = []
 for sig in (signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(sig, lambda s, f: warned.append(s))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1, signal.SIGUSR2])
 path = os.path.join(sys.argv[1], "rank%s.pid" % rank)
 with open(path + ".tmp", "w") as f:
     f.write(str(os.getpid()))
@@ -639,15 +642,31 @@ def test_usr1_reaches_every_local_rank_and_they_keep_running(tmp_path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2], ids=["USR1", "USR2"])
-def test_ranks_that_stop_on_a_preemption_warning_make_the_launcher_exit_75(tmp_path, sig):
+@pytest.mark.parametrize(
+    "sig, to",
+    [
+        (signal.SIGUSR1, "launcher"),
+        (signal.SIGUSR2, "launcher"),
+        (signal.SIGUSR1, "every-process"),
+    ],
+    ids=["USR1-to-the-launcher", "USR2-to-the-launcher", "USR1-to-every-process"],
+)
+def test_ranks_that_stop_on_a_preemption_warning_make_the_launcher_exit_75(tmp_path, sig, to):
     """Slurm's warning (SIGUSR1) or SGE's -notify before a kill (SIGUSR2) reaches every rank;
     a rank that exits 75 first is no failure: the others are left to finish their exit (no
-    SIGTERM), and the launcher exits 75 ("run again to continue") saying so."""
+    SIGTERM), and the launcher exits 75 ("run again to continue") saying so. Sent to every
+    process of the launch at once, as Slurm sends `--signal` to a whole job step, nothing in
+    between (Horovod's middlemen, the ranks' shells) dies of it."""
     run = Launch.start(tmp_path, "preempted", code=RANK_PREEMPTED)
     try:
         run.wait_ranks()
-        run.signal(sig, group=False)
+        if to == "launcher":
+            run.signal(sig, group=False)
+        else:
+            below = psutil.Process(run.proc.pid).children(recursive=True)
+            for proc in [psutil.Process(run.proc.pid), *below]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(sig)
         run.proc.wait(timeout=STARTUP_S)
         err = run.stderr()
         assert run.proc.returncode == 75, err

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from clusterbench import preemption
 from clusterbench.resources import (
     SGE_MPI_PE,
     TRAIN_RESOURCE_KEYS,
@@ -269,8 +270,8 @@ def test_sbatch_asks_for_the_warning_and_the_profile_for_requeue(workers) -> Non
     assert option(argv, "--nice") == "-3"
     assert option(sbatch_line(train_resources({**run, "warning_seconds": 0})), "--signal") is None
     assert profile("slurm")["slurm-requeue"] is True
-    assert "trap '' USR1 USR2" in profile("slurm")["precommand"]
-    assert "trap '' USR1 USR2" in profile("sge")["precommand"]
+    assert profile("slurm")["precommand"] == preemption.IGNORE_IN_SHELL
+    assert profile("sge")["precommand"] == preemption.IGNORE_IN_SHELL
 
 
 def test_qsub_without_priority(tmp_path: Path) -> None:

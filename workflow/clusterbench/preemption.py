@@ -19,6 +19,9 @@ from typing import Any
 WARNING_SIGNAL = signal.SIGUSR1
 #: Every signal taken as a warning: SGE's ``-notify`` sends SIGUSR2 before it kills a job.
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+#: The shell command with which a shell between the scheduler and a rank ignores the warnings
+#: (and so does what it starts, until it installs its own handlers, as the ranks do).
+IGNORE_IN_SHELL = "trap '' " + " ".join(s.name.removeprefix("SIG") for s in WARNING_SIGNALS)
 #: Exit status of a rank, and of the launcher, that stopped after checkpointing on a warning
 #: (sysexits' EX_TEMPFAIL: run the same command again to continue).
 EXIT_PREEMPTED = 75
@@ -32,11 +35,13 @@ def _on_warning(signum: int, frame: Any) -> None:
 
 
 def install() -> None:
-    """Record the warning signals from now on instead of dying of them (their default action)."""
+    """Record the warning signals from now on instead of dying of them (their default action,
+    or ignored as the launcher starts a rank), and unblock them where they are blocked."""
     global _warned
     _warned = False
     for sig in WARNING_SIGNALS:
         signal.signal(sig, _on_warning)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WARNING_SIGNALS)
 
 
 def ignore() -> None:

@@ -59,9 +59,10 @@ FORWARDED_SIGNALS = preemption.WARNING_SIGNALS
 # safe_shell_exec runs the command with `sh -c`. A shell that exec's its last command would
 # *be* the rank, and safe_shell_exec's termination (SIGTERM the shell's children, then SIGSTOP
 # the shell, then SIGKILL) would stop the rank instead of letting it handle SIGTERM. With a
-# trailing `exit` the shell stays the rank's parent and the rank gets SIGTERM first.
+# trailing `exit` the shell stays the rank's parent and the rank gets SIGTERM first. The shell
+# ignores the preemption warnings (see RankRunner.exec_command).
 def _keep_shell(command: str) -> str:
-    return f"{command}; exit $?"
+    return f"{preemption.IGNORE_IN_SHELL}; {command}; exit $?"
 
 
 class _TailStream:
@@ -187,6 +188,15 @@ class RankRunner:
                 self.slots[rank] = slot_info
             shell_command = self.scheduler.shell_command(command, slot_info)
             log.debug("rank %d on %s: %s", rank, host, shell_command)
+            # A scheduler may send the preemption warnings to every process of the job (a
+            # one-worker Slurm job's step); nothing between the launcher and the rank may die
+            # of one and take the rank down. What this thread starts (Horovod's middleman,
+            # multiprocessing's resource tracker) starts with them blocked; the middleman's
+            # subprocess, the rank's shell, gets an empty mask again and ignores them
+            # (_keep_shell), and so does what it starts until it installs its own handlers, as
+            # the ranks do (clusterbench.preemption.install). The launcher's main thread still
+            # receives them.
+            signal.pthread_sigmask(signal.SIG_BLOCK, preemption.WARNING_SIGNALS)
             exit_code = safe_shell_exec.execute(
                 _keep_shell(shell_command),
                 env=self.scheduler.start_env,

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from clusterbench import preemption
 from clusterbench.launch.schedulers.base import (
     SIGNAL_TIMEOUT_S,
     Allocation,
@@ -106,7 +107,11 @@ class SgeScheduler(Scheduler):
         return _read_pe_hostfile(self.job_env if env is None else env).host_slots()
 
     def shell_command(self, command: str, slot_info: Any) -> str:
-        remote = f"cd {shlex.quote(self.cwd)} || exit 1; {command} & echo {PID_MARK}$! >&2; wait $!"
+        # (the remote shell ignores the preemption warnings: SGE's -notify reaches it too)
+        remote = (
+            f"{preemption.IGNORE_IN_SHELL}; cd {shlex.quote(self.cwd)} || exit 1; "
+            f"{command} & echo {PID_MARK}$! >&2; wait $!"
+        )
         qrsh = ["qrsh", "-inherit", "-nostdin", "-V", slot_info.hostname, "bash", "-c"]
         return f"{shlex.join(qrsh)} {shlex.quote(shlex.quote(remote))}"
 
