@@ -271,6 +271,32 @@ def _assert_preempted_then_resumed(first: str, final: str) -> str:
     return written[1]
 
 
+def _popen_snakemake(cmd: list[str], env: dict) -> subprocess.Popen:
+    """``snakemake`` (``cmd``) started in the background, its output in one pipe."""
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=snakemake_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _start_training(cmd: list[str], env: dict, log: Path) -> tuple[subprocess.Popen, float]:
+    """Start ``snakemake`` (``cmd``) and wait until its training has finished epoch 2: the
+    process and a deadline (time.time()) for what follows."""
+    proc = _popen_snakemake(cmd, env)
+    deadline = time.time() + 600
+    while not (log.exists() and "train: epoch 2:" in log.read_text()):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            out, _ = proc.communicate()
+            raise AssertionError(f"training did not reach epoch 2: {out[-5000:]}")
+        time.sleep(0.2)
+    return proc, deadline
+
+
 def _slurm_job_of(cluster, workdir: Path, deadline: float) -> str:
     """The id of the one running Slurm job working in ``workdir``."""
     while time.time() < deadline:
@@ -304,20 +330,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     (target,) = train_next_to(slurm_finished, workdir, [run], nodes=2)
     log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
     cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "slurm"), *SLURM_POLL)
-    proc = subprocess.Popen(
-        [*cmd, target],
-        cwd=REPO,
-        env=snakemake_env(slurm_cluster.environ()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, deadline = _start_training([*cmd, target], slurm_cluster.environ(), log)
     try:
-        deadline = time.time() + 600
-        while not (log.exists() and "train: epoch 2:" in log.read_text()):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.time() < deadline, "training did not reach epoch 2"
-            time.sleep(0.2)
         job = _slurm_job_of(slurm_cluster, workdir, deadline)
         sent = time.time()
         if how == "warning":
@@ -409,14 +423,7 @@ def kill_rank_during_training(
         *extra,
         "results/runs/doomed/model.pt",
     )
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=snakemake_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _popen_snakemake(cmd, env)
     try:
         deadline = time.time() + 600
         pid = None
@@ -577,20 +584,8 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
         *SGE_POLL,
         target,
     )
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=snakemake_env(sge_cluster.environ()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, deadline = _start_training(cmd, sge_cluster.environ(), log)
     try:
-        deadline = time.time() + 600
-        while not (log.exists() and "train: epoch 2:" in log.read_text()):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.time() < deadline, "training did not reach epoch 2"
-            time.sleep(0.2)
         qstat = sge_cluster.run(["qstat"]).stdout
         (job,) = re.findall(r"^\s*(\d+)\s.*\sr\s", qstat, re.M)
         sent = time.time()
