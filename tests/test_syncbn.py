@@ -8,6 +8,7 @@ it computed.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,13 @@ def worker(backend: str, out_dir: str, sizes: str) -> None:
     result = step(bn, x[lo:hi], w[lo:hi])
     np.savez(Path(out_dir) / f"rank-{rt.rank}.npz", **result)
     rt.finish()
+    # Done: leave without the interpreter's teardown. In this second-long process, Gloo's C++
+    # destructors at exit aborted now and then ("terminate called without an active
+    # exception": 2 of 3 CI runs of the DDP case, never in 37 runs here), which is not what
+    # this test is about; the results are saved and every rank has left the world.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,23 @@ from clusterbench.dist.base import DistributedOptimizer, Identity, Runtime, env_
 from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
 
 
+class _AllreduceSum(torch.autograd.Function):
+    """Sum over the ranks, differentiable: the gradient is the sum of the ranks' gradients.
+    (torch.distributed.nn.functional.all_reduce does the same and is deprecated.)"""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        out = tensor.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return _AllreduceSum.apply(grad)
+
+
 class AggregatingOptimizer(DistributedOptimizer):
     """``step()``: the optimiser step (DDP already averaged the gradients), then, with
     ``bn: aggregate``, one all_reduce of the BatchNorm running statistics."""
@@ -89,9 +106,7 @@ class TorchRuntime(Runtime):
         return out
 
     def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
-        from torch.distributed.nn.functional import all_reduce
-
-        return all_reduce(tensor)
+        return _AllreduceSum.apply(tensor)
 
     def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
         import torch.distributed as dist
