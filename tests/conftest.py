@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,13 @@ def snakemake_cmd(workdir: Path, *args: str, repo: Path = REPO) -> list[str]:
         str(workdir / "config.yaml"),
         *args,
     ]
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a process a test sends SIGINT to: SIGINT restored to its default, on
+    which Python installs its KeyboardInterrupt handler. A pytest started in the background by a
+    shell without job control inherits SIGINT ignored, and so would the process."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def snakemake_env(env=None) -> dict[str, str]:

@@ -7,6 +7,7 @@ Snakemake marks their outputs incomplete.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,7 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, default_config, snakemake_cmd, snakemake_env, write_config
+from conftest import (
+    REPO,
+    default_config,
+    default_sigint,
+    snakemake_cmd,
+    snakemake_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +47,22 @@ def processes_in(workdir: Path, mentioning: str = "") -> list[int]:
     return pids
 
 
+def what_is_left(took: float, left: list[int], output: Path, log: Path) -> str:
+    """Why a stop failed: what still runs (with its state and threads' wait channels), and the
+    last lines of Snakemake's output and of the training log."""
+    lines = [f"still running {took:.0f} s after SIGINT:"]
+    for pid in left:
+        proc = Path(f"/proc/{pid}")
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            waits = sorted({(task / "wchan").read_text() for task in (proc / "task").iterdir()})
+            lines.append(f"  {pid} {cmdline[:160]} (threads waiting in {waits})")
+    for name, path in (("snakemake", output), ("training log", log)):
+        text = path.read_text(errors="replace") if path.exists() else "(none)"
+        lines += [f"--- {name}, last lines:", *text.splitlines()[-25:]]
+    return "\n".join(lines)
+
+
 def test_sigint_to_snakemake_stops_training_and_every_rank(tmp_path: Path):
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(tmp_path / "cache")
@@ -48,14 +72,22 @@ def test_sigint_to_snakemake_stops_training_and_every_rank(tmp_path: Path):
     write_config(tmp_path, cfg)
     cmd = snakemake_cmd(tmp_path, "--profile", str(REPO / "profiles" / "local"))
     log = tmp_path / "results" / "logs" / "train" / "long-run.log"
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=snakemake_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    # Snakemake's output goes to a file: a pipe nobody reads could fill and block it.
+    output = tmp_path / "snakemake.out"
+    with output.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=snakemake_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_sigint,
+        )
     ranks: list[int] = []
     try:
         deadline = time.monotonic() + 600
         while "epoch 1:" not in (log.read_text() if log.exists() else ""):
-            assert proc.poll() is None, proc.stdout.read().decode()
+            assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(0.5)
         ranks = processes_in(tmp_path, "scripts/train.py")
@@ -63,13 +95,14 @@ def test_sigint_to_snakemake_stops_training_and_every_rank(tmp_path: Path):
 
         os.kill(proc.pid, signal.SIGINT)  # snakemake alone, not its process group
         start = time.monotonic()
-        proc.wait(timeout=BOUND_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=BOUND_S)
         while processes_in(tmp_path) and time.monotonic() - start < BOUND_S:
             time.sleep(0.2)
         left = processes_in(tmp_path)
         took = time.monotonic() - start
         print(f"SIGINT to snakemake: snakemake and every rank gone after {took:.1f} s")
-        assert not left, f"still running {took:.0f} s after SIGINT: {left}"
+        assert not left, what_is_left(took, left, output, log)
         assert proc.returncode != 0
         assert not (tmp_path / "results" / "runs" / "long-run" / "model.pt").exists()
     finally:

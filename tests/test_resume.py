@@ -23,7 +23,15 @@ from clusterbench import checkpoints, preemption
 from clusterbench.checkpoints import CHECKPOINTS_ENV
 from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.train import main
-from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
+from conftest import (
+    REPO,
+    default_config,
+    default_sigint,
+    snakemake,
+    snakemake_cmd,
+    snakemake_env,
+    write_config,
+)
 from test_interrupt import processes_in
 from test_train import make_dataset, read_metrics, run_config, train_cmd
 
@@ -257,6 +265,7 @@ def test_a_killed_workflow_reruns_from_the_last_checkpoint(uninterrupted, tmp_pa
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 600
