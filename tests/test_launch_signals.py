@@ -95,6 +95,8 @@ while not warned:
 time.sleep(1.5 * int(rank))
 with open(os.path.join(sys.argv[1], "rank%s.done" % rank), "w") as f:
     f.write("%d\n" % warned[0])
+for sig in (signal.SIGUSR1, signal.SIGUSR2):  # at exit, as clusterbench.preemption.install does
+    signal.signal(sig, signal.SIG_IGN)
 sys.exit(75)
 """
 

@@ -12,6 +12,7 @@ or a plain rerun) continues from that checkpoint.
 
 from __future__ import annotations
 
+import atexit
 import signal
 from typing import Any
 
@@ -27,6 +28,7 @@ IGNORE_IN_SHELL = "trap '' " + " ".join(s.name.removeprefix("SIG") for s in WARN
 EXIT_PREEMPTED = 75
 
 _warned = False
+_ignored_at_exit = False
 
 
 def _on_warning(signum: int, frame: Any) -> None:
@@ -36,12 +38,20 @@ def _on_warning(signum: int, frame: Any) -> None:
 
 def install() -> None:
     """Record the warning signals from now on instead of dying of them (their default action,
-    or ignored as the launcher starts a rank), and unblock them where they are blocked."""
-    global _warned
+    or ignored as the launcher starts a rank), and unblock them where they are blocked; ignore
+    them from the process's exit on."""
+    global _warned, _ignored_at_exit
     _warned = False
     for sig in WARNING_SIGNALS:
         signal.signal(sig, _on_warning)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, WARNING_SIGNALS)
+    if not _ignored_at_exit:
+        # CPython's finalization (after the atexit functions) puts a signal with a Python
+        # handler back to its default action, which for the warnings is death: a second copy of
+        # a warning (the scheduler's to every process of the step, and the launcher's forward)
+        # arriving as the rank exits would turn its 75 (or 0) into 128 + signal, a failure.
+        atexit.register(ignore)
+        _ignored_at_exit = True
 
 
 def ignore() -> None:
