@@ -115,6 +115,14 @@ def run_of(wildcards):
     return RUNS[wildcards.run]
 
 
+def elastic_options(run):
+    """The launcher's ``--min-np``/``--max-np`` for an elastic run ("" otherwise)."""
+    if not cbconfig.is_elastic(run):
+        return ""
+    low, high = cbconfig.worker_bounds(run)
+    return f"--min-np {low} --max-np {high} "
+
+
 def data_dir(dataset):
     return f"results/data/{dataset}"
 
@@ -299,7 +307,10 @@ def preflight(wildcards):
             run = RUNS[wildcards.run]
             cores = min(workflow.resource_settings.cores or 1, os.cpu_count() or 1)
             problems = checks.local_problems(
-                run["name"], run["workers"], run["cpus_per_worker"], cores
+                run["name"],
+                cbconfig.allocated_workers(run),
+                run["cpus_per_worker"],
+                cores,
             )
             if problems:
                 raise checks.PreflightError("\n".join(problems))

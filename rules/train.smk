@@ -21,15 +21,17 @@ rule train:
     priority: lambda wc: run_of(wc)["priority"]
     conda:
         SOFTWARE
-    threads: lambda wc: run_of(wc)["workers"] * run_of(wc)["cpus_per_worker"]
+    threads: lambda wc: cbconfig.allocated_workers(run_of(wc)) * run_of(wc)["cpus_per_worker"]
     resources:
         **{key: train_resource(key) for key in TRAIN_RESOURCE_KEYS},
     params:
         run=lambda wc: cbconfig.canonical_json(cbconfig.train_slice(run_of(wc))),
         workers=lambda wc: run_of(wc)["workers"],
+        # elastic runs: the launcher's bounds (also in the run's slice, so no new trigger)
+        elastic=lambda wc: elastic_options(run_of(wc)),
         data_dir=lambda wc, input: dir_of(input.data[0]),
         out_dir=lambda wc, output: dir_of(output.info),
     shell:
-        "python -m clusterbench.launch --np {params.workers} -- "
+        "python -m clusterbench.launch --np {params.workers} {params.elastic}-- "
         "python {input.script:q} --data-dir {params.data_dir:q} --run {params.run:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

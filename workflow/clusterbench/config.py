@@ -40,6 +40,8 @@ TRAIN_KEYS = (
     "model",
     "workers",
     "nodes",
+    "min_workers",
+    "max_workers",
     "gpus_per_node",
     "epochs",
     "minutes",
@@ -56,6 +58,8 @@ TRAIN_KEYS = (
     "precision",
     "channels_last",
 )
+#: Training keys added since run.json was first written: absent (null) in an older run.json.
+LATER_TRAIN_KEYS = ("min_workers", "max_workers")
 #: Run keys that only size or place the job (scheduler resources, the order of local jobs):
 #: never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime", "warning_seconds", "priority", "qos")
@@ -440,6 +444,56 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
         problems.append(
             f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
         )
+    return problems + elastic_problems(run, where)
+
+
+def is_elastic(run: Mapping[str, Any]) -> bool:
+    """Whether the run trains under Horovod elastic (it sets ``min_workers`` or
+    ``max_workers``)."""
+    return run.get("min_workers") is not None or run.get("max_workers") is not None
+
+
+def worker_bounds(run: Mapping[str, Any]) -> tuple[int, int]:
+    """The fewest and most ranks ``run`` may train on: (workers, workers) unless elastic."""
+    workers = run["workers"]
+    low, high = run.get("min_workers"), run.get("max_workers")
+    return (workers if low is None else low, workers if high is None else high)
+
+
+def allocated_workers(run: Mapping[str, Any]) -> int:
+    """The ranks the run's job is sized for: ``max_workers`` for an elastic run (a rank may
+    join up to it), else ``workers``."""
+    return worker_bounds(run)[1]
+
+
+def elastic_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
+    """What an elastic run (``min_workers``/``max_workers``) cannot combine with."""
+    if not is_elastic(run):
+        return []
+    low, high = worker_bounds(run)
+    problems = []
+    if not low <= run["workers"] <= high:
+        problems.append(
+            f"{where}.workers: an elastic run starts with workers={run['workers']}, which must "
+            f"lie between min_workers={low} and max_workers={high}"
+        )
+    if run["backend"] != "horovod":
+        problems.append(
+            f"{where}.min_workers/max_workers: elastic training is Horovod's (hvd.elastic); "
+            f"backend {run['backend']!r} has no elastic mode: use backend: horovod, or drop "
+            "min_workers and max_workers"
+        )
+    if run["bn"] == "sync":
+        problems.append(
+            f"{where}.bn: 'sync' replaces the BatchNorm layers for the starting world size, "
+            "which an elastic run changes; use bn: aggregate (running statistics combined over "
+            "whatever ranks there are) or local"
+        )
+    if run["batch_scaling"] == "global" and run["batch_size"] < high:
+        problems.append(
+            f"{where}.batch_size: global batch {run['batch_size']} is smaller than "
+            f"max_workers={high}: every worker needs at least one sample per step"
+        )
     return problems
 
 
@@ -553,7 +607,10 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
 #: The definition of each stage's ``--params`` (see :func:`stage_params`).
 STAGES: dict[str, StageSettings] = {
     "train": StageSettings(
-        "/$defs/run_settings", keys=TRAIN_KEYS, required=TRAIN_KEYS, check=run_problems
+        "/$defs/run_settings",
+        keys=TRAIN_KEYS,
+        required=tuple(k for k in TRAIN_KEYS if k not in LATER_TRAIN_KEYS),
+        check=run_problems,
     ),
     "evaluate": StageSettings("/properties/evaluate"),
     "report": StageSettings("/properties/report"),

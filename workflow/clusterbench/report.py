@@ -65,7 +65,13 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
-from clusterbench.config import TRAIN_KEYS, ConfigError, bad_settings, stage_params
+from clusterbench.config import (
+    LATER_TRAIN_KEYS,
+    TRAIN_KEYS,
+    ConfigError,
+    bad_settings,
+    stage_params,
+)
 from clusterbench.integrity import forcerun_command
 from clusterbench.params import read_json_object
 
@@ -280,7 +286,8 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
     _require(info, ("run", "train_seconds", "epochs_completed"), run_dir / "run.json")
     if not isinstance(info["run"], dict):
         raise ValueError(f"{run_dir / 'run.json'}: 'run' must be an object")
-    _require(info["run"], TRAIN_KEYS, run_dir / "run.json", " in 'run'")
+    required = tuple(k for k in TRAIN_KEYS if k not in LATER_TRAIN_KEYS)
+    _require(info["run"], required, run_dir / "run.json", " in 'run'")
     if not isinstance(info.get("effective"), dict):
         raise ValueError(
             f"{run_dir / 'run.json'}: missing field 'effective' (an object with "

@@ -59,7 +59,8 @@ def _int_at_least(value: Any, what: str, minimum: int = 1) -> int:
 
 
 def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The resources of one training run (``workers`` Horovod ranks on ``nodes`` nodes).
+    """The resources of one training run (``workers`` Horovod ranks on ``nodes`` nodes; an
+    elastic run's job is sized for its ``max_workers``, the most ranks it may grow to).
 
     ``run`` needs ``workers``, ``nodes``, ``gpus_per_node``, ``cpus_per_worker``, ``mem_mb``
     (the whole job's memory) and ``runtime`` (minutes); ``priority``, ``qos`` and
@@ -73,6 +74,8 @@ def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
         return _int_at_least(run.get(key), f"{where} {key}", minimum)
 
     workers, nodes, cpus = field("workers"), field("nodes"), field("cpus_per_worker")
+    if run.get("max_workers") is not None:  # elastic: room for every rank that may join
+        workers = max(workers, field("max_workers"))
     gpus_per_node = field("gpus_per_node", minimum=0)
     mem_mb, runtime = field("mem_mb"), field("runtime")
     if nodes > workers:

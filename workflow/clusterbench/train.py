@@ -74,7 +74,7 @@ import numpy as np
 
 from clusterbench import checkpoints, preemption
 from clusterbench.atomic import atomic_path, write_json, write_text
-from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_params
 from clusterbench.evaluate import SplitData, load_split
 
 if TYPE_CHECKING:
@@ -419,6 +419,7 @@ class Outputs:
         train_seconds: float,
         ranks: list[dict[str, Any]],
         epoch_seconds: float = 0.0,
+        elastic: dict[str, Any] | None = None,
     ) -> Path:
         """A checkpoint at ``position``: the weights, optimiser, metrics so far, and each
         rank's state (``ranks``: its RNG and, within an epoch, its partial sums)."""
@@ -434,6 +435,8 @@ class Outputs:
                 "train_seconds": train_seconds,
                 "epoch_seconds": epoch_seconds,  # within an epoch: its training time so far
                 "ranks": ranks,
+                # an elastic run's place within the epoch, summed over the ranks (any world size)
+                "elastic": elastic,
             },
         )
         # only the newest `keep`: a long run must not fill the disk with one file per epoch
@@ -512,12 +515,24 @@ class EpochProgress:
     stopped: bool = False  # stopped early: the ranks agreed on a preemption warning
 
 
+def epoch_steps(ctx: _Context, max_steps: int | None) -> int:
+    """The optimiser steps of one epoch at the current world size."""
+    steps = len(global_batches(len(ctx.train_y), global_batch_size(ctx.run), ctx.workers))
+    return steps if max_steps is None else min(steps, max_steps)
+
+
 def _run_epoch(
-    ctx: _Context, epoch: int, max_steps: int | None, progress: EpochProgress, check_every: int
+    ctx: _Context,
+    epoch: int,
+    max_steps: int | None,
+    progress: EpochProgress,
+    check_every: int,
+    stop_at: int | None = None,
 ) -> EpochProgress:
     """The training pass of an epoch from ``progress.step`` on; returns where it ended: at the
-    epoch's end, or (``stopped``) at the first check, every ``check_every`` steps, at which a
-    rank had been warned of preemption (:mod:`clusterbench.preemption`).
+    epoch's end (the loss summed over the ranks), at step ``stop_at`` (an elastic commit; this
+    rank's own sums), or (``stopped``) at the first check, every ``check_every`` steps, at which
+    a rank had been warned of preemption (:mod:`clusterbench.preemption`).
 
     The step has no host synchronisation of its own: the loss is summed on the device and read
     once per epoch. Rank 0 logs progress (:func:`progress_due`) from its host clock alone: no
@@ -541,7 +556,8 @@ def _run_epoch(
     lr, images, stopped = progress.lr or run["lr"], progress.images, False
     started = last = time.monotonic() if rank == 0 else 0.0
     printed, done = False, progress.step
-    for step in range(progress.step, len(batches)):
+    end = len(batches) if stop_at is None else min(stop_at, len(batches))
+    for step in range(progress.step, end):
         start, stop = batches[step]
         lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, len(batches))
         for group in ctx.optimizer.param_groups:
@@ -570,12 +586,22 @@ def _run_epoch(
             stopped = True
             break
     ended = EpochProgress(done, float(loss_sum), int(first_bad), images, lr, stopped)
-    if stopped:
+    if stopped or done < len(batches):
         return ended
+    return _reduce_epoch(ctx, epoch, ended, len(batches))
+
+
+def _reduce_epoch(ctx: _Context, epoch: int, ended: EpochProgress, steps: int) -> EpochProgress:
+    """``ended`` with its loss summed over the ranks (a collective); a non-finite sum stops the
+    run, naming the first rank and step where the loss went bad."""
+    import torch
+
     total = ctx.rt.allreduce_sum(torch.tensor([ended.loss_sum], dtype=torch.float64), "train.loss")
     if not math.isfinite(float(total)):
         bad = ctx.rt.allgather_object(ended.first_bad, name="train.first_bad")
-        raise NonFiniteLossError(non_finite_message(run["name"], epoch + 1, bad, len(batches), lr))
+        raise NonFiniteLossError(
+            non_finite_message(ctx.run["name"], epoch + 1, bad, steps, ended.lr)
+        )
     ended.loss_sum = float(total)  # from here on: the sum over the ranks
     return ended
 
@@ -649,12 +675,17 @@ def train(
     try:
         identity = {**asdict(rt.identity), "backend": rt.name, "hostname": node_name()}
         print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
-        if rt.size != run["workers"]:
-            raise RuntimeError(
-                f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
-                "process(es): launch with clusterbench-launch --np WORKERS"
-            )
-        result = _train(rt, run, data, out_dir, dump_dir, max_steps, device_type)
+        if is_elastic(run):  # Horovod elastic: the world size may change while it trains
+            from clusterbench.elastic import train_elastic
+
+            result = train_elastic(rt, run, data, out_dir, dump_dir, max_steps, device_type)
+        else:
+            if rt.size != run["workers"]:
+                raise RuntimeError(
+                    f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
+                    "process(es): launch with clusterbench-launch --np WORKERS"
+                )
+            result = _train(rt, run, data, out_dir, dump_dir, max_steps, device_type)
     except BaseException:
         # the other ranks' pending collectives then fail instead of hanging
         rt.shutdown()
@@ -663,21 +694,12 @@ def train(
     return result
 
 
-def _train(
-    rt: Runtime,
-    run: dict[str, Any],
-    data: TrainData,
-    out_dir: Path,
-    dump_dir: Path | None,
-    max_steps: int | None,
-    device_type: str,
-) -> dict[str, Any]:
+def build(rt: Runtime, run: Mapping[str, Any], meta: Mapping[str, Any], device: Any):
+    """The run's architecture description, model (seeded: equal on every rank) and SGD."""
     import torch
 
     from clusterbench.models import build_model
 
-    device = setup_device(run, device_type, rt.local_rank, rt.local_size)
-    meta = data.meta
     height, width, channels = meta["image_shape"]
     arch = {
         "model": run["model"],
@@ -695,6 +717,77 @@ def _train(
         momentum=run["momentum"],
         weight_decay=run["weight_decay"],
     )
+    return arch, model, optimizer
+
+
+def make_context(
+    rt: Runtime, run: dict[str, Any], data: TrainData, device: Any, model: Any, wrapped: Any
+) -> _Context:
+    """The step context: ``wrapped`` is the backend's (net, optimiser) from ``rt.wrap``; the
+    data sets go to the device."""
+    import torch
+
+    def tensor(a: np.ndarray) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+    meta = data.meta
+    net, dist_optimizer = wrapped
+    return _Context(
+        rt=rt,
+        run=run,
+        device=device,
+        model=model,
+        net=net,
+        optimizer=dist_optimizer,
+        train_x=tensor(data.train.x),
+        train_y=tensor(data.train.y),
+        val_x=tensor(data.val.x),
+        val_y=tensor(data.val.y),
+        mean=torch.tensor(meta["mean"], dtype=torch.float32, device=device),
+        std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
+    )
+
+
+def world_record(
+    rt: Runtime, device: Any, facts: list[dict[str, Any]], hosts: list[str]
+) -> dict[str, Any]:
+    """run.json's ``world``: the ranks, hosts and devices the run trained on."""
+    workers = rt.size
+    return {
+        "size": workers,
+        "hosts": hosts,
+        "device": device.type,
+        "gpus": workers if device.type == "cuda" else 0,
+        "gpu_names": sorted({f["device_name"] for f in facts if f["device_name"]}),
+        "scheduler": _scheduler(),
+        "backend": rt.name,
+    }
+
+
+def model_file(arch: dict[str, Any], model: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What model.pt holds: the architecture, the weights (on the CPU), the normalisation."""
+    return {
+        "arch": arch,
+        "state_dict": _cpu_state(model),
+        "mean": [float(m) for m in meta["mean"]],
+        "std": [float(s) for s in meta["std"]],
+    }
+
+
+def _train(
+    rt: Runtime,
+    run: dict[str, Any],
+    data: TrainData,
+    out_dir: Path,
+    dump_dir: Path | None,
+    max_steps: int | None,
+    device_type: str,
+) -> dict[str, Any]:
+    import torch
+
+    device = setup_device(run, device_type, rt.local_rank, rt.local_size)
+    meta = data.meta
+    arch, model, optimizer = build(rt, run, meta, device)
 
     # Always continue from the newest intact checkpoint of this training slice, if any.
     found = checkpoints.newest_valid(out_dir, run) if rt.rank == 0 else None
@@ -713,25 +806,7 @@ def _train(
             progress = EpochProgress(**mine[rt.rank]["progress"])
             epoch_seconds = checkpoint["epoch_seconds"] if checkpoint else 0.0
     epoch = position.epoch
-    net, dist_optimizer = rt.wrap(model, optimizer, run["bn"])
-
-    def tensor(a: np.ndarray) -> Any:
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
-
-    ctx = _Context(
-        rt=rt,
-        run=run,
-        device=device,
-        model=model,
-        net=net,
-        optimizer=dist_optimizer,
-        train_x=tensor(data.train.x),
-        train_y=tensor(data.train.y),
-        val_x=tensor(data.val.x),
-        val_y=tensor(data.val.y),
-        mean=torch.tensor(meta["mean"], dtype=torch.float32, device=device),
-        std=torch.tensor(meta["std"], dtype=torch.float32, device=device),
-    )
+    ctx = make_context(rt, run, data, device, model, rt.wrap(model, optimizer, run["bn"]))
     workers = rt.size
     facts = rt.allgather_object(
         rank_provenance(rt.rank, rt.local_rank, device), name="train.provenance"
@@ -811,22 +886,14 @@ def _train(
         with atomic_path(Path(dump_dir) / run["name"] / f"rank-{rt.rank}.pt") as tmp:
             torch.save(_cpu_state(model), tmp)
     if outputs is not None:
-        world = {
-            "size": workers,
-            "hosts": hosts,
-            "device": device.type,
-            "gpus": workers if device.type == "cuda" else 0,
-            "gpu_names": sorted({f["device_name"] for f in facts if f["device_name"]}),
-            "scheduler": _scheduler(),
-            "backend": rt.name,
-        }
-        model_file = {
-            "arch": arch,
-            "state_dict": _cpu_state(model),
-            "mean": [float(m) for m in meta["mean"]],
-            "std": [float(s) for s in meta["std"]],
-        }
-        outputs.finish(world, effective_settings(run), elapsed, model_file, run_provenance(facts))
+        world = world_record(rt, device, facts, hosts)
+        outputs.finish(
+            world,
+            effective_settings(run),
+            elapsed,
+            model_file(arch, model, meta),
+            run_provenance(facts),
+        )
         print(f"train: {epoch} epoch(s) in {elapsed:.1f} s -> {out_dir}", flush=True)
     return record
 

@@ -91,15 +91,27 @@ class HorovodRuntime(Runtime):
         import horovod.torch as hvd
 
         hvd.init()
-        identity = Identity(
-            rank=hvd.rank(),
-            size=hvd.size(),
-            local_rank=hvd.local_rank(),
-            local_size=hvd.local_size(),
-            cross_rank=hvd.cross_rank(),
-            cross_size=hvd.cross_size(),
-        )
-        return cls(identity, device_type, hvd)
+        return cls(_identity(hvd), device_type, hvd)
+
+    # -- Horovod elastic (clusterbench.elastic) ----------------------------------------------
+    def refresh(self) -> None:
+        """Read rank and size again: after an elastic reset (``hvd.init`` in a new world)."""
+        self.identity = _identity(self.hvd)
+
+    def elastic_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, **values: Any):
+        """``hvd.elastic.TorchState`` of ``model``, ``optimizer`` and ``values``: committed,
+        restored after a failure, and sent from rank 0 to every rank at each (re)start."""
+        return self.hvd.elastic.TorchState(model=model, optimizer=optimizer, **values)
+
+    def elastic_run(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``hvd.elastic.run(func)``: ``func(state)`` again after each reset of the world."""
+        return self.hvd.elastic.run(func)
+
+    def elastic_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions with which Horovod interrupts a rank for an elastic reset."""
+        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+        return (HorovodInternalError, HostsUpdatedInterrupt)
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
@@ -128,6 +140,17 @@ class HorovodRuntime(Runtime):
         self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
     ) -> tuple[nn.Module, DistributedOptimizer]:
         return model, FusedAllreduceOptimizer(optimizer, self, self.aggregator(model, bn))
+
+
+def _identity(hvd: Any) -> Identity:
+    return Identity(
+        rank=hvd.rank(),
+        size=hvd.size(),
+        local_rank=hvd.local_rank(),
+        local_size=hvd.local_size(),
+        cross_rank=hvd.cross_rank(),
+        cross_size=hvd.cross_size(),
+    )
 
 
 def _autograd_allreduce(hvd: Any) -> type[torch.autograd.Function]:

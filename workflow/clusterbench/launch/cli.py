@@ -1,7 +1,7 @@
 """``clusterbench-launch``: the command line, the plan of a launch, and running it.
 
-    clusterbench-launch --np W [--scheduler auto|slurm|sge|local] [--iface IF] [--timeout S]
-                        [--log-level L] -- CMD ARGS...
+    clusterbench-launch --np W [--min-np A --max-np B] [--scheduler auto|slurm|sge|local]
+                        [--iface IF] [--timeout S] [--log-level L] -- CMD ARGS...
 
 :func:`prepare` checks everything that can be checked before a rank starts and makes the
 :class:`Plan`: the scheduler (detected through the registry of
@@ -10,7 +10,8 @@
 :func:`run` hands the plan to Horovod's Gloo runner
 (:func:`horovod.runner.gloo_run.launch_gloo`), which does the rendezvous, the slot assignment
 and every rank's Horovod environment, with the rank runner of :mod:`clusterbench.launch.runner`
-as its ``exec_command``.
+as its ``exec_command``. With ``--min-np``/``--max-np`` the launch is Horovod elastic's
+(:mod:`clusterbench.launch.elastic`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     )
     # its old name, still accepted
     parser.add_argument("--launcher", dest="scheduler", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--min-np",
+        type=int,
+        default=None,
+        help="Horovod elastic: the fewest ranks the training may go on with (with --max-np)",
+    )
+    parser.add_argument(
+        "--max-np",
+        type=int,
+        default=None,
+        help="Horovod elastic: the most ranks; ranks join as the scheduler's hosts allow",
+    )
     parser.add_argument("--iface", default=None, help="network interface for Gloo")
     parser.add_argument(
         "--timeout", default=None, help="Gloo timeout in seconds (HOROVOD_GLOO_TIMEOUT_SECONDS)"
@@ -100,6 +113,15 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
         raise LaunchError("no command after '--'")
     args.command = command
 
+    if args.np < 1:
+        raise LaunchError(f"--np must be at least 1, got {args.np}")
+    if (args.min_np is None) != (args.max_np is None):
+        raise LaunchError("elastic training needs both --min-np and --max-np")
+    if args.min_np is not None and not 1 <= args.min_np <= args.np <= args.max_np:
+        raise LaunchError(
+            f"elastic bounds must satisfy 1 <= --min-np ({args.min_np}) <= --np ({args.np}) "
+            f"<= --max-np ({args.max_np})"
+        )
     args.iface = args.iface or env.get("CLUSTERBENCH_IFACE") or None
     level = args.log_level or env.get("CLUSTERBENCH_LOG_LEVEL") or None
     if level is not None and level.lower() not in LOG_LEVELS:
@@ -156,6 +178,20 @@ class Plan:
         return "one local process" if self.args.np == 1 else self.starter.how
 
 
+def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice) -> dict[str, str]:
+    """The extra environment of every rank (beside Horovod's own variables)."""
+    # the ranks record what started them (clusterbench.train writes it to run.json)
+    extra: dict[str, str] = {
+        schedulers.SCHEDULER_VAR: scheduler.name,
+        "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
+    }
+    if args.log_level:
+        extra["HOROVOD_LOG_LEVEL"] = args.log_level
+    if args.timeout:
+        extra["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.timeout)
+    return extra
+
+
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     """Everything that can be checked before a rank starts."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
@@ -191,15 +227,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         device = starter.rank_device(by_name[s.hostname], s.local_rank, s.local_size, inherited)
         devices[s.rank] = None if single else device
 
-    # the ranks record what started them (clusterbench.train writes it to run.json)
-    extra: dict[str, str] = {
-        schedulers.SCHEDULER_VAR: scheduler.name,
-        "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
-    }
-    if args.log_level:
-        extra["HOROVOD_LOG_LEVEL"] = args.log_level
-    if args.timeout:
-        extra["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.timeout)
+    extra = rank_env(args, scheduler, iface)
     # torch.distributed's rendezvous: a TCPStore served by rank 0, on rank 0's node address.
     first = slots[0].hostname
     master_addr = addresses.get(first) or iface.address
@@ -314,12 +342,18 @@ def main(argv: list[str] | None = None) -> int:
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(level)
+    if args.min_np is not None:  # Horovod elastic: its own plan and driver
+        from clusterbench.launch import elastic
+
+        prepare_plan, run_plan = elastic.prepare, elastic.run
+    else:
+        prepare_plan, run_plan = prepare, run
     try:
-        plan = prepare(args, env)
+        plan = prepare_plan(args, env)
     except (LaunchError, AllocationError) as exc:
         print(f"clusterbench-launch: error: {exc}", file=sys.stderr)
         return 2
-    return run(plan)
+    return run_plan(plan)
 
 
 def cli() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import queue
@@ -139,8 +140,10 @@ class RankRunner:
         self.devices = devices
         self.master = master
         self.stop_all = threading.Event()
+        # by start (an elastic launch renumbers its ranks, and may start a rank number again)
         self.results: dict[int, RankResult] = {}
         self.slots: dict[int, Any] = {}  # the slots whose rank was started
+        self._starts = itertools.count()
         self.reaper = Reaper()
         self._lock = threading.Lock()
         self._out_lock = threading.Lock()
@@ -155,7 +158,7 @@ class RankRunner:
             RANK_ID_VAR: f"{self.scheduler.tag}.{rank}",
             **torch_dist_env(slot_info, self.master),
         }
-        device = self.devices.get(rank)
+        device = self.device_of(slot_info)
         if device is not None:
             extra["CUDA_VISIBLE_DEVICES"] = device
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items())
@@ -179,13 +182,15 @@ class RankRunner:
             return self.scheduler.observe(slot_info, text)
 
         for event in external:
-            on_event(event, self.stop_all.set, stop=done, silent=True)
+            on_event(event, self.on_external_event(stop), stop=done, silent=True)
         on_event(self.stop_all, stop, stop=done, silent=True)
+        with self._lock:
+            start = next(self._starts)
         try:
             if self.stop_all.is_set() or any(ev.is_set() for ev in external):
                 raise LaunchError("the launcher was stopped before this rank started")
             with self._lock:
-                self.slots[rank] = slot_info
+                self.slots[start] = slot_info
             shell_command = self.scheduler.shell_command(command, slot_info)
             log.debug("rank %d on %s: %s", rank, host, shell_command)
             # A scheduler may send the preemption warnings to every process of the job (a
@@ -213,27 +218,42 @@ class RankRunner:
         ended = time.time()
         result = RankResult(rank, host, exit_code, ended, self.stop_all.is_set(), list(tail))
         with self._lock:
-            self.results[rank] = result
-            if exit_code == preemption.EXIT_PREEMPTED and not self.stop_all.is_set():
-                # every rank agreed to stop and the checkpoint is written: the others are on
-                # their way out too; no rank failed, no host is to blame
-                log.info("rank %d on %s stopped after the preemption checkpoint", rank, host)
-                if self._preempted_timer is None:
-                    self._preempted_timer = threading.Timer(PREEMPTED_WAIT_S, self.stop_all.set)
-                    self._preempted_timer.daemon = True
-                    self._preempted_timer.start()
-                return exit_code, ended
-            if exit_code != 0 and not self.stop_all.is_set():
-                log.error(
-                    "rank %d on %s exited with code %d: stopping the other ranks",
-                    rank,
-                    host,
-                    exit_code,
-                )
-                self.scheduler.rank_failed(slot_info)
-            if exit_code != 0:
-                self.stop_all.set()
+            self.results[start] = result
+            self.ended(result, slot_info)
         return exit_code, ended
+
+    def device_of(self, slot_info: Any) -> str | None:
+        """The slot's ``CUDA_VISIBLE_DEVICES`` (None: leave it alone), chosen by the plan."""
+        return self.devices.get(slot_info.rank)
+
+    def on_external_event(self, stop_rank: Callable[[], None]) -> Callable[[], None]:
+        """What an event Horovod hands the slot (the launcher's shutdown) does: stop every
+        rank."""
+        return self.stop_all.set
+
+    def ended(self, result: RankResult, slot_info: Any) -> None:
+        """A rank ended (the runner's lock is held): after a preemption checkpoint the others
+        are given :data:`PREEMPTED_WAIT_S` to follow; a failure stops every rank (fail fast)."""
+        rank, host, exit_code = result.rank, result.host, result.exit_code
+        if exit_code == preemption.EXIT_PREEMPTED and not self.stop_all.is_set():
+            # every rank agreed to stop and the checkpoint is written: the others are on
+            # their way out too; no rank failed, no host is to blame
+            log.info("rank %d on %s stopped after the preemption checkpoint", rank, host)
+            if self._preempted_timer is None:
+                self._preempted_timer = threading.Timer(PREEMPTED_WAIT_S, self.stop_all.set)
+                self._preempted_timer.daemon = True
+                self._preempted_timer.start()
+            return
+        if exit_code != 0 and not self.stop_all.is_set():
+            log.error(
+                "rank %d on %s exited with code %d: stopping the other ranks",
+                rank,
+                host,
+                exit_code,
+            )
+            self.scheduler.rank_failed(slot_info)
+        if exit_code != 0:
+            self.stop_all.set()
 
     def kill_all(self) -> None:
         """SIGKILL every rank at once, without the grace periods of a stop.
@@ -272,7 +292,7 @@ class RankRunner:
     def running(self) -> list[Any]:
         """The slots whose rank was started and has not ended."""
         with self._lock:
-            return [s for r, s in self.slots.items() if r not in self.results]
+            return [s for i, s in self.slots.items() if i not in self.results]
 
     def sweep(self) -> None:
         """Once killing: SIGKILL what is left of local ranks (started since, say)."""

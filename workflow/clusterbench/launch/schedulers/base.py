@@ -205,6 +205,21 @@ class Scheduler:
         the one :meth:`allocation` read)."""
         raise NotImplementedError
 
+    def elastic_hosts(self) -> dict[str, int]:
+        """Horovod elastic's host discovery (asked again about every second while an elastic
+        launch runs): :meth:`discover_hosts`."""
+        return self.discover_hosts()
+
+    def elastic_device(self, slot_info: Any, inherited: Sequence[str] | None) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` of an elastic launch's slot (a rank keeps its GPU across
+        resets): :meth:`rank_device` on the slot's host of the allocation, or None (leave it
+        alone) for a host the allocation does not list."""
+        hosts = {h.name: h for h in self.alloc.hosts} if self.alloc else {}
+        host = hosts.get(slot_info.hostname)
+        if host is None:
+            return None
+        return self.rank_device(host, slot_info.local_rank, slot_info.local_size, inherited)
+
     # starting ranks
 
     def bind(self, alloc: Allocation, np: int, tag: str, local_hosts: set[str]) -> None:

@@ -3,6 +3,9 @@
 The allocation is this host with one slot per CPU this process may run on. For Horovod elastic,
 :meth:`LocalScheduler.discover_hosts` reads a user-editable hosts file when
 ``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`parse_hosts_file`), else it is this host's slots.
+Horovod elastic blacklists the *host* of a rank that fails, which on one machine would end the
+run: :meth:`LocalScheduler.elastic_hosts` makes each slot a host of its own
+(:func:`slot_hosts`), so a failed rank takes only its slot out.
 """
 
 from __future__ import annotations
@@ -56,6 +59,22 @@ def parse_hosts_file(text: str) -> dict[str, int]:
     return {h: n for h, n in hosts.items() if n > 0}
 
 
+#: How :func:`slot_hosts` names one slot of a host: ``<host>-slot<i>``.
+SLOT_HOST = re.compile(r"(?P<host>.+)-slot(?P<index>\d+)")
+
+
+def slot_hosts(hosts: Mapping[str, int]) -> dict[str, int]:
+    """Every slot of ``hosts`` as a host of one slot, ``<host>-slot<i>`` (i from 0): adding a
+    slot to the hosts file adds a host; a failed rank's slot alone is blacklisted."""
+    return {f"{host}-slot{i}": 1 for host, n in hosts.items() for i in range(n)}
+
+
+def slot_index(name: str) -> int | None:
+    """The slot number of a :func:`slot_hosts` name, None for another name."""
+    m = SLOT_HOST.fullmatch(name)
+    return int(m.group("index")) if m else None
+
+
 class LocalScheduler(Scheduler):
     """Ranks are subprocesses of this launcher (also the single rank of a one-rank job under
     any scheduler: it runs right where the launcher does)."""
@@ -89,6 +108,22 @@ class LocalScheduler(Scheduler):
             raise LaunchError(
                 f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}"
             ) from exc
+
+    def elastic_hosts(self) -> dict[str, int]:
+        return slot_hosts(self.discover_hosts())
+
+    def elastic_device(self, slot_info: Any, inherited: Any) -> str | None:
+        """The slot's GPU: the ``i``-th of the inherited ``CUDA_VISIBLE_DEVICES`` for slot
+        ``i`` (every slot host has local rank 0); None (leave it alone) when none is set."""
+        index = slot_index(slot_info.hostname)
+        if inherited is None or index is None:
+            return None
+        if index >= len(inherited):
+            raise AllocationError(
+                f"slot {index} has no GPU: CUDA_VISIBLE_DEVICES lists {len(inherited)} "
+                f"({','.join(inherited)}); one GPU per rank is needed"
+            )
+        return inherited[index]
 
     def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
         """``sig`` to the rank's own process: the topmost process below this launcher whose

@@ -1,0 +1,298 @@
+"""Horovod elastic training: ranks that fail or join while a run trains.
+
+The slow tests run the real launcher (``clusterbench-launch --min-np/--max-np``, Horovod's Gloo
+elastic driver) and real Horovod ranks on this machine; the Slurm one is in
+tests/test_cluster_workflow.py's neighbour, tests/test_elastic_slurm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from clusterbench import config as cbconfig
+from clusterbench.launch.cli import parse_args
+from clusterbench.launch.schedulers.base import AllocationError, LaunchError
+from clusterbench.launch.schedulers.local import LocalScheduler, slot_hosts, slot_index
+from clusterbench.resources import train_resources
+from conftest import REPO
+from test_train import make_dataset, read_metrics, run_config
+
+# --------------------------------------------------------------------------------------------
+# pure parts
+
+
+def test_each_local_slot_is_a_host_of_its_own():
+    """Horovod elastic blacklists the host of a failed rank: locally each slot is one host,
+    so a failed rank takes out its slot, not the machine."""
+    assert slot_hosts({"localhost": 3}) == {
+        "localhost-slot0": 1,
+        "localhost-slot1": 1,
+        "localhost-slot2": 1,
+    }
+    assert slot_hosts({"a": 1, "b": 2}) == {"a-slot0": 1, "b-slot0": 1, "b-slot1": 1}
+    assert slot_index("my-host-slot12") == 12
+    assert slot_index("localhost") is None
+
+
+def test_a_slot_host_gets_its_own_gpu_of_the_inherited_list():
+    local = LocalScheduler()
+    slot = SimpleNamespace(hostname="localhost-slot1", local_rank=0, local_size=1)
+    assert local.elastic_device(slot, ("4", "5")) == "5"
+    assert local.elastic_device(slot, None) is None
+    with pytest.raises(AllocationError, match="slot 1 has no GPU: CUDA_VISIBLE_DEVICES lists 1"):
+        local.elastic_device(slot, ("4",))
+
+
+def test_the_hosts_file_drives_local_discovery(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    local = LocalScheduler()
+    local.allocation({"CLUSTERBENCH_HOSTS_FILE": str(hosts)})
+    assert local.elastic_hosts() == {"localhost-slot0": 1, "localhost-slot1": 1}
+    hosts.write_text("localhost slots=3  # one more\n")
+    assert len(local.elastic_hosts()) == 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--np", "2", "--min-np", "1"], "needs both --min-np and --max-np"),
+        (["--np", "4", "--min-np", "1", "--max-np", "3"], r"--np \(4\) <= --max-np \(3\)"),
+        (["--np", "2", "--min-np", "3", "--max-np", "4"], r"--min-np \(3\) <= --np \(2\)"),
+    ],
+)
+def test_launcher_refuses_bad_elastic_bounds(argv, message):
+    with pytest.raises(LaunchError, match=message):
+        parse_args([*argv, "--", "true"], {})
+
+
+def test_an_elastic_run_is_sized_for_its_most_workers():
+    run = {**run_config(workers=2, min_workers=1, max_workers=4), "mem_mb": 4000, "runtime": 10}
+    run["cpus_per_worker"] = 1
+    assert cbconfig.worker_bounds(run) == (1, 4)
+    assert cbconfig.allocated_workers(run) == 4
+    assert train_resources(run)["tasks"] == 4
+    fixed = {**run, "min_workers": None, "max_workers": None}
+    assert not cbconfig.is_elastic(fixed)
+    assert cbconfig.allocated_workers(fixed) == 2
+
+
+def test_elastic_combinations_that_cannot_work_are_refused_naming_the_key():
+    run = run_config(workers=2, min_workers=1, max_workers=3)
+    assert cbconfig.elastic_problems(run) == []
+    bad = {**run, "backend": "ddp", "bn": "sync", "batch_size": 2}
+    problems = "\n".join(cbconfig.elastic_problems(bad, "runs[0]"))
+    assert "runs[0].min_workers/max_workers: elastic training is Horovod's" in problems
+    assert "runs[0].bn: 'sync'" in problems
+    assert "runs[0].batch_size: global batch 2 is smaller than max_workers=3" in problems
+
+
+def test_the_train_job_launches_elastic_with_its_bounds(tmp_path):
+    """A dry run shows the launcher's --min-np/--max-np, and the job takes max_workers cores."""
+    cfg = {
+        "runs": [{"name": "el", "dataset": "digits", "workers": 2, "min_workers": 1}],
+        "run_defaults": {"max_workers": 2, "epochs": 1},
+        "report": {"title": "t"},
+    }
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(json.dumps(cfg))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "-n", "-p"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "clusterbench.launch --np 2 --min-np 1 --max-np 2 --" in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# real elastic runs on this machine
+
+
+def elastic_cmd(data: Path, run: dict, out: Path) -> list[str]:
+    low, high = cbconfig.worker_bounds(run)
+    return [
+        sys.executable,
+        "-m",
+        "clusterbench.launch",
+        "--np",
+        str(run["workers"]),
+        "--min-np",
+        str(low),
+        "--max-np",
+        str(high),
+        "--",
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--data-dir",
+        str(data),
+        "--run",
+        json.dumps(run),
+        "--out-dir",
+        str(out),
+    ]
+
+
+def elastic_env(hosts: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CLUSTERBENCH_HOSTS_FILE": str(hosts),
+        # a failed peer shows in a collective within this many seconds (Horovod's default: 30)
+        "CLUSTERBENCH_GLOO_TIMEOUT": "10",
+        "CLUSTERBENCH_CHECKPOINTS": json.dumps({"elastic_commit_steps": 3}),
+    }
+
+
+def when_epochs(out: Path, epochs: int, action, timeout: float = 240) -> threading.Thread:
+    """Call ``action()`` once metrics.jsonl holds ``epochs`` lines (in a thread)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            path = out / "metrics.jsonl"
+            if path.exists() and len(path.read_text().splitlines()) >= epochs:
+                action()
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def rank_pid(out: Path, rank: int) -> int | None:
+    """The process of the rank started as Horovod rank ``rank`` training into ``out``."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            any(part.endswith(b"train.py") for part in cmd)
+            and str(out).encode() in cmd
+            and f"HOROVOD_RANK={rank}".encode() in env
+        ):
+            return int(proc.name)
+    return None
+
+
+def assert_complete(out: Path, epochs: int) -> list[dict]:
+    metrics = read_metrics(out)
+    assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))  # none lost or twice
+    assert (out / "model.pt").exists()
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").rglob("*.pt"))
+    return metrics
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("elastic") / "data")
+
+
+@pytest.mark.slow
+def test_a_killed_rank_leaves_and_training_finishes_on_the_others(data, tmp_path):
+    """3 ranks, one SIGKILLed after the first epoch: the other 2 reset and finish the run;
+    metrics.jsonl records the world size of each epoch and the reset."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    run = run_config(workers=3, min_workers=2, max_workers=3, epochs=4, batch_size=24)
+    out = tmp_path / "out"
+    killed: list[int] = []
+
+    def kill_rank_2() -> None:
+        pid = rank_pid(out, 2)
+        if pid is not None:
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    watcher = when_epochs(out, 1, kill_rank_2)
+    proc = subprocess.run(
+        elastic_cmd(data, run, out),
+        env=elastic_env(hosts),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    watcher.join()
+    logs = proc.stdout + proc.stderr
+    assert killed, "rank 2 was not found to kill"
+    assert proc.returncode == 0, logs[-4000:]
+    assert "exited with code 137: Horovod elastic goes on without" in logs
+    metrics = assert_complete(out, 4)
+    assert metrics[0]["world_size"] == 3
+    assert [m["world_size"] for m in metrics[2:]] == [2, 2]
+    resets = [r for m in metrics for r in m["resets"]]
+    assert len(resets) == 1 and resets[0]["why"] == "a rank failed"
+    assert (resets[0]["from"], resets[0]["to"]) == (3, 2)
+    info = json.loads((out / "run.json").read_text())
+    assert info["world"]["size"] == 2
+    assert info["world"]["elastic"]["sizes"][0] == 3
+    assert info["world"]["elastic"]["sizes"][-1] == 2
+    assert info["epochs_completed"] == 4
+    print(
+        f"FIGURE elastic reset after a rank's death: {resets[0]['seconds']:.2f} s reset, "
+        f"{resets[0]['stalled_seconds']:.2f} s stalled since the last commit "
+        "(Gloo timeout 10 s)"
+    )
+
+
+@pytest.mark.slow
+def test_a_slot_added_to_the_hosts_file_joins_at_the_next_commit(data, tmp_path):
+    """2 ranks; after the first epoch the hosts file gains a slot: a third rank starts,
+    joins at the next commit (every 3 steps here), and the run finishes on 3."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    run = run_config(workers=2, min_workers=1, max_workers=3, epochs=3, batch_size=24)
+    out = tmp_path / "out"
+    watcher = when_epochs(out, 1, lambda: hosts.write_text("localhost:3\n"))
+    proc = subprocess.run(
+        elastic_cmd(data, run, out),
+        env=elastic_env(hosts),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    watcher.join()
+    logs = proc.stdout + proc.stderr
+    assert proc.returncode == 0, logs[-4000:]
+    metrics = assert_complete(out, 3)
+    assert metrics[0]["world_size"] == 2
+    assert metrics[-1]["world_size"] == 3
+    resets = [r for m in metrics for r in m["resets"]]
+    assert [(r["from"], r["to"], r["why"]) for r in resets] == [(2, 3, "hosts changed")]
+    assert resets[0]["step"] % 3 == 0  # at a commit
+    print(f"FIGURE elastic reset when a rank joins: {resets[0]['seconds']:.2f} s")
+
+
+@pytest.mark.slow
+def test_a_preempted_elastic_run_continues_from_its_checkpoint(data, tmp_path):
+    """USR1 to the launcher: the ranks checkpoint and exit 75; the same command again
+    continues from the checkpoint and ends with every epoch once."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    run = run_config(workers=2, min_workers=1, max_workers=2, epochs=3, batch_size=8)
+    out = tmp_path / "out"
+    cmd, env = elastic_cmd(data, run, out), elastic_env(hosts)
+    launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watcher = when_epochs(out, 1, lambda: launcher.send_signal(signal.SIGUSR1))
+    logs, _ = launcher.communicate(timeout=420)
+    watcher.join()
+    assert launcher.returncode == 75, logs.decode()[-4000:]
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "continuing from the checkpoint epoch" in again.stdout + again.stderr
+    assert_complete(out, 3)

@@ -1,0 +1,231 @@
+"""Horovod elastic launches: ``clusterbench-launch --np W --min-np A --max-np B -- CMD``.
+
+Horovod's Gloo elastic driver (:func:`horovod.runner.gloo_run.launch_gloo_elastic`) runs the
+rendezvous, assigns slots and decides when the world changes; this module gives it
+
+- a :class:`SchedulerDiscovery`: the scheduler's ``elastic_hosts`` (local: each slot of this
+  host or of the hosts file ``CLUSTERBENCH_HOSTS_FILE``, one host per slot; Slurm: the job's
+  nodes less those where a rank failed; SGE: the parallel environment's hosts), asked again
+  about every second;
+- an :class:`ElasticRankRunner` as ``exec_command``: ranks start exactly as in a fixed launch
+  (local process, ``srun`` step, ``qrsh -inherit``; no ssh), but a rank that fails takes only
+  its host out (Horovod blacklists the host, and the other ranks reset to the smaller world)
+  instead of stopping every rank.
+
+Signals are handled as in a fixed launch (:class:`~clusterbench.launch.runner.StopSignals`):
+SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank that runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clusterbench import preemption
+from clusterbench.launch import schedulers
+from clusterbench.launch.cli import rank_env
+from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
+from clusterbench.launch.runner import (
+    RankResult,
+    RankRunner,
+    StopSignals,
+    failure_message,
+    shutdown_event_without_handlers,
+)
+from clusterbench.launch.schedulers.base import (
+    Allocation,
+    LaunchError,
+    Scheduler,
+    resolve,
+    split_devices,
+)
+
+log = logging.getLogger("clusterbench.launch")
+
+#: Seconds the driver waits for enough slots (at the start, and after a rank failed).
+ELASTIC_TIMEOUT_S = 120
+
+
+def _local_ifaces() -> dict[str, list[str]]:
+    from clusterbench.launch.cli import _local_ifaces as ifaces
+
+    return ifaces()
+
+
+class SchedulerDiscovery:
+    """Horovod's ``HostDiscovery`` over a scheduler: ``find_available_hosts_and_slots`` is the
+    scheduler's :meth:`~clusterbench.launch.schedulers.base.Scheduler.elastic_hosts`."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
+        return self.scheduler.elastic_hosts()
+
+
+def discovery(scheduler: Scheduler) -> Any:
+    """A :class:`SchedulerDiscovery` that is also a Horovod ``HostDiscovery``."""
+    from horovod.runner.elastic.discovery import HostDiscovery
+
+    class Discovery(SchedulerDiscovery, HostDiscovery):
+        pass
+
+    return Discovery(scheduler)
+
+
+class ElasticRankRunner(RankRunner):
+    """The rank runner of an elastic launch: a rank that fails is reported to Horovod's driver
+    (which blacklists its host and resets the others to the smaller world); nothing else is
+    stopped. An event Horovod hands a slot (the driver's shutdown, its host blacklisted)
+    stops that rank only; the launcher's own stop signals still stop every rank. Each slot's
+    GPU comes from the scheduler (``elastic_device``) when it starts."""
+
+    def __init__(self, scheduler: Scheduler, inherited: Any, stop_all: threading.Event):
+        super().__init__(scheduler, {})
+        self.inherited = inherited
+        self.stop_all = stop_all  # the launcher's shutdown: stops every rank
+        #: (seconds since the launch, rank, host, exit code) of each rank that failed
+        self.failures: list[RankResult] = []
+
+    def device_of(self, slot_info: Any) -> str | None:
+        return self.scheduler.elastic_device(slot_info, self.inherited)
+
+    def on_external_event(self, stop_rank: Callable[[], None]) -> Callable[[], None]:
+        return stop_rank
+
+    def ended(self, result: RankResult, slot_info: Any) -> None:
+        code = result.exit_code
+        if code in (0, preemption.EXIT_PREEMPTED) or self.stop_all.is_set():
+            return
+        self.failures.append(result)
+        self.scheduler.rank_failed(slot_info)
+        log.warning(
+            "rank %d on %s exited with code %d: Horovod elastic goes on without %s",
+            result.rank,
+            result.host,
+            code,
+            result.host,
+        )
+
+
+@dataclass
+class ElasticPlan:
+    args: argparse.Namespace
+    scheduler: Scheduler
+    allocation: Allocation
+    hosts: dict[str, int]  # what discovery gave at the start
+    iface: IfaceChoice
+    env: dict[str, str]
+    inherited: tuple[str, ...] | None
+
+
+def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
+    """What can be checked before the elastic driver starts: the scheduler, its allocation,
+    the hosts discovery gives now (enough for ``--np`` ranks), the network interface."""
+    scheduler = schedulers.select(args.scheduler, env)()
+    alloc = scheduler.allocation(env)
+    hosts = scheduler.elastic_hosts()
+    if sum(hosts.values()) < args.np:
+        raise LaunchError(
+            f"elastic launch of {args.np} rank(s): the {scheduler.name} scheduler's host "
+            f"discovery gives {sum(hosts.values())} slot(s) ({_describe(hosts) or 'none'})"
+        )
+    addresses = scheduler.addresses(alloc)
+    host_name = socket.gethostname()
+    ifaces = _local_ifaces()
+    iface = choose_iface(addresses, ifaces, host_name, resolve(host_name), args.iface)
+    scheduler.bind(alloc, args.max_np, f"cb-{uuid.uuid4().hex[:8]}", local_nodes(addresses, ifaces))
+    inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))
+    return ElasticPlan(
+        args, scheduler, alloc, hosts, iface, rank_env(args, scheduler, iface), inherited
+    )
+
+
+def _describe(hosts: Mapping[str, int]) -> str:
+    return ", ".join(f"{h}:{n}" for h, n in hosts.items())
+
+
+def run(plan: ElasticPlan) -> int:
+    """Run the elastic driver to the end; 0 when the training finished, the exit code of a
+    preemption, 128 + a stop signal, or 1 when Horovod gave up (too few slots, every host
+    failed)."""
+    from horovod.runner.elastic.settings import ElasticSettings
+    from horovod.runner.gloo_run import launch_gloo_elastic
+    from horovod.runner.http.http_server import RendezvousServer
+
+    args = plan.args
+    log.info(
+        "%s scheduler, Horovod elastic: %d rank(s) to start, between %d and %d; hosts now: %s",
+        plan.scheduler.name,
+        args.np,
+        args.min_np,
+        args.max_np,
+        _describe(plan.hosts),
+    )
+    log.info("Gloo interface %s: %s", plan.iface.iface, plan.iface.reason)
+    verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
+    settings = ElasticSettings(
+        discovery=discovery(plan.scheduler),
+        min_num_proc=args.min_np,
+        max_num_proc=args.max_np,
+        elastic_timeout=ELASTIC_TIMEOUT_S,
+        reset_limit=None,
+        num_proc=args.np,
+        verbose=verbose,
+        nics={plan.iface.iface},
+    )
+    shutdown = threading.Event()
+    runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown)
+    signals = StopSignals(
+        shutdown, runner.kill_all, runner.sweep, runner.reaper.sweep, forward=runner.forward
+    )
+    env = dict(plan.env)
+    error: str | None = None
+    with signals:
+        try:
+            with shutdown_event_without_handlers(shutdown):
+                launch_gloo_elastic(
+                    args.command,
+                    runner.exec_command,
+                    settings,
+                    env,
+                    lambda driver: [plan.iface.iface],
+                    RendezvousServer(verbose),
+                    sys.executable,
+                )
+        except RuntimeError as exc:
+            error = str(exc)
+        finally:
+            if signals.killed_at is not None:
+                runner.reaper.sweep()
+            if error is not None or signals.first is not None:
+                plan.scheduler.cleanup()
+
+    for failed in runner.failures:
+        log.info("rank %d on %s had failed (exit %d)", failed.rank, failed.host, failed.exit_code)
+    if signals.first is not None:
+        log.error("the launcher received %s: all ranks were stopped", signals.describe())
+        return 128 + signals.first
+    if runner.preempted():
+        log.warning(
+            "preempted: every rank stopped at the checkpoint they agreed on after the warning; "
+            "run the same command again to continue from it (exit %d)",
+            preemption.EXIT_PREEMPTED,
+        )
+        return preemption.EXIT_PREEMPTED
+    if error is None:
+        log.info(
+            "the elastic training finished (%d rank failure(s) survived)", len(runner.failures)
+        )
+        return 0
+    last = runner.failures[-1] if runner.failures else None
+    detail = f"\n{failure_message(last, args.max_np)}" if last else ""
+    log.error("Horovod elastic gave up: %s%s", error.strip(), detail)
+    return 1
