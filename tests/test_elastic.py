@@ -1,14 +1,15 @@
 """Horovod elastic training: ranks that fail or join while a run trains.
 
 The slow tests run the real launcher (``clusterbench-launch --min-np/--max-np``, Horovod's Gloo
-elastic driver) and real Horovod ranks on this machine; the Slurm one is in
-tests/test_cluster_workflow.py's neighbour, tests/test_elastic_slurm.py.
+elastic driver) and real Horovod ranks: on this machine, and in a 2-node job of the real Slurm
+test cluster.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -296,3 +297,57 @@ def test_a_preempted_elastic_run_continues_from_its_checkpoint(data, tmp_path):
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "continuing from the checkpoint epoch" in again.stdout + again.stderr
     assert_complete(out, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, data, tmp_path):
+    """A 2-node Slurm job, one rank per node (srun steps, no ssh): the rank on node2 is
+    SIGKILLed after the first epoch; Horovod drops node2 (and so does the Slurm discovery) and
+    the training finishes on node1 alone."""
+    from test_launch import _sbatch
+
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    run = run_config(workers=2, min_workers=1, max_workers=2, epochs=3, batch_size=24)
+    out = tmp_path / "out"
+    launcher = shlex.join(elastic_cmd(data, run, out))
+    settings = json.dumps({"elastic_commit_steps": 3})
+    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id
+        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
+        f"{launcher}\necho launcher-exit=$?"
+    )
+    killed: list[int] = []
+
+    def kill_node2_rank() -> None:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+                env = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            mine = any(p.endswith(b"train.py") for p in cmd) and str(out).encode() in cmd
+            if mine and b"SLURMD_NODENAME=node2" in env:
+                killed.append(int(proc.name))
+                os.kill(int(proc.name), signal.SIGKILL)
+
+    watcher = when_epochs(out, 1, kill_node2_rank)
+    _, log = _sbatch(slurm_cluster, tmp_path, "-N2", "-n2", script=script)
+    watcher.join()
+    assert killed, log[-3000:]
+    assert "launcher-exit=0" in log, log[-4000:]
+    assert "on node2 exited with code 137: Horovod elastic goes on without node2" in log, log
+    metrics = assert_complete(out, 3)
+    assert metrics[0]["world_size"] == 2
+    assert metrics[-1]["world_size"] == 1
+    info = json.loads((out / "run.json").read_text())
+    assert info["world"]["hosts"] == ["node1"]
+    assert info["world"]["scheduler"] == "slurm"
+    resets = info["world"]["elastic"]["resets"]
+    assert [(r["from"], r["to"], r["why"]) for r in resets] == [(2, 1, "a rank failed")]
+    print(
+        f"FIGURE slurm elastic: node2's rank killed -> training went on on node1 after "
+        f"{resets[0]['stalled_seconds']:.2f} s stalled ({resets[0]['seconds']:.2f} s reset)"
+    )
