@@ -16,7 +16,8 @@ help:
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
-	@echo "            (BENCH_ARGS=--quick for a fast check) -> benchmarks/results/*.json"
+	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100"
+	@echo "            runs (parse, no-op dry run) -> benchmarks/results/*.json"
 	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
 
 setup:
@@ -39,6 +40,7 @@ check: lint
 
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)
+	python benchmarks/workflow_scale.py
 
 lint: setup
 	snakemake --lint
