@@ -69,6 +69,9 @@ os.environ.update(
     # likewise the checkpoints settings (clusterbench.checkpoints reads them)
     CLUSTERBENCH_CHECKPOINTS=cbconfig.canonical_json(CFG["checkpoints"]),
 )
+# the site label runs record (clusterbench.train); unset: the launcher asks the scheduler
+if CFG["site"]:
+    os.environ["CLUSTERBENCH_SITE"] = CFG["site"]
 #: Every rule runs in this software environment (see tools/setup.sh for the venv equivalent).
 SOFTWARE = "../workflow/envs/clusterbench.yaml"
 

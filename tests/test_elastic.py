@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -241,6 +242,8 @@ def test_a_killed_rank_leaves_and_training_finishes_on_the_others(data, tmp_path
     assert (resets[0]["from"], resets[0]["to"]) == (3, 2)
     info = json.loads((out / "run.json").read_text())
     assert info["world"]["size"] == 2
+    assert info["world"]["hosts"] == ["localhost"]  # the slot hosts are the hosts file's host
+    assert info["site"] == socket.gethostname().split(".")[0]
     assert info["world"]["elastic"]["sizes"][0] == 3
     assert info["world"]["elastic"]["sizes"][-1] == 2
     assert info["epochs_completed"] == 4
@@ -345,6 +348,7 @@ def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, da
     info = json.loads((out / "run.json").read_text())
     assert info["world"]["hosts"] == ["node1"]
     assert info["world"]["scheduler"] == "slurm"
+    assert info["site"] == "clusterbench"  # the test cluster's ClusterName
     resets = info["world"]["elastic"]["resets"]
     assert [(r["from"], r["to"], r["why"]) for r in resets] == [(2, 1, "a rank failed")]
     print(

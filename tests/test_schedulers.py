@@ -469,3 +469,26 @@ def test_sge_discover_hosts_reads_the_pe_hostfile(tmp_path) -> None:
     assert sched.discover_hosts({"PE_HOSTFILE": str(hostfile)}) == {"hostA": 2, "hostB": 1}
     with pytest.raises(LaunchError, match="needs PE_HOSTFILE"):
         sched.discover_hosts({})
+
+
+def test_cluster_name_from_scontrol_show_config() -> None:
+    from clusterbench.launch.schedulers.slurm import parse_cluster_name
+
+    text = (
+        "Configuration data as of 2026-11-25T04:00:00\n"
+        "AccountingStorageBackupHost = (null)\n"
+        "ClusterName             = hpc-east\n"
+        "CompleteWait            = 0 sec\n"
+    )
+    assert parse_cluster_name(text) == "hpc-east"
+    assert parse_cluster_name("ClusterNameX = y\n") is None
+
+
+def test_the_sge_site_is_its_cell() -> None:
+    from clusterbench.launch.schedulers.sge import SgeScheduler
+
+    sge = SgeScheduler()
+    sge.job_env = {"SGE_CELL": "cell7"}
+    assert sge.site() == "cell7"
+    sge.job_env = {}
+    assert sge.site() == "default"

@@ -349,8 +349,15 @@ def cpu_threads(local_size: int, env: Mapping[str, str] = os.environ) -> int:
 
 
 def node_name() -> str:
-    """The scheduler's name for this node (HOROVOD_HOSTNAME): several may share one machine."""
-    return os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
+    """The scheduler's name for this node (HOROVOD_HOSTNAME): several may share one machine.
+    A local elastic launch's slot hosts (``<host>-slot<i>``) are their host."""
+    name = os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
+    if os.environ.get("CLUSTERBENCH_SCHEDULER") == "local":
+        from clusterbench.launch.schedulers.local import SLOT_HOST
+
+        m = SLOT_HOST.fullmatch(name)
+        name = m.group("host") if m else name
+    return name
 
 
 def rank_provenance(rank: int, local_rank: int, device: Any) -> dict[str, Any]:
@@ -490,6 +497,8 @@ class Outputs:
             self.out_dir / "run.json",
             {
                 "run": self.run,
+                # the cluster it ran on: the config's `site`, else the scheduler's name for it
+                "site": os.environ.get("CLUSTERBENCH_SITE") or node_name(),
                 "world": world,
                 "effective": effective,
                 "epochs_completed": len(self.records),

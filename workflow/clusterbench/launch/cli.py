@@ -183,6 +183,8 @@ def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice)
     # the ranks record what started them (clusterbench.train writes it to run.json)
     extra: dict[str, str] = {
         schedulers.SCHEDULER_VAR: scheduler.name,
+        # the cluster's name for the results (the config's `site` wins: the workflow sets it)
+        schedulers.SITE_VAR: os.environ.get(schedulers.SITE_VAR) or scheduler.site(),
         "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
     }
     if args.log_level:

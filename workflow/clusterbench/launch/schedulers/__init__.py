@@ -21,6 +21,9 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 
 #: The environment variable that forces a scheduler (``--scheduler`` wins), and its old name.
 SCHEDULER_VAR = "CLUSTERBENCH_SCHEDULER"
+#: The site (cluster) label of a run: set by the workflow from the config's ``site``, else the
+#: launcher sets it from the scheduler (:meth:`~.base.Scheduler.site`) for the ranks.
+SITE_VAR = "CLUSTERBENCH_SITE"
 OLD_SCHEDULER_VAR = "CLUSTERBENCH_LAUNCHER"
 
 

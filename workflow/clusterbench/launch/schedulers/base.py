@@ -205,6 +205,12 @@ class Scheduler:
         the one :meth:`allocation` read)."""
         raise NotImplementedError
 
+    def site(self) -> str:
+        """The name of the cluster the job runs on, for results of several clusters: the
+        scheduler's own name for it (Slurm's ClusterName, the SGE cell), else this host's
+        short name."""
+        return socket.gethostname().split(".")[0]
+
     def elastic_hosts(self) -> dict[str, int]:
         """Horovod elastic's host discovery (asked again about every second while an elastic
         launch runs): :meth:`discover_hosts`."""

@@ -102,6 +102,10 @@ class SgeScheduler(Scheduler):
         self.alloc = _read_pe_hostfile(env)
         return self.alloc
 
+    def site(self) -> str:
+        """The SGE cell (``$SGE_CELL``, SGE's own default ``default``)."""
+        return self.job_env.get("SGE_CELL") or "default"
+
     def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
         """The hosts and slots of the job's parallel environment (``$PE_HOSTFILE``)."""
         return _read_pe_hostfile(self.job_env if env is None else env).host_slots()

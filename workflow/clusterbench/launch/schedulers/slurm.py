@@ -279,6 +279,12 @@ def _job_id_or_error(env: Mapping[str, str]) -> str:
     return job_id
 
 
+def parse_cluster_name(text: str) -> str | None:
+    """``ClusterName`` from ``scontrol show config`` output (None if absent)."""
+    m = re.search(r"^\s*ClusterName\s*=\s*(\S+)\s*$", text, re.M)
+    return m.group(1) if m else None
+
+
 class SlurmScheduler(Scheduler):
     """One single-task step per rank inside the job's allocation.
 
@@ -340,6 +346,14 @@ class SlurmScheduler(Scheduler):
         job_id = _job_id_or_error(self.job_env if env is None else env)
         alloc = parse_scontrol_job(run_tool(["scontrol", "show", "job", "-d", job_id]))
         return job_hosts(alloc, self.failed_hosts)
+
+    def site(self) -> str:
+        """Slurm's ``ClusterName`` (``scontrol show config``)."""
+        try:
+            name = parse_cluster_name(run_tool(["scontrol", "show", "config"]))
+        except LaunchError:
+            name = None
+        return name or super().site()
 
     def bind(self, alloc: Allocation, np: int, tag: str, local_hosts: set[str]) -> None:
         super().bind(alloc, np, tag, local_hosts)
