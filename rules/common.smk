@@ -71,7 +71,7 @@ os.environ.update(
 )
 # the site label runs record (clusterbench.train); unset: the launcher asks the scheduler
 if CFG["site"]:
-    os.environ["CLUSTERBENCH_SITE"] = CFG["site"]
+    os.environ.update(CLUSTERBENCH_SITE=CFG["site"])
 #: Every rule runs in this software environment (see tools/setup.sh for the venv equivalent).
 SOFTWARE = "../workflow/envs/clusterbench.yaml"
 
