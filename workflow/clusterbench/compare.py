@@ -1,0 +1,201 @@
+"""``clusterbench-compare``: one report over the results of several clusters.
+
+```
+clusterbench-compare DIR [DIR ...] -o compare.pdf [--title T] [--warmup-epochs N]
+```
+
+Each ``DIR`` is a finished results tree (a workflow directory holding ``results/``, or the
+``results`` folder itself, e.g. copied back from a cluster). Every run's ``site`` comes from its
+run.json (the config's ``site``, else the cluster's own name: Slurm's ClusterName, the SGE cell,
+the local host; :mod:`clusterbench.launch.schedulers`); a run.json older than site recording
+takes the directory's name.
+
+Runs are matched across sites by their training settings: two runs are the same benchmark on
+two sites only when their training slices (every training key but the name) are equal. The
+comparison says which runs could not be matched, and why: no run with those settings on
+another site, or (for a run of the same name elsewhere) the keys in which they differ.
+
+The PDF has a site-by-site table and chart (time per epoch and images/s of each matched run
+on each site, and each site's ratio to the first) and then the report's own pages over all
+runs, each named ``<site>/<run>``. Also written beside it: ``compare.csv`` (the site table)
+and ``compare-runs.csv`` (every run, with its site).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json
+
+#: The training keys that must be equal for two runs to be compared (all but the name); keys
+#: added since (absent in an older run.json) count as null.
+MATCH_KEYS = tuple(k for k in TRAIN_KEYS if k != "name")
+
+
+class CompareError(ValueError):
+    """A results directory that cannot be compared; the message names it."""
+
+
+@dataclass(frozen=True)
+class SiteRun:
+    """One run of one results tree: where it came from and its training settings."""
+
+    site: str
+    name: str
+    config: dict[str, Any]  # run.json's "run"
+    run_dir: Path
+    eval_dir: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.site}/{self.name}"
+
+
+def results_root(path: Path) -> Path:
+    """The ``results`` folder of ``path`` (a workflow directory or the folder itself)."""
+    for root in (path / "results", path):
+        if (root / "runs").is_dir():
+            return root
+    raise CompareError(
+        f"{path}: no runs/ (nor results/runs/) here: not a clusterbench results tree"
+    )
+
+
+def find_runs(path: Path, read_json) -> list[SiteRun]:
+    """The finished runs of one results tree (a run.json and its evaluation's metrics.json)."""
+    root = results_root(path)
+    tree = root.resolve().parent if root.name == "results" else root.resolve()
+    runs = []
+    for run_dir in sorted(p for p in (root / "runs").iterdir() if (p / "run.json").is_file()):
+        eval_dir = root / "eval" / run_dir.name
+        if not (eval_dir / "metrics.json").is_file():
+            continue  # not evaluated (yet): not finished
+        info = read_json(run_dir / "run.json")
+        site = str(info.get("site") or tree.name)
+        runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir))
+    if not runs:
+        raise CompareError(f"{root}: no finished run (run.json and eval metrics.json)")
+    return runs
+
+
+def match_key(config: dict[str, Any]) -> str:
+    """What must be equal for two runs to be compared: the training slice without the name."""
+    return canonical_json(
+        {k: config.get(k) for k in MATCH_KEYS if k in config or k in LATER_TRAIN_KEYS}
+    )
+
+
+def differing_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in MATCH_KEYS if a.get(k) != b.get(k))
+
+
+def match_runs(runs: Sequence[SiteRun]) -> tuple[list[list[SiteRun]], list[tuple[SiteRun, str]]]:
+    """Groups of runs with equal training settings on at least two sites (one run per site:
+    the first found), and every other run with the reason it is not compared."""
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        raise CompareError(
+            f"runs given twice (the same site and run name in two directories): {twice}; "
+            "give each cluster's results once, or set a distinct `site` in each config"
+        )
+    by_key: dict[str, list[SiteRun]] = {}
+    for run in runs:
+        by_key.setdefault(match_key(run.config), []).append(run)
+    groups, unmatched = [], []
+    for members in by_key.values():
+        per_site: dict[str, SiteRun] = {}
+        for run in members:
+            if run.site in per_site:
+                unmatched.append(
+                    (run, f"same settings as {per_site[run.site].name} on the same site")
+                )
+            else:
+                per_site[run.site] = run
+        if len(per_site) >= 2:
+            groups.append(list(per_site.values()))
+        else:
+            for run in per_site.values():
+                unmatched.append((run, _why_alone(run, runs)))
+    return groups, unmatched
+
+
+def _why_alone(run: SiteRun, runs: Iterable[SiteRun]) -> str:
+    namesakes = [r for r in runs if r.name == run.name and r.site != run.site]
+    if not namesakes:
+        return "no run with these training settings on another site"
+    other = namesakes[0]
+    keys = differing_keys(run.config, other.config)
+    return f"differs from {other.label} in {', '.join(keys)}"
+
+
+def site_table(groups: Sequence[Sequence[SiteRun]], runs_df: Any) -> Any:
+    """One row per matched run and site: time per epoch (mean, sd, epochs timed), images/s,
+    and both as a ratio to the group's first site. ``runs_df``: the report's runs table with
+    ``run`` = :attr:`SiteRun.label`."""
+    import pandas as pd
+
+    by_label = runs_df.set_index("run")
+    rows = []
+    for group in groups:
+        first = by_label.loc[group[0].label]
+        for run in group:
+            r = by_label.loc[run.label]
+            rows.append(
+                {
+                    "benchmark": group[0].name,
+                    "site": run.site,
+                    "run": run.label,
+                    "workers": int(r["workers"]),
+                    "nodes": int(r["nodes"]),
+                    "mean_epoch_seconds": float(r["mean_epoch_seconds"]),
+                    "std_epoch_seconds": float(r["std_epoch_seconds"]),
+                    "timed_epochs": int(r["timed_epochs"]),
+                    "images_per_second": float(r["images_per_second"]),
+                    "epoch_seconds_vs_first_site": float(
+                        r["mean_epoch_seconds"] / first["mean_epoch_seconds"]
+                    ),
+                    "images_per_second_vs_first_site": float(
+                        r["images_per_second"] / first["images_per_second"]
+                    ),
+                    "accuracy": float(r["accuracy"]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="clusterbench-compare", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="results trees")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the PDF to write")
+    parser.add_argument("--title", default=None, help="the report's title")
+    parser.add_argument(
+        "--warmup-epochs", type=int, default=1, help="epochs left out of the timing (default 1)"
+    )
+    args = parser.parse_args(argv)
+    if len(args.dirs) < 2:
+        parser.error("give at least two results trees to compare")
+    from clusterbench.compare_report import write_comparison
+
+    try:
+        return write_comparison(args.dirs, args.output, args.title, args.warmup_epochs)
+    except CompareError as exc:
+        print(f"clusterbench-compare: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cli() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # run the package's module, whose CompareError the report raises
+    from clusterbench.compare import cli as _cli
+
+    _cli()
