@@ -486,7 +486,9 @@ class Outputs:
         write_json(
             self.out_dir / "run.json",
             {
-                "run": self.run,
+                "run": {k: v for k, v in self.run.items() if k != "experiment"},
+                # where an expanded run came from (clusterbench.experiments); null: by hand
+                "experiment": self.run.get("experiment"),
                 "world": world,
                 "effective": effective,
                 "epochs_completed": len(self.records),
