@@ -306,9 +306,9 @@ def unavailable_runs():
       resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
     - sge: none (the profile's ``qsub -w e`` refuses such a job when it is submitted).
 
-    A run with ``on_unavailable: fail`` stops the workflow here, before any job; the others are
-    skipped: a warning names each with its reason (a dry run lists them too), and they drop out
-    of the report's inputs (and so of every target). Decided once, while the job graph is
+    A run with ``on_unavailable: fail`` stops the workflow before any job when a target needs
+    it (refuse_failing); the others are skipped: a warning names each with its reason (a dry
+    run lists them too), and they drop out of the report's inputs (and so of every target). Decided once, while the job graph is
     built (the report's input functions come first): only then is the executor known.
     Only in the main process: cluster jobs parse and build their graph again.
     """
@@ -345,20 +345,9 @@ def unavailable_runs():
         if not planning:
             raise WorkflowError(str(exc)) from None
         logger.warning(f"the plan cannot check the {executor} limits: {exc}")
-    failing = [n for n in reasons if RUNS[n]["on_unavailable"] == "fail"]
-    if failing:
-        raise WorkflowError(
-            "\n".join(reasons[n] for n in failing)
-            + f"\n(on_unavailable: fail for {', '.join(map(repr, failing))}; with skip, "
-            "such a run is left out and the rest goes on)"
-        )
-    if reasons and len(reasons) == len(RUNS):
-        raise WorkflowError(
-            f"no run can run under the {executor} executor here:\n"
-            + "\n".join(reasons.values())
-        )
     for name, reason in reasons.items():
-        logger.warning(f"skipping run {name!r}: {reason}")
+        if RUNS[name]["on_unavailable"] == "skip":
+            logger.warning(f"skipping run {name!r}: {reason}")
     UNAVAILABLE["runs"] = reasons
     if os.environ.get("CLUSTERBENCH_PLAN") == "1":
         from clusterbench import plan
@@ -396,9 +385,31 @@ def slurm_unavailable():
     return reasons
 
 
+def refuse_failing(names):
+    """Stop, naming run and reason, if one of ``names`` cannot run here and has
+    ``on_unavailable: fail``."""
+    reasons = unavailable_runs()
+    failing = [n for n in names if n in reasons and RUNS[n]["on_unavailable"] == "fail"]
+    if failing:
+        raise WorkflowError(
+            "\n".join(reasons[n] for n in failing)
+            + f"\n(on_unavailable: fail for {', '.join(map(repr, failing))}; with skip, "
+            "such a run is left out and the rest goes on)"
+        )
+
+
 def available_runs():
-    """The runs this workflow trains here: all but the skipped ones (see unavailable_runs)."""
+    """The runs this workflow trains here: all but the skipped ones (see unavailable_runs).
+    The report's input functions call it: a run with ``on_unavailable: fail`` that cannot run
+    here stops the workflow, and so does a config none of whose runs can."""
+    refuse_failing(RUNS)
     skipped = unavailable_runs()
+    if skipped and len(skipped) == len(RUNS):
+        executor, _ = planned_executor()
+        raise WorkflowError(
+            f"no run can run under the {executor} executor here:\n"
+            + "\n".join(skipped.values())
+        )
     return [name for name in RUNS if name not in skipped]
 
 
@@ -443,6 +454,7 @@ def preflight(wildcards):
     """
     if not workflow.is_main_process or workflow.executor_plugin is None:
         return []
+    refuse_failing([wildcards.run])
     reason = unavailable_runs().get(wildcards.run)
     if reason is not None:
         raise WorkflowError(

@@ -115,3 +115,30 @@ def test_an_experiment_runs_its_points_and_skips_what_cannot_run_here(
     proc = local(workdir, "--dry-run")
     assert "Nothing to be done" in proc.stdout + proc.stderr
     assert f"skipping run {GPU_RUNS[0]!r}" in proc.stdout + proc.stderr
+
+
+@no_gpu
+def test_a_skipped_run_named_as_a_target_is_refused_with_its_reason(tmp_path: Path):
+    workdir = tmp_path / "work"
+    write_config(workdir, experiment_config(tmp_path / "cache"))
+    proc = local(workdir, "--dry-run", f"results/runs/{GPU_RUNS[0]}/run.json", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"run {GPU_RUNS[0]!r} asks for 1 GPU(s) per node" in text, text
+    assert "is skipped here, and a target asks for it" in text
+    # a target that needs only runs that can run here is fine, skips or not
+    local(workdir, "--dry-run", f"results/runs/{CPU_RUNS[0]}/run.json")
+
+
+@no_gpu
+def test_a_config_none_of_whose_runs_can_run_here_stops_naming_each(tmp_path: Path):
+    workdir = tmp_path / "work"
+    cfg = experiment_config(tmp_path / "cache")
+    cfg["experiments"]["sweep"]["environments"] = ["gpu"]
+    write_config(workdir, cfg)
+    proc = local(workdir, "--dry-run", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "no run can run under the local executor here" in text, text
+    assert f"run {TOO_BIG!r} needs 64 cores" in text
+    assert all(f"run {run!r} asks for 1 GPU(s)" in text for run in GPU_RUNS)
