@@ -319,6 +319,8 @@ def unavailable_runs():
     from clusterbench import preflight as checks
 
     executor, planning = planned_executor()
+    if executor != "local":
+        refuse_submit_host_cores()
     reasons = {}
     try:
         if executor == "local":
@@ -358,6 +360,30 @@ def unavailable_runs():
             )
         )
     return reasons
+
+
+def refuse_submit_host_cores():
+    """Runs whose environment preset takes ``workers: cores`` with ``cores_per_node: null``
+    took this machine's cores: right for local jobs, wrong on a cluster, whose jobs parse the
+    config again on a compute node (another count: another run). Stop, naming the key.
+    """
+    from clusterbench import experiments
+
+    if CFG["environment_defaults"]["cores_per_node"] is not None:
+        return
+    presets = experiments.environments(CFG["environments"], CFG["environment_defaults"])
+    runs = [
+        name
+        for name, run in RUNS.items()
+        if run["environment"] is not None
+        and presets[run["environment"]]["workers"] == experiments.CORES
+    ]
+    if runs:
+        raise WorkflowError(
+            f"environment_defaults.cores_per_node: null takes the cores of this machine "
+            f"({os.cpu_count()}) for {', '.join(map(repr, runs))}; on a cluster set it to the "
+            "cores of a compute node (the jobs read the config again there)"
+        )
 
 
 def slurm_unavailable():

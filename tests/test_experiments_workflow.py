@@ -142,3 +142,22 @@ def test_a_config_none_of_whose_runs_can_run_here_stops_naming_each(tmp_path: Pa
     assert "no run can run under the local executor here" in text, text
     assert f"run {TOO_BIG!r} needs 64 cores" in text
     assert all(f"run {run!r} asks for 1 GPU(s)" in text for run in GPU_RUNS)
+
+
+def test_cores_per_node_must_be_given_to_plan_cpu_parallel_for_a_cluster(tmp_path: Path):
+    """`workers: cores` with cores_per_node null takes this machine's cores: fine locally, not
+    for a cluster, whose jobs read the config again on a compute node."""
+    workdir = tmp_path / "work"
+    cfg = experiment_config(tmp_path / "cache")
+    cfg["runs"] = []
+    cfg["experiments"]["sweep"]["environments"] = ["cpu", "cpu-parallel"]
+    write_config(workdir, cfg)
+    env = {"CLUSTERBENCH_EXECUTOR": "sge"}
+    proc = snakemake(workdir, "--dry-run", env=env, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "environment_defaults.cores_per_node: null takes the cores of this machine" in text
+    assert "'sweep--env=cpu-parallel,lr=0.05'" in text
+    cfg["environment_defaults"] = {"cores_per_node": 2}
+    write_config(workdir, cfg)
+    snakemake(workdir, "--dry-run", env=env)
