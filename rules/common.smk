@@ -308,9 +308,10 @@ def unavailable_runs():
 
     A run with ``on_unavailable: fail`` stops the workflow before any job when a target needs
     it (refuse_failing); the others are skipped: a warning names each with its reason (a dry
-    run lists them too), and they drop out of the report's inputs (and so of every target). Decided once, while the job graph is
-    built (the report's input functions come first): only then is the executor known.
-    Only in the main process: cluster jobs parse and build their graph again.
+    run lists them too), and they drop out of the report's inputs (and so of every target).
+    Decided once, while the job graph is built (the report's input functions come first): only
+    then is the executor known. Only in the main process: cluster jobs parse and build their
+    graph again. Without an executor (``--report``) as the local one would decide.
     """
     if "runs" in UNAVAILABLE:
         return UNAVAILABLE["runs"]
@@ -428,8 +429,10 @@ def available_runs():
     """The runs this workflow trains here: all but the skipped ones (see unavailable_runs).
     The report's input functions call it: a run with ``on_unavailable: fail`` that cannot run
     here stops the workflow, and so does a config none of whose runs can."""
-    refuse_failing(RUNS)
     skipped = unavailable_runs()
+    if workflow.executor_plugin is None:  # --report and the like: nothing runs
+        return [name for name in RUNS if name not in skipped]
+    refuse_failing(RUNS)
     if skipped and len(skipped) == len(RUNS):
         executor, _ = planned_executor()
         raise WorkflowError(

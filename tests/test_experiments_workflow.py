@@ -115,6 +115,9 @@ def test_an_experiment_runs_its_points_and_skips_what_cannot_run_here(
     proc = local(workdir, "--dry-run")
     assert "Nothing to be done" in proc.stdout + proc.stderr
     assert f"skipping run {GPU_RUNS[0]!r}" in proc.stdout + proc.stderr
+    # the HTML report (no executor: the same runs are left out, none is missing)
+    local(workdir, "--report", str(results / "report" / "report.html"))
+    assert (results / "report" / "report.html").stat().st_size > 0
 
 
 @no_gpu
