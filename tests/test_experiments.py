@@ -172,6 +172,7 @@ def test_names_are_file_names_and_wildcard_values_and_reach_the_train_stage():
             r"experiments\.x\[x--workers=4\]\.batch_size: global batch 2",
         ),
         ({"dataset": "imagenet", "matrix": {"lr": [1]}}, r"experiments\.x\[x--lr=1\]\.dataset"),
+        ({"dataset": None, "matrix": {"lr": [1]}}, r"experiments\.x\.dataset: None is not of type"),
     ],
 )
 def test_bad_experiments_are_refused_naming_the_key(experiment, message):
@@ -180,12 +181,23 @@ def test_bad_experiments_are_refused_naming_the_key(experiment, message):
         cb.validate(cfg)
 
 
+def test_an_experiment_needs_a_dataset_from_somewhere():
+    cfg = config_with({"x": {"matrix": {"lr": [0.1]}}})
+    with pytest.raises(cb.ConfigError, match=r"experiments\.x\.dataset: required"):
+        cb.validate(cfg)
+    cfg["run_defaults"]["dataset"] = "digits"
+    assert list(expanded(cfg)) == ["x--lr=0.1"]
+    del cfg["run_defaults"]["dataset"]
+    cfg["experiments"]["x"]["matrix"]["dataset"] = ["digits"]
+    assert list(expanded(cfg)) == ["x--lr=0.1,dataset=digits"]
+
+
 def test_a_name_made_twice_is_refused_naming_both_places():
     # the per-list check catches equal values; the name check catches what is left (here: a
     # hand-written run given the name through an experiment-made config, as a merger might)
     runs, problems = ex.expand(
         {"x": {"matrix": {"lr": [0.1]}}, "y": {"matrix": {"lr": [0.1]}}},
-        base={"seed": 1},
+        base={"seed": 1, "dataset": "digits"},
         presets=ex.environments({}, {"gpus_per_node": 1, "nodes": 1}),
         run_keys={"lr": {}, "seed": {}},
         cores_per_node=2,

@@ -162,6 +162,10 @@ def expand(
                 )
             elif env in envs[:i]:
                 found.append(f"{where}.environments[{i}]: {env!r} is listed twice")
+        if not any("dataset" in where_set for where_set in (base, settings, matrix)):
+            found.append(
+                f"{where}.dataset: required: give it here, in the matrix or in run_defaults"
+            )
         if not matrix and not envs and repeats == 1 and not found:
             found.append(
                 f"{where}: nothing to expand: give a matrix, environments or repeats > 1 "
