@@ -7,10 +7,13 @@ SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test check bench lint format report-html clean
+.PHONY: help setup demo plan test check bench lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
+	@echo "make plan   a dry run (PROFILE=$(PROFILE)) that first prints every training job (nodes x"
+	@echo "            ranks x GPUs x runtime), CPU-/GPU-hours requested, jobs per rule, and the"
+	@echo "            runs it will skip and why; submits nothing"
 	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
 	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
@@ -28,6 +31,13 @@ demo: setup
 	snakemake --profile $(PROFILE) --report results/report/report.html
 	@echo "PDF report:  results/report/report.pdf"
 	@echo "HTML report: results/report/report.html"
+
+# The executor a dry run plans for: the profile's (a dry run has none of its own).
+PLAN_EXECUTOR = $(shell awk '$$1 == "executor:" {print $$2}' $(PROFILE)/config.yaml 2>/dev/null)
+
+plan: setup
+	CLUSTERBENCH_PLAN=1 CLUSTERBENCH_EXECUTOR=$(or $(PLAN_EXECUTOR),local) \
+		snakemake --profile $(PROFILE) --dry-run $(SNAKEMAKE_ARGS)
 
 test: setup
 	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \

@@ -283,59 +283,221 @@ def train_resource(key):
 #: sinfo's view of the partitions, asked once per Snakemake process (see preflight).
 SINFO = {}
 
+#: Why each run cannot run where this workflow runs (run -> reason), decided once per process
+#: (see unavailable_runs); None until then.
+UNAVAILABLE = {}
 
-def preflight(wildcards):
-    """Input function of the train step; it adds no file. Refuses, before any job starts, a
-    training job this executor could never run as asked (clusterbench.preflight):
+#: The executors whose limits a dry run can plan for (CLUSTERBENCH_EXECUTOR).
+PLANNED_EXECUTORS = ("local", "slurm", "sge")
 
-    - slurm: a job larger than every partition (Slurm would leave it pending forever), with
-      the resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
-    - local: a run needing more cores than local jobs get (its ranks would share cores).
 
-    Snakemake calls input functions while it builds the job graph, after it has chosen the
-    executor and before it runs any job. Not ``onstart``, which Snakemake ignores in a module;
-    not at parse time, when the executor is not known yet. Only in the main process: cluster
-    jobs parse and build their graph again (under the jobstep executor); dry runs and
-    ``--report`` use neither executor.
-    """
+def planned_executor():
+    """``(executor, planning)``: the executor whose limits decide which runs are skipped, and
+    whether this Snakemake only plans (a dry run, ``--touch``, ``--report``: no executor of its
+    own). Then ``CLUSTERBENCH_EXECUTOR`` names the executor to plan for (``make plan`` sets it
+    from the profile), else the local one."""
     plugin = workflow.executor_plugin
-    if not (workflow.is_main_process and plugin is not None):
-        return []
+    if plugin is not None and plugin.name not in ("dryrun", "touch"):
+        return plugin.name, False
+    name = os.environ.get("CLUSTERBENCH_EXECUTOR") or "local"
+    if name not in PLANNED_EXECUTORS:
+        raise WorkflowError(
+            f"environment variable CLUSTERBENCH_EXECUTOR={name!r}: expected one of "
+            f"{', '.join(PLANNED_EXECUTORS)} (the executor a dry run plans for)"
+        )
+    return name, True
+
+
+def unavailable_runs():
+    """Run -> why it cannot run under this executor (clusterbench.preflight):
+
+    - local: GPUs asked (gpus_per_node > 0) and none usable here (nvidia-smi, no torch), or
+      more ranks x cpus_per_worker than local jobs get;
+    - slurm: a job larger than its partition (Slurm would leave it pending forever), with the
+      resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
+    - sge: none (the profile's ``qsub -w e`` refuses such a job when it is submitted).
+
+    A run with ``on_unavailable: fail`` stops the workflow before any job when a target needs
+    it (refuse_failing); the others are skipped: a warning names each with its reason (a dry
+    run lists them too), and they drop out of the report's inputs (and so of every target).
+    Decided once, while the job graph is built (the report's input functions come first): only
+    then is the executor known. Only in the main process: cluster jobs parse and build their
+    graph again. Without an executor (``--report``) as the local one would decide.
+    """
+    if "runs" in UNAVAILABLE:
+        return UNAVAILABLE["runs"]
+    if not workflow.is_main_process:
+        return {}
     from clusterbench import preflight as checks
 
+    executor, planning = planned_executor()
+    if executor != "local":
+        refuse_submit_host_cores()
+    reasons = {}
     try:
-        if plugin.name == "slurm":
-            check_slurm_job(wildcards)
-        elif plugin.name == "local":
-            run = RUNS[wildcards.run]
-            cores = min(workflow.resource_settings.cores or 1, os.cpu_count() or 1)
-            problems = checks.local_problems(
-                run["name"],
-                cbconfig.allocated_workers(run),
-                run["cpus_per_worker"],
-                cores,
-            )
-            if problems:
-                raise checks.PreflightError("\n".join(problems))
+        if executor == "local":
+            # a dry run's --cores is 1 whatever the profile says: plan with the profile's `all`
+            cores = os.cpu_count() or 1
+            if not planning:
+                cores = min(workflow.resource_settings.cores or 1, cores)
+            wants_gpus = any(run["gpus_per_node"] for run in RUNS.values())
+            gpus = checks.local_gpus() if wants_gpus else 0
+            for name, run in RUNS.items():
+                problems = checks.local_problems(
+                    name,
+                    cbconfig.allocated_workers(run),
+                    run["cpus_per_worker"],
+                    cores,
+                    gpus_per_node=run["gpus_per_node"],
+                    gpus=gpus,
+                )
+                if problems:
+                    reasons[name] = "; ".join(problems)
+        elif executor == "slurm":
+            reasons = slurm_unavailable()
     except checks.PreflightError as exc:
-        raise WorkflowError(str(exc)) from None
-    return []
+        if not planning:
+            raise WorkflowError(str(exc)) from None
+        logger.warning(f"the plan cannot check the {executor} limits: {exc}")
+    for name, reason in reasons.items():
+        if RUNS[name]["on_unavailable"] == "skip":
+            logger.warning(f"skipping run {name!r}: {reason}")
+    UNAVAILABLE["runs"] = reasons
+    if os.environ.get("CLUSTERBENCH_PLAN") == "1":
+        from clusterbench import plan
+
+        logger.info(
+            plan.format_plan(
+                plan.make_plan(list(RUNS.values()), TRAIN_RESOURCES, reasons), executor
+            )
+        )
+    return reasons
 
 
-def check_slurm_job(wildcards):
-    """The Slurm scheduler's check_slurm (clusterbench.launch.schedulers.slurm) on the train job
-    of ``wildcards``."""
+def refuse_submit_host_cores():
+    """Runs whose environment preset takes ``workers: cores`` with ``cores_per_node: null``
+    took this machine's cores: right for local jobs, wrong on a cluster, whose jobs parse the
+    config again on a compute node (another count: another run). Stop, naming the key.
+    """
+    from clusterbench import experiments
+
+    if CFG["environment_defaults"]["cores_per_node"] is not None:
+        return
+    presets = experiments.environments(CFG["environments"], CFG["environment_defaults"])
+    runs = [
+        name
+        for name, run in RUNS.items()
+        if run["environment"] is not None
+        and presets[run["environment"]]["workers"] == experiments.CORES
+    ]
+    if runs:
+        raise WorkflowError(
+            f"environment_defaults.cores_per_node: null takes the cores of this machine "
+            f"({os.cpu_count()}) for {', '.join(map(repr, runs))}; on a cluster set it to the "
+            "cores of a compute node (the jobs read the config again there)"
+        )
+
+
+def slurm_unavailable():
+    """Run -> why the Slurm scheduler's check (clusterbench.launch.schedulers.slurm) refuses its
+    train job, with the resources it would be submitted with."""
     from clusterbench.launch.schedulers import slurm
 
     # this workflow's train step, under its module name (`use rule ... as`) if any
     train = rules.train.rule
     if "text" not in SINFO:
         SINFO["text"] = slurm.sinfo()
-    resources = train.expand_resources(
-        dict(wildcards.items()),
-        [],
-        attempt=1,
-        skip_evaluation=set(train.resources.keys())
-        - {"_cores", *slurm.SLURM_RESOURCE_KEYS},
+    partitions = slurm.parse_sinfo(SINFO["text"])
+    reasons = {}
+    for name in RUNS:
+        resources = train.expand_resources(
+            {"run": name},
+            [],
+            attempt=1,
+            skip_evaluation=set(train.resources.keys())
+            - {"_cores", *slurm.SLURM_RESOURCE_KEYS},
+        )
+        problems = slurm.slurm_problems(name, resources, partitions)
+        if problems:
+            reasons[name] = "; ".join(problems)
+    return reasons
+
+
+def refuse_failing(names):
+    """Stop, naming run and reason, if one of ``names`` cannot run here and has
+    ``on_unavailable: fail``."""
+    reasons = unavailable_runs()
+    failing = [n for n in names if n in reasons and RUNS[n]["on_unavailable"] == "fail"]
+    if failing:
+        raise WorkflowError(
+            "\n".join(reasons[n] for n in failing)
+            + f"\n(on_unavailable: fail for {', '.join(map(repr, failing))}; with skip, "
+            "such a run is left out and the rest goes on)"
+        )
+
+
+def available_runs():
+    """The runs this workflow trains here: all but the skipped ones (see unavailable_runs).
+    The report's input functions call it: a run with ``on_unavailable: fail`` that cannot run
+    here stops the workflow, and so does a config none of whose runs can."""
+    skipped = unavailable_runs()
+    if workflow.executor_plugin is None:  # --report and the like: nothing runs
+        return [name for name in RUNS if name not in skipped]
+    refuse_failing(RUNS)
+    if skipped and len(skipped) == len(RUNS):
+        executor, _ = planned_executor()
+        raise WorkflowError(
+            f"no run can run under the {executor} executor here:\n"
+            + "\n".join(skipped.values())
+        )
+    return [name for name in RUNS if name not in skipped]
+
+
+def skipped_runs():
+    """The skipped runs as the report takes them (``--skipped``): a list of ``{run, experiment,
+    environment, point, reason}``, in the config's order."""
+    skipped = unavailable_runs()
+    return [
+        {
+            "run": name,
+            "experiment": RUNS[name]["experiment"],
+            "environment": RUNS[name]["environment"],
+            "point": RUNS[name]["point"],
+            "reason": skipped[name],
+        }
+        for name in RUNS
+        if name in skipped
+    ]
+
+
+def report_benchmarks(runs):
+    """The benchmark files of ``runs`` and of the datasets they use."""
+    datasets = sorted({RUNS[run]["dataset"] for run in runs})
+    return (
+        expand("results/benchmarks/download/{dataset}.tsv", dataset=datasets)
+        + expand("results/benchmarks/preprocess/{dataset}.tsv", dataset=datasets)
+        + expand(
+            "results/benchmarks/{rule}/{run}.tsv", rule=["train", "evaluate"], run=runs
+        )
     )
-    slurm.check_slurm([(wildcards.run, resources)], SINFO["text"])
+
+
+def preflight(wildcards):
+    """Input function of the train step; it adds no file. Refuses, before any job starts, a
+    training job this executor could never run as asked (see unavailable_runs): one of a run
+    with ``on_unavailable: fail`` (there), or one of a skipped run asked for by name.
+
+    Snakemake calls input functions while it builds the job graph, after it has chosen the
+    executor and before it runs any job. Not ``onstart``, which Snakemake ignores in a module;
+    not at parse time, when the executor is not known yet. Only in the main process: cluster
+    jobs parse and build their graph again (under the jobstep executor).
+    """
+    if not workflow.is_main_process or workflow.executor_plugin is None:
+        return []
+    refuse_failing([wildcards.run])
+    reason = unavailable_runs().get(wildcards.run)
+    if reason is not None:
+        raise WorkflowError(
+            f"{reason}\n(run {wildcards.run!r} is skipped here, and a target asks for it)"
+        )
+    return []

@@ -6,21 +6,18 @@ rule report:
     input:
         script=script("report"),
         code=stage_module("report"),
-        runs=expand(
-            "results/runs/{run}/{name}", run=RUNS, name=["run.json", "metrics.jsonl"]
+        # functions: the runs skipped here (rules/common.smk, unavailable_runs) drop out
+        runs=lambda wc: expand(
+            "results/runs/{run}/{name}",
+            run=available_runs(),
+            name=["run.json", "metrics.jsonl"],
         ),
-        evals=expand(
+        evals=lambda wc: expand(
             "results/eval/{run}/{name}",
-            run=RUNS,
+            run=available_runs(),
             name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
-        benchmarks=expand(
-            "results/benchmarks/download/{dataset}.tsv", dataset=DATASETS
-        )
-        + expand("results/benchmarks/preprocess/{dataset}.tsv", dataset=DATASETS)
-        + expand(
-            "results/benchmarks/{rule}/{run}.tsv", rule=["train", "evaluate"], run=RUNS
-        ),
+        benchmarks=lambda wc: report_benchmarks(available_runs()),
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -43,6 +40,8 @@ rule report:
             caption="../workflow/report/figures.rst",
             category="Figures",
         ),
+        # the runs skipped here, and why (columns: run, experiment, environment, reason)
+        skipped=f"{REPORT_DIR}/skipped.csv",
         pdf=report(
             f"{REPORT_DIR}/report.pdf",
             caption="../workflow/report/report.rst",
@@ -59,11 +58,12 @@ rule report:
         # functions: Snakemake expands wildcards in a plain string, and a title may hold braces
         settings=lambda wc: cbconfig.canonical_json(CFG["report"]),
         config_hash=lambda wc: cbconfig.config_hash(CFG),
+        skipped=lambda wc: cbconfig.canonical_json(skipped_runs()),
         run_dirs=lambda wc, input: dirs_of(input.runs),
         eval_dirs=lambda wc, input: dirs_of(input.evals),
         out_dir=lambda wc, output: dir_of(output.pdf),
     shell:
         "python {input.script:q} --params {params.settings:q} "
-        "--config-hash {params.config_hash:q} "
+        "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
         "--benchmarks {input.benchmarks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

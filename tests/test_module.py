@@ -209,9 +209,12 @@ def fake_slurm(directory: Path) -> dict[str, str]:
 @pytest.mark.parametrize("use", ["standalone", "module"])
 def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use: str):
     """The check once ran in `onstart`, which Snakemake ignores in a module: it must run in both
-    uses, under the Slurm executor, before anything runs or is submitted."""
+    uses, under the Slurm executor, before anything runs or is submitted. A run with
+    `on_unavailable: fail` stops the workflow (with `skip`, the default, it is left out)."""
     bench = bench_config(tmp_path / "cache")
-    bench["runs"].append({"name": "too-big", "dataset": "digits", "workers": 64})
+    bench["runs"].append(
+        {"name": "too-big", "dataset": "digits", "workers": 64, "on_unavailable": "fail"}
+    )
     env = fake_slurm(tmp_path / "bin")
     args = ("--executor", "slurm", "--jobs", "1")
     if use == "module":
@@ -229,6 +232,25 @@ def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use
     assert "sinfo" in calls
     assert not [call for call in calls if call.startswith(("sbatch", "srun"))], calls
     assert not (workdir / "results").exists() and not (workdir / PREFIX).exists()
+
+
+def test_a_dry_run_planned_for_slurm_lists_the_runs_no_partition_can_hold(tmp_path: Path):
+    """CLUSTERBENCH_EXECUTOR=slurm (what `make plan` sets from the profile): a dry run asks
+    sinfo, names the run it will skip and why, and submits nothing."""
+    bench = bench_config(tmp_path / "cache")
+    bench["runs"].append({"name": "too-big", "dataset": "digits", "workers": 64})
+    env = fake_slurm(tmp_path / "bin")
+    env.update(CLUSTERBENCH_EXECUTOR="slurm", CLUSTERBENCH_PLAN="1")
+    workdir = tmp_path / "work"
+    write_config(workdir, bench)
+    proc = snakemake(workdir, "--dry-run", env=env)
+    text = proc.stdout + proc.stderr
+    assert "skipping run 'too-big': run 'too-big' asks for 64 workers x 1 CPU(s)" in text, text
+    assert "clusterbench plan (slurm executor)" in text
+    assert "train/too-big" not in text and "runs/too-big/" not in text, text
+    calls = (tmp_path / "bin" / "calls").read_text().splitlines()
+    assert "sinfo" in calls
+    assert not [call for call in calls if call.startswith(("sbatch", "srun"))], calls
 
 
 def test_slurm_preflight_stays_out_of_dry_runs(tmp_path: Path):

@@ -77,3 +77,32 @@ def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
     assert "run 'big' needs 4 cores (4 workers x cpus_per_worker=1)" in problem
     assert "local jobs get 2" in problem
     assert local_problems("r", workers=2, cpus_per_worker=2, cores=3) != []
+
+
+@pytest.mark.parametrize(
+    ("visible", "listing", "gpus"),
+    [
+        (None, None, 0),  # no nvidia-smi, or it failed
+        (None, "GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n", 2),
+        ("0", "GPU 0: A (UUID: GPU-1)\nGPU 1: B (UUID: GPU-2)\n", 1),
+        ("", "GPU 0: A (UUID: GPU-1)\n", 0),
+        ("-1", "GPU 0: A (UUID: GPU-1)\n", 0),
+        ("0,1,2", "GPU 0: A (UUID: GPU-1)\n", 1),
+        (None, "No devices were found\n", 0),
+    ],
+)
+def test_count_gpus_from_nvidia_smi_and_cuda_visible_devices(visible, listing, gpus):
+    from clusterbench.preflight import count_gpus
+
+    assert count_gpus(visible, listing) == gpus
+
+
+def test_local_problems_name_gpus_asked_where_none_is_usable():
+    from clusterbench.preflight import local_problems
+
+    assert local_problems("g", 1, 1, cores=2, gpus_per_node=1, gpus=1) == []
+    (problem,) = local_problems("g", 1, 1, cores=2, gpus_per_node=1, gpus=0)
+    assert "run 'g' asks for 1 GPU(s) per node (gpus_per_node)" in problem
+    assert "none usable" in problem
+    both = local_problems("g", 4, 1, cores=2, gpus_per_node=2, gpus=1)
+    assert len(both) == 2 and "1 usable" in both[0] and "needs 4 cores" in both[1]

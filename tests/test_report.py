@@ -350,8 +350,10 @@ def test_report_writes_all_outputs(default_report):
         "runs.csv",
         "epochs.csv",
         "benchmarks.csv",
+        "skipped.csv",
         "figures",
     }
+    assert (out / "skipped.csv").read_text() == "run,experiment,environment,reason\n"
     assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
     for png in (out / "figures").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -1338,3 +1340,49 @@ def test_run_json_epochs_completed_is_checked(fake: dict, tmp_path: Path, value,
     with pytest.raises(ValueError, match=message) as err:
         run_report(fake, tmp_path / "report")
     assert "digits-2w/" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# --skipped: the runs skipped where the workflow ran (rules/common.smk) -> skipped.csv
+
+
+def test_skipped_runs_are_written_to_skipped_csv(fake, tmp_path: Path):
+    import csv
+
+    skipped = [
+        {
+            "run": "sweep--env=gpu,lr=0.1",
+            "experiment": "sweep",
+            "environment": "gpu",
+            "point": {"lr": 0.1},
+            "reason": "run 'sweep--env=gpu,lr=0.1' asks for 1 GPU(s), none usable, here",
+        },
+        {"run": "big", "experiment": None, "environment": None, "point": None, "reason": "x"},
+    ]
+    out = tmp_path / "out"
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH]
+    argv += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
+    argv += ["--benchmarks", *fake["benchmarks"], "--out-dir", str(out)]
+    assert main([*argv, "--skipped", json.dumps(skipped)]) == 0
+    with open(out / "skipped.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows == [
+        {
+            "run": "sweep--env=gpu,lr=0.1",
+            "experiment": "sweep",
+            "environment": "gpu",
+            "reason": skipped[0]["reason"],
+        },
+        {"run": "big", "experiment": "", "environment": "", "reason": "x"},
+    ]
+
+
+@pytest.mark.parametrize("bad", ["{", '{"run": "a"}', '[{"run": "a"}]'])
+def test_bad_skipped_is_refused_before_any_output(fake, tmp_path: Path, bad, capsys):
+    out = tmp_path / "out"
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH]
+    argv += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
+    argv += ["--out-dir", str(out), "--skipped", bad]
+    assert main(argv) == 2
+    assert "--skipped" in capsys.readouterr().err
+    assert not out.exists()

@@ -26,6 +26,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from clusterbench import experiments as expansion
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.model_registry import MODEL_CLASSES
@@ -87,7 +88,31 @@ def load_schema() -> dict[str, Any]:
     """The config schema, with the choices of ``model`` from the model registry."""
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = yaml.safe_load(fh)
-    schema["$defs"]["run_settings"]["properties"]["model"]["enum"] = list(MODEL_CLASSES)
+    run_props = schema["$defs"]["run_settings"]["properties"]
+    run_props["model"]["enum"] = list(MODEL_CLASSES)
+    # an experiment's base settings: any run key but the name, without defaults (the runs it
+    # expands to are merged over run_defaults, as hand-written runs are)
+    schema["$defs"]["experiment"]["properties"].update(
+        {
+            key: {k: v for k, v in sub.items() if k != "default"}
+            for key, sub in run_props.items()
+            if key != "name"
+        }
+    )
+    # the train stage's --run: the training keys and, for an expanded run, where it came from
+    schema["$defs"]["train_settings"] = {
+        **schema["$defs"]["run_settings"],
+        "properties": {
+            **run_props,
+            # a hand-written name, or one an experiment made (``=`` and ``,`` too)
+            "name": {
+                "type": "string",
+                "pattern": expansion.NAME_PATTERN.pattern,
+                "maxLength": expansion.MAX_NAME_LENGTH,
+            },
+            "experiment": schema["$defs"]["experiment_origin"],
+        },
+    }
     return schema
 
 
@@ -235,22 +260,25 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     resolved = _fill_defaults(schema, copy.deepcopy(dict(config)))
 
     run_schema = schema["$defs"]["run_settings"]
-    runs = []
-    for run in resolved["runs"]:
-        merged = {**resolved.get("run_defaults", {}), **run}
-        runs.append(_fill_defaults(run_schema, merged))
-    resolved["runs"] = runs
+    defaults = resolved.get("run_defaults", {})
+    checked: list[tuple[str, dict[str, Any]]] = []  # (where, run): every run, to check
+    for i, run in enumerate(resolved["runs"]):
+        merged = _fill_defaults(run_schema, {**defaults, **run})
+        merged.update(dict.fromkeys(expansion.ORIGIN_KEYS))
+        checked.append((f"runs[{i}]", merged))
+    expanded, problems = expand_experiments(resolved, schema)
+    checked += expanded
+    resolved["runs"] = [run for _, run in checked]
+    if not checked and not problems:
+        problems.append("runs: no training runs: give at least one under 'runs' or 'experiments'")
 
-    problems = []
-    seen: dict[str, int] = {}
-    for i, run in enumerate(runs):
-        where = f"runs[{i}]"
+    seen: dict[str, str] = {}
+    for where, run in checked:
+        name_where = f"{where}.name" if where.startswith("runs[") else where
         if run["name"] in seen:
-            problems.append(
-                f"{where}.name: {run['name']!r} is already used by runs[{seen[run['name']]}]"
-            )
-        seen.setdefault(run["name"], i)
-        problems += wildcard_problems(run["name"], f"{where}.name")
+            problems.append(f"{name_where}: {run['name']!r} is already used by {seen[run['name']]}")
+        seen.setdefault(run["name"], where)
+        problems += wildcard_problems(run["name"], name_where)
         if run["minutes"] is not None and run["minutes"] >= run["runtime"]:
             problems.append(
                 f"{where}.minutes: a time box of {run['minutes']:g} min does not end before the "
@@ -275,6 +303,37 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
+
+
+def expand_experiments(
+    resolved: Mapping[str, Any], schema: Mapping[str, Any]
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The runs ``experiments:`` expand to (clusterbench.experiments), each merged over
+    ``run_defaults`` and the built-in defaults, as ``(where, run)``; and the problems, each
+    naming its key path (``experiments.sweep.matrix.lr: ...``)."""
+    if not resolved["experiments"]:
+        return [], []
+    run_schema = schema["$defs"]["run_settings"]
+    base = _fill_defaults(run_schema, copy.deepcopy(dict(resolved.get("run_defaults", {}))))
+    env_defaults = resolved["environment_defaults"]
+    cores = env_defaults["cores_per_node"] or os.cpu_count() or 1
+
+    def value_problems(key: str, value: Any, path: tuple[Any, ...]) -> list[str]:
+        definition = {**run_schema["properties"][key], "$defs": schema["$defs"]}
+        return _schema_problems(value, definition, path)
+
+    runs, problems = expansion.expand(
+        resolved["experiments"],
+        base=base,
+        presets=expansion.environments(resolved["environments"], env_defaults),
+        run_keys=run_schema["properties"],
+        cores_per_node=cores,
+        value_problems=value_problems,
+    )
+    runs = [(where, _fill_defaults(run_schema, run)) for where, run in runs]
+    for where, run in runs:
+        problems += expansion.name_problems(run["name"], where)
+    return runs, problems
 
 
 def wildcard_problems(value: str, where: str) -> list[str]:
@@ -566,7 +625,14 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 
 def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: run[k] for k in TRAIN_KEYS}
+    """The train rule's ``--run``: the training keys, and for a run an experiment expanded to,
+    ``experiment`` (where it came from: clusterbench.experiments.origin, recorded in
+    run.json). Hand-written runs have no ``experiment`` key: their slice is what it was."""
+    train = {k: run[k] for k in TRAIN_KEYS}
+    block = expansion.origin(run)
+    if block is not None:
+        train["experiment"] = block
+    return train
 
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -607,8 +673,8 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
 #: The definition of each stage's ``--params`` (see :func:`stage_params`).
 STAGES: dict[str, StageSettings] = {
     "train": StageSettings(
-        "/$defs/run_settings",
-        keys=TRAIN_KEYS,
+        "/$defs/train_settings",
+        keys=(*TRAIN_KEYS, "experiment"),
         required=tuple(k for k in TRAIN_KEYS if k not in LATER_TRAIN_KEYS),
         check=run_problems,
     ),

@@ -2419,6 +2419,34 @@ def pdf_metadata(params: ReportParams, prov: dict[str, Any]) -> dict[str, str]:
     }
 
 
+#: skipped.csv's columns (one row per run skipped where the workflow ran).
+SKIPPED_COLUMNS = ("run", "experiment", "environment", "reason")
+
+
+def parse_skipped(text: str) -> list[dict[str, Any]]:
+    """``--skipped``: a JSON list of objects, each with at least ``run`` and ``reason``."""
+    try:
+        skipped = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--skipped: not JSON: {exc}") from None
+    if not isinstance(skipped, list) or not all(
+        isinstance(entry, dict) and {"run", "reason"} <= entry.keys() for entry in skipped
+    ):
+        raise ConfigError(f"--skipped: expected a list of {{run, reason, ...}}, got {text[:80]!r}")
+    return skipped
+
+
+def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
+    """skipped.csv (:data:`SKIPPED_COLUMNS`; a header alone when nothing was skipped)."""
+    import csv
+
+    with atomic_open(path, newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(SKIPPED_COLUMNS)
+        for entry in skipped:
+            writer.writerow(["" if entry.get(k) is None else entry[k] for k in SKIPPED_COLUMNS])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -2435,10 +2463,17 @@ def main(argv: list[str] | None = None) -> int:
         help="benchmark files, directories or glob patterns",
     )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
+    parser.add_argument(
+        "--skipped",
+        default="[]",
+        help="the runs skipped where the workflow ran: a JSON list of "
+        '{"run", "experiment", "environment", "point", "reason"} (-> skipped.csv)',
+    )
     args = parser.parse_args(argv)
 
     try:
         params = parse_params(args.params, args.config_hash)
+        skipped = parse_skipped(args.skipped)
     except ConfigError as exc:
         return bad_settings("report", exc)
     runs = [
@@ -2448,6 +2483,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
     bench = load_benchmarks(bench_files)
     prov = provenance.collect()
+    write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
     n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing)
     print(
         f"report: {_plural(len(runs), 'run')}, {_plural(len(bench), 'benchmark record')}, "

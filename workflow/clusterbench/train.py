@@ -496,7 +496,9 @@ class Outputs:
         write_json(
             self.out_dir / "run.json",
             {
-                "run": self.run,
+                "run": {k: v for k, v in self.run.items() if k != "experiment"},
+                # where an expanded run came from (clusterbench.experiments); null: by hand
+                "experiment": self.run.get("experiment"),
                 # the cluster it ran on: the config's `site`, else the scheduler's name for it
                 "site": os.environ.get("CLUSTERBENCH_SITE") or node_name(),
                 "world": world,
