@@ -4,11 +4,11 @@
 .venv/bin/python benchmarks/workflow_scale.py [--runs 100] [--rounds 3]
 ```
 
-A sweep of ``--runs`` runs (a ``lr`` x ``momentum`` grid on the digits) is planned in a scratch
-directory. The data stages run for real (their integrity records are checked at every
-invocation); the train, evaluate and report outputs of every run are then marked done with
-``snakemake --touch``, so that the workflow finds nothing to do. Measured, each ``--rounds``
-times (median reported), in the same run:
+A sweep of ``--runs`` runs (an experiment: a ``lr`` x ``momentum`` matrix on the digits) is
+planned in a scratch directory. The data stages run for real (their integrity records are
+checked at every invocation); the train, evaluate and report outputs of every run are then
+marked done with ``snakemake --touch``, so that the workflow finds nothing to do. Measured,
+each ``--rounds`` times (median reported), in the same run:
 
 * parse: ``snakemake --list-rules`` on that config (Snakemake reads the Snakefile, validates and
   expands the config, defines the rules; no job graph);
@@ -44,19 +44,29 @@ GOALS = {"parse": 1.0, "noop_dry_run": 3.0}
 
 
 def sweep_config(runs: int) -> dict:
-    """A grid of about ``runs`` runs: lr x momentum, 1 epoch each."""
+    """An experiment of about ``runs`` runs: a lr x momentum matrix, 1 epoch each."""
     side = max(1, round(runs**0.5))
     lrs = [round(0.01 * (i + 1), 4) for i in range(side)]
     momenta = [round(0.5 + 0.49 * j / max(1, side - 1), 4) for j in range(-(-runs // side))]
-    grid = [(lr, m) for lr in lrs for m in momenta][:runs]
     return {
-        "run_defaults": {"epochs": 1, "workers": 1},
-        "runs": [
-            {"name": f"sweep-lr{lr}-m{m}", "dataset": "digits", "lr": lr, "momentum": m}
-            for lr, m in grid
-        ],
-        "report": {"title": f"{len(grid)}-run sweep"},
+        "experiments": {
+            "sweep": {
+                "dataset": "digits",
+                "epochs": 1,
+                "workers": 1,
+                "matrix": {"lr": lrs, "momentum": momenta},
+            }
+        },
+        "report": {"title": f"{len(lrs) * len(momenta)}-run sweep"},
     }
+
+
+def run_names(cfg: dict) -> list[str]:
+    """The names of the runs ``cfg`` expands to (as the workflow reads it)."""
+    sys.path.insert(0, str(REPO / "workflow"))
+    from clusterbench.config import validate
+
+    return [run["name"] for run in validate(cfg)["runs"]]
 
 
 def snakemake(
@@ -106,11 +116,12 @@ def prepare(workdir: Path, runs: int) -> int:
                 _touch(path)
             else:
                 path.mkdir(parents=True, exist_ok=True)
-    for run in cfg["runs"]:
+    names = run_names(cfg)
+    for name in names:
         for rule in ("train", "evaluate"):
-            _touch(workdir / "results" / "benchmarks" / rule / f"{run['name']}.tsv")
+            _touch(workdir / "results" / "benchmarks" / rule / f"{name}.tsv")
     snakemake(workdir, "--touch")
-    return len(cfg["runs"])
+    return len(names)
 
 
 def _touch(path: Path) -> None:
