@@ -126,6 +126,13 @@ def write_config(workdir: Path, cfg: dict) -> Path:
 
 
 def default_config() -> dict:
+    """The configuration most tests start from (tests/base_config.yaml: four hand-written runs);
+    the demo's own, config/config.yaml, is :func:`demo_config`."""
+    return yaml.safe_load((Path(__file__).resolve().parent / "base_config.yaml").read_text())
+
+
+def demo_config() -> dict:
+    """config/config.yaml: what `make demo` runs."""
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 

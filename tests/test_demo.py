@@ -1,0 +1,89 @@
+"""`make demo`'s pipeline: config/config.yaml as it ships, on the local profile, end to end.
+
+The demo is the two experiment designs clusterbench comes from: execution environments
+(cpu, cpu-parallel, gpu; time-boxed) and an lr x momentum sweep on 2 workers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from clusterbench import config as cbconfig
+from clusterbench.preflight import local_gpus
+from conftest import copy_checkout, demo_config, snakemake
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """A copy of the checkout, its own config/config.yaml run as `make demo` runs it."""
+    checkout = copy_checkout(tmp_path_factory.mktemp("demo") / "clusterbench")
+    shutil.copy(checkout / "config" / "config.yaml", checkout / "config.yaml")  # as shipped
+    start = time.monotonic()
+    snakemake(checkout, "--profile", str(checkout / "profiles" / "local"), repo=checkout)
+    seconds = time.monotonic() - start
+    snakemake(
+        checkout,
+        "--profile",
+        str(checkout / "profiles" / "local"),
+        "--report",
+        str(checkout / "results" / "report" / "report.html"),
+        repo=checkout,
+    )
+    print(f"\nFIGURE make demo's pipeline (after set-up): {seconds:.0f} s")
+    return checkout
+
+
+def expanded() -> dict[str, dict]:
+    return {r["name"]: r for r in cbconfig.validate(demo_config())["runs"]}
+
+
+@pytest.mark.slow
+def test_the_demo_trains_every_environment_and_sweep_point(demo: Path):
+    runs = expanded()
+    res = demo / "results"
+    envs = {n for n, r in runs.items() if r["experiment"] == "envs"}
+    sweep = {n for n, r in runs.items() if r["experiment"] == "sweep"}
+    assert {runs[n]["environment"] for n in envs} == {"cpu", "cpu-parallel", "gpu"}
+    assert len(sweep) == 4  # 2 lr x 2 momentum
+    gpu = {n for n in envs if runs[n]["gpus_per_node"]}
+    usable = local_gpus() > 0
+    trained = {p.parent.name for p in (res / "runs").glob("*/model.pt")}
+    assert trained == (envs | sweep if usable else (envs - gpu) | sweep)
+    for name in envs & trained:  # time-boxed: as many epochs as fit in the same 15 s
+        info = json.loads((res / "runs" / name / "run.json").read_text())
+        assert info["experiment"]["environment"] == runs[name]["environment"]
+        assert info["epochs_completed"] >= 1
+        assert info["train_seconds"] >= 60 * runs[name]["minutes"]
+    for name in sweep:
+        info = json.loads((res / "runs" / name / "run.json").read_text())
+        assert info["world"]["size"] == 2
+        assert set(info["experiment"]["point"]) == {"lr", "momentum"}
+    skipped = pd.read_csv(res / "report" / "skipped.csv")
+    if usable:
+        assert skipped.empty
+    else:
+        assert list(skipped["run"]) == sorted(gpu)
+        assert "GPU" in skipped["reason"].iloc[0]
+
+
+@pytest.mark.slow
+def test_the_demo_report_reaches_the_accuracy_and_shows_the_designs(demo: Path):
+    res = demo / "results"
+    acc = {
+        p.parent.name: json.loads(p.read_text())["accuracy"]
+        for p in (res / "eval").glob("*/metrics.json")
+    }
+    assert max(acc.values()) >= 0.95, acc
+    pdf = res / "report" / "report.pdf"
+    assert shutil.which("pdftotext"), "poppler-utils (pdftotext) is needed"
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "envs--env=cpu-parallel" in text.replace("\n", "")
+    assert (res / "report" / "report.html").is_file()
