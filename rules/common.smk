@@ -82,9 +82,13 @@ def script(stage):
 
 
 def stage_module(stage):
-    """The stage's own module ``workflow/clusterbench/<stage>.py``: an input, so editing it
-    reruns the stage and what follows (the shared modules it imports are no input)."""
-    return str(CHECKOUT / "workflow" / "clusterbench" / f"{stage}.py")
+    """The stage's own module ``workflow/clusterbench/<stage>.py``, or every module of its
+    package ``workflow/clusterbench/<stage>/``: inputs, so editing them reruns the stage and
+    what follows (the shared modules it imports are no input)."""
+    package = CHECKOUT / "workflow" / "clusterbench" / stage
+    if package.is_dir():
+        return sorted(str(path) for path in package.glob("*.py"))
+    return str(package.with_suffix(".py"))
 
 
 def remote_download():

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from clusterbench import provenance, report
+from clusterbench import provenance
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.report import main
+from clusterbench.report import inputs, main, pages, style, tables
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -515,7 +515,7 @@ def test_title_page_provenance(default_report):
     # the report host's hardware is no longer presented as the training's
     assert prov["cpu_model"] not in first or prov["cpu_model"] == FAKE_CPU
     # every page carries the footer: config hash, commit of the report's code, page number
-    commit = report.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    commit = style.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
     footer = rf"config 3fa9c01d2e7b · commit {re.escape(commit)} +page \d+ of {N_PAGES}"
     assert len(re.findall(footer, text)) == N_PAGES
 
@@ -574,8 +574,8 @@ def test_warmup_zero_uses_every_epoch(tmp_path: Path):
 def test_warmup_exclusion_unit(tmp_path: Path, warmup: int):
     spec = [{"name": "r", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.5}]
     fake = make_fake_results(tmp_path, runs=spec, benchmarks=False)
-    run = report.load_run(Path(fake["run_dirs"][0]), Path(fake["eval_dirs"][0]))
-    row = report.runs_table([run], warmup).iloc[0]
+    run = inputs.load_run(Path(fake["run_dirs"][0]), Path(fake["eval_dirs"][0]))
+    row = tables.runs_table([run], warmup).iloc[0]
     seconds, ips = fake["expected"]["r"]["seconds"], fake["expected"]["r"]["ips"]
     assert row["timing_warmup_epochs"] == warmup
     assert row["timed_epochs"] == max(0, 15 - warmup)
@@ -587,7 +587,7 @@ def test_warmup_exclusion_unit(tmp_path: Path, warmup: int):
     else:
         assert np.isnan(row["mean_epoch_seconds"]) and np.isnan(row["images_per_second"])
         assert row["timing_note"] == f"only 15 epochs, {warmup} warm-up epochs excluded"
-    timed = report.epochs_table([run], warmup)["timed"]
+    timed = tables.epochs_table([run], warmup)["timed"]
     assert list(timed) == [e > warmup for e in range(1, 16)]
 
 
@@ -604,7 +604,7 @@ def _scaling_frame(**changes: dict) -> pd.DataFrame:
 
 
 def test_baseline_same_series():
-    df = report.add_scaling(_scaling_frame()).set_index("run")
+    df = tables.add_scaling(_scaling_frame()).set_index("run")
     assert df.loc["two", "baseline_run"] == "one"
     assert df.loc["two", "speedup"] == pytest.approx(1.8)
     assert df.loc["two", "efficiency"] == pytest.approx(0.9)
@@ -625,11 +625,11 @@ def test_baseline_same_series():
     ],
 )
 def test_baseline_never_crosses_series(changes: dict):
-    df = report.add_scaling(_scaling_frame(**changes)).set_index("run")
+    df = tables.add_scaling(_scaling_frame(**changes)).set_index("run")
     assert pd.isna(df.loc["two", "baseline_run"])
     assert np.isnan(df.loc["two", "speedup"]) and np.isnan(df.loc["two", "efficiency"])
     assert df.loc["one", "baseline_run"] == "one"
-    notes = " ".join(report.scaling_notes(df.reset_index()))
+    notes = " ".join(pages.scaling_notes(df.reset_index()))
     assert "No speed-up or efficiency for two:" in notes
     assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
 
@@ -638,16 +638,16 @@ def test_baseline_fastest_of_several_and_untimed():
     df = _scaling_frame()
     extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)
     untimed = df.iloc[[0]].assign(run="one-untimed", images_per_second=np.nan)
-    out = report.add_scaling(pd.concat([df, extra, untimed], ignore_index=True)).set_index("run")
+    out = tables.add_scaling(pd.concat([df, extra, untimed], ignore_index=True)).set_index("run")
     assert out.loc["two", "baseline_run"] == "one-fast"
     assert out.loc["two", "baseline_candidates"] == 2  # the untimed one does not qualify
     assert out.loc["two", "speedup"] == pytest.approx(1.5)
     assert np.isnan(out.loc["one-untimed", "speedup"])
-    notes = report.scaling_notes(out.reset_index())
+    notes = pages.scaling_notes(out.reset_index())
     assert any("2 1-worker runs qualify" in n and "one-fast, is used" in n for n in notes)
     assert any("No throughput for one-untimed" in n for n in notes)
     # only an untimed 1-worker run: no baseline at all
-    alone = report.add_scaling(pd.concat([df.iloc[[1]], untimed])).set_index("run")
+    alone = tables.add_scaling(pd.concat([df.iloc[[1]], untimed])).set_index("run")
     assert pd.isna(alone.loc["two", "baseline_run"]) and np.isnan(alone.loc["two", "speedup"])
 
 
@@ -656,11 +656,11 @@ def test_backend_comparison_pairs_only_identical_configs():
     df = pd.concat([df, df.iloc[[0]].assign(run="hvd-2w", workers=2)], ignore_index=True)
     df["nodes"] = 1
     df["std_images_per_second"] = 10.0
-    cmp = report.backend_comparison(df)
+    cmp = tables.backend_comparison(df)
     assert list(cmp["run"]) == ["one", "two"]  # the reference (horovod) first
     assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
     df.loc[df["run"] == "two", "bn"] = "sync"  # no longer identical except for the backend
-    assert report.backend_comparison(df).empty
+    assert tables.backend_comparison(df).empty
 
 
 def test_realistic_backends_and_baselines(tmp_path: Path):
@@ -704,7 +704,7 @@ def test_more_than_eight_node_counts(tmp_path: Path):
     # 11 runs on up to 11 hosts (three lines each in the provenance table): two pages of it
     assert pdf_pages(out / "report.pdf") == N_PAGES + 1
     assert pd.read_csv(out / "runs.csv")["speedup"].notna().all()
-    styles = [report.node_marker(i) for i in range(17)]
+    styles = [style.node_marker(i) for i in range(17)]
     assert styles[8] == {"marker": styles[0]["marker"], "hollow": True}
     assert len({(s["marker"], s["hollow"]) for s in styles[:16]}) == 16
 
@@ -826,7 +826,7 @@ def test_report_settings_take_the_schema_defaults_and_need_a_config_hash(
     fake: dict, tmp_path: Path, capsys
 ):
     params = {"title": "t"}  # author and timing_warmup_epochs: the schema's defaults
-    assert report.parse_params(json.dumps(params), "abc").timing_warmup_epochs == 1
+    assert inputs.parse_params(json.dumps(params), "abc").timing_warmup_epochs == 1
     assert run_report(fake, tmp_path / "r", params=params, config_hash=" ") == EXIT_BAD_SETTINGS
     assert "--config-hash is empty" in capsys.readouterr().err
 
@@ -967,8 +967,8 @@ def test_provenance_differences_without_a_majority_flag_every_run(tmp_path: Path
     specs[1] = {**specs[1], "cpu_model": "Other CPU 9000"}
     specs.append({**specs[0], "name": "old-1w", "provenance": False})
     fake = make_fake_results(tmp_path, runs=specs, epochs=2, benchmarks=False)
-    runs = [report.load_run(Path(r), Path(e)) for r, e in zip(*fake_dirs(fake), strict=True)]
-    df = report.runs_table(runs).set_index("run")
+    runs = [inputs.load_run(Path(r), Path(e)) for r, e in zip(*fake_dirs(fake), strict=True)]
+    df = tables.runs_table(runs).set_index("run")
     assert df.loc["alike-1w", "provenance_differs"] == "CPU"
     assert df.loc["alike-2w", "provenance_differs"] == "CPU"
     assert df.loc["old-1w", "provenance_differs"] == ""
@@ -1023,13 +1023,13 @@ def test_malformed_provenance_is_an_error_naming_the_file(
 
 
 def test_fmt_ranks_and_gpus():
-    assert report.fmt_ranks([5, 0, 1, 2, 3, 7, 8]) == "0-3, 5, 7-8"
-    assert report.fmt_ranks([0]) == "0"
-    assert report.fmt_gpus(["A", "B", "A"]) == "2\u00d7 A, 1\u00d7 B"
-    assert report.fmt_gpus([]) == "none"
-    assert report.host_label({"host": "vm", "node": "localhost"}) == "vm"
-    assert report.host_label({"host": "n1.cluster", "node": "n1"}) == "n1.cluster"
-    assert report.host_label({"host": "vm", "node": "node2"}) == "node2 on vm"
+    assert tables.fmt_ranks([5, 0, 1, 2, 3, 7, 8]) == "0-3, 5, 7-8"
+    assert tables.fmt_ranks([0]) == "0"
+    assert tables.fmt_gpus(["A", "B", "A"]) == "2\u00d7 A, 1\u00d7 B"
+    assert tables.fmt_gpus([]) == "none"
+    assert tables.host_label({"host": "vm", "node": "localhost"}) == "vm"
+    assert tables.host_label({"host": "n1.cluster", "node": "n1"}) == "n1.cluster"
+    assert tables.host_label({"host": "vm", "node": "node2"}) == "node2 on vm"
 
 
 def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
@@ -1051,11 +1051,11 @@ def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
     out = tmp_path / "report"
     assert run_report(fake, out) == 0
     prov = provenance.collect()
-    params = report.ReportParams(
+    params = inputs.ReportParams(
         title=PARAMS["title"], author="", config_hash="3fa9c01d2e7b", timing_warmup_epochs=1
     )
-    footer = report.footer_text(params, prov)
-    commit = report.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    footer = style.footer_text(params, prov)
+    commit = style.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
     assert footer == f"{PARAMS['title']}  \u00b7  config 3fa9c01d2e7b  \u00b7  commit {commit}"
     pngs = sorted((out / "figures").glob("*.png"))
     assert len(drawn) == len(pngs) == len(EXPECTED_FIGURES)
@@ -1137,28 +1137,28 @@ def fallbacks(monkeypatch):
     """Set the report's fallback fonts for one test: ``fallbacks(("STIXGeneral",))``."""
 
     def use(*families: str) -> None:
-        monkeypatch.setattr(report, "FALLBACK_FONTS", tuple((f,) for f in families))
-        report.fallback_fonts.cache_clear()
+        monkeypatch.setattr(style, "FALLBACK_FONTS", tuple((f,) for f in families))
+        style.fallback_fonts.cache_clear()
 
     yield use
     monkeypatch.undo()
-    report.fallback_fonts.cache_clear()
+    style.fallback_fonts.cache_clear()
 
 
 def test_missing_glyphs_and_their_warning():
     drawable = {ord(c) for c in "ab $"}
-    assert report.missing_glyphs("a $中b😀中\n\t", drawable) == ["中", "😀"]
-    assert report.missing_glyphs("ab $", drawable) == []
-    assert report.glyph_warning("the title", ["中", "😀"]) == (
+    assert style.missing_glyphs("a $中b😀中\n\t", drawable) == ["中", "😀"]
+    assert style.missing_glyphs("ab $", drawable) == []
+    assert style.glyph_warning("the title", ["中", "😀"]) == (
         "report: warning: the title has characters no font here can draw, shown as boxes: "
         "'中' (U+4E2D), '😀' (U+1F600)"
     )
     many = [chr(0x4E00 + i) for i in range(15)]
-    assert report.glyph_warning("the author", many).endswith("'下' (U+4E0B) and 3 more")
+    assert style.glyph_warning("the author", many).endswith("'下' (U+4E0B) and 3 more")
     texts = [("the title", "ok"), ("the author", "a中"), ("the run name 'r😀'", "r😀")]
-    assert report.glyph_warnings(texts, drawable | {ord("o"), ord("k"), ord("r")}) == [
-        report.glyph_warning("the author", ["中"]),
-        report.glyph_warning("the run name 'r😀'", ["😀"]),
+    assert style.glyph_warnings(texts, drawable | {ord("o"), ord("k"), ord("r")}) == [
+        style.glyph_warning("the author", ["中"]),
+        style.glyph_warning("the run name 'r😀'", ["😀"]),
     ]
 
 
@@ -1171,17 +1171,17 @@ def test_fallback_fonts_draw_what_the_report_font_lacks(fallbacks, tmp_path: Pat
 
     circled_a = "\u24b6"
     fallbacks()  # none
-    with matplotlib.rc_context(report.theme()):
+    with matplotlib.rc_context(style.theme()):
         assert matplotlib.rcParams["font.family"] == ["sans-serif"]
-        assert ord(circled_a) not in report.drawable_codepoints()
-        assert ord("$") in report.drawable_codepoints()
+        assert ord(circled_a) not in style.drawable_codepoints()
+        assert ord("$") in style.drawable_codepoints()
     fallbacks("No Such Font Family", "STIXGeneral")  # what is not installed is left out
-    assert report.fallback_fonts() == ("STIXGeneral",)
-    with matplotlib.rc_context(report.theme()):
+    assert style.fallback_fonts() == ("STIXGeneral",)
+    with matplotlib.rc_context(style.theme()):
         assert matplotlib.rcParams["font.family"] == ["sans-serif", "STIXGeneral"]
-        drawable = report.drawable_codepoints()
+        drawable = style.drawable_codepoints()
         assert ord(circled_a) in drawable and ord("$") in drawable
-        assert report.missing_glyphs(f"a{circled_a}中", drawable) == ["中"]
+        assert style.missing_glyphs(f"a{circled_a}中", drawable) == ["中"]
         fig = Figure()
         fig.text(0.1, 0.5, f"ab{circled_a}", fontsize=12)
         fig.savefig(tmp_path / "f.pdf")
@@ -1227,12 +1227,12 @@ def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
     """A title and an author of CJK characters (twice as wide as Latin ones, no spaces) are
     cut to the page's width, never emptied or drawn past its edge."""
     cjk = "集群基准测试报告数字数据集上的分布式训练性能比较与分析" * 4
-    assert report.shorten_text(cjk, 80, " ...").endswith(" ...")
-    assert report.text_width(report.shorten_text(cjk, 80, " ...")) <= 80
-    assert report.shorten_text("x" * 100, 20, " ...") == "x" * 16 + " ..."
-    assert report.wrap_text("ab " * 5, 4) == ["ab", "ab", "ab", "ab", "ab"]  # textwrap's
-    widths = [report.text_width(line) for line in report.wrap_text(cjk, 30)]
-    assert widths[:-1] == [30] * (len(widths) - 1) and sum(widths) == report.text_width(cjk)
+    assert style.shorten_text(cjk, 80, " ...").endswith(" ...")
+    assert style.text_width(style.shorten_text(cjk, 80, " ...")) <= 80
+    assert style.shorten_text("x" * 100, 20, " ...") == "x" * 16 + " ..."
+    assert style.wrap_text("ab " * 5, 4) == ["ab", "ab", "ab", "ab", "ab"]  # textwrap's
+    widths = [style.text_width(line) for line in style.wrap_text(cjk, 30)]
+    assert widths[:-1] == [30] * (len(widths) - 1) and sum(widths) == style.text_width(cjk)
     fake = make_fake_results(tmp_path, runs=text_specs(("a", "b")), epochs=2, benchmarks=False)
     out = tmp_path / "report"
     assert run_report(fake, out, params={**PARAMS, "title": cjk, "author": cjk}) == 0
@@ -1249,7 +1249,7 @@ def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
         assert right and max(right) <= PAGE_SIZE_PT[0] * 0.985, max(right)
 
 
-PAGE_SIZE_PT = (report.PAGE_SIZE[0] * 72, report.PAGE_SIZE[1] * 72)
+PAGE_SIZE_PT = (style.PAGE_SIZE[0] * 72, style.PAGE_SIZE[1] * 72)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import provenance
-from clusterbench import report as rp
 from clusterbench.atomic import atomic_open, atomic_path
 from clusterbench.compare import CompareError, SiteRun, find_runs, match_runs, site_table
+from clusterbench.report import inputs, pages, style, tables
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -33,28 +33,28 @@ def load_all(dirs: Sequence[Path]) -> list[tuple[SiteRun, Any]]:
     for path in dirs:
         for run in find_runs(path, _read_json):
             try:
-                data = rp.load_run(run.run_dir, run.eval_dir)
+                data = inputs.load_run(run.run_dir, run.eval_dir)
             except (OSError, ValueError) as exc:
                 raise CompareError(f"{run.label}: {exc}") from None
             loaded.append((run, dataclasses.replace(data, name=run.label)))
     return loaded
 
 
-def site_pages(pages: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sites: list[str]):
+def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sites: list[str]):
     """The site-by-site table (with each site's ratio to the first) and chart."""
     import numpy as np
 
-    warmup = pages.params.timing_warmup_epochs
+    warmup = book.params.timing_warmup_epochs
     caption = (
         f"Runs with equal training settings on {len(sites)} sites ({', '.join(sites)}): time "
         "per epoch (mean \u00b1 sd over the timed epochs, "
-        + (f"{rp.first_epochs(warmup)} of each run left out" if warmup else "all epochs")
+        + (f"{style.first_epochs(warmup)} of each run left out" if warmup else "all epochs")
         + ") and images/s over all workers; 'vs first' is the ratio to the first site listed "
         "for that benchmark (time: below 1 is faster; images/s: above 1 is faster)."
     )
     if table.empty:
-        fig = pages.new("Sites compared", caption)
-        pages.note(
+        fig = book.new("Sites compared", caption)
+        book.note(
             fig.add_subplot(),
             "No run has equal training settings on two sites: nothing to compare "
             "(see the runs that could not be matched).",
@@ -72,42 +72,42 @@ def site_pages(pages: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sit
         ]
         rows = [
             [
-                rp.wrap_label(r.benchmark, 26),
+                style.wrap_label(r.benchmark, 26),
                 r.site,
                 f"{r.workers} ({r.nodes})",
-                rp.fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
+                style.fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
                 f"{r.epoch_seconds_vs_first_site:.2f}",
                 f"{r.images_per_second:,.0f}",
                 f"{r.images_per_second_vs_first_site:.2f}",
-                rp.fmt_pct(r.accuracy),
+                style.fmt_pct(r.accuracy),
             ]
             for r in table.itertuples(index=False)
         ]
         benchmarks = list(dict.fromkeys(table["benchmark"]))
         shade = {b: ("#eef1f6" if i % 2 == 0 else "white") for i, b in enumerate(benchmarks)}
-        per_page = rp.TABLE_ROWS_PER_PAGE
+        per_page = style.TABLE_ROWS_PER_PAGE
         for start in range(0, len(rows), per_page):
             chunk = rows[start : start + per_page]
             n = len(rows) // per_page + (1 if len(rows) % per_page else 0)
             suffix = f" ({start // per_page + 1} of {n})" if n > 1 else ""
-            fig = pages.new("Sites compared" + suffix, caption, layout=None)
+            fig = book.new("Sites compared" + suffix, caption, layout=None)
             keys = list(table["benchmark"].iloc[start : start + per_page])
 
-            def style(row: int, col: int, keys: list[str] = keys) -> tuple[str, bool]:
+            def shading(row: int, col: int, keys: list[str] = keys) -> tuple[str, bool]:
                 return shade[keys[row]], False
 
-            rp.draw_table(fig, columns, [c[0] for c in columns], chunk, style)
+            style.draw_table(fig, columns, [c[0] for c in columns], chunk, shading)
 
         # the chart: time per epoch of each benchmark, one bar per site, log scale
         shown = benchmarks[:20]
-        fig = pages.new(
+        fig = book.new(
             "Time per epoch and throughput by site",
             "Each matched benchmark on each site: mean time per epoch (left; whiskers: sd) and "
             "images/s over all workers (right), both on log scales."
             + (f" The first 20 of {len(benchmarks)} benchmarks." if len(benchmarks) > 20 else ""),
             png="sites",
         )
-        palette = pages.sns.color_palette("tab10", len(sites))
+        palette = book.sns.color_palette("tab10", len(sites))
         height = 0.8 / len(sites)
         y = np.arange(len(shown))
         axes = fig.subplots(1, 2, sharey=True)
@@ -129,9 +129,9 @@ def site_pages(pages: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sit
                     capsize=2,
                 )
             ax.set_xscale("log")
-            rp._log_ticks(ax.xaxis, float(table[column].min()), float(table[column].max()))
+            style._log_ticks(ax.xaxis, float(table[column].min()), float(table[column].max()))
             ax.set_xlabel(f"{label} (log scale)")
-        rp.set_category_ticks(axes[0], shown)
+        style.set_category_ticks(axes[0], shown)
         axes[1].grid(axis="y", visible=False)
         axes[0].legend(
             title="site", frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=4
@@ -139,16 +139,16 @@ def site_pages(pages: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sit
 
     if unmatched:
         columns = [("Run", 0.35, False), ("Why it is not compared", 0.59, False)]
-        rows = [[rp.wrap_label(r.label, 40), rp.wrap_label(why, 70)] for r, why in unmatched]
-        for start in range(0, len(rows), rp.TABLE_ROWS_PER_PAGE):
-            fig = pages.new(
+        rows = [[style.wrap_label(r.label, 40), style.wrap_label(why, 70)] for r, why in unmatched]
+        for start in range(0, len(rows), style.TABLE_ROWS_PER_PAGE):
+            fig = book.new(
                 "Runs that could not be matched",
                 "Runs are compared across sites only when every training setting but the name "
                 "is equal; these are shown on the report's other pages only.",
                 layout=None,
             )
-            chunk = rows[start : start + rp.TABLE_ROWS_PER_PAGE]
-            rp.draw_table(
+            chunk = rows[start : start + style.TABLE_ROWS_PER_PAGE]
+            style.draw_table(
                 fig,
                 columns,
                 [c[0] for c in columns],
@@ -169,33 +169,33 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
     data = [d for _, d in loaded]
     sites = list(dict.fromkeys(r.site for r in runs))
     groups, unmatched = match_runs(runs)
-    runs_df = rp.runs_table(data, warmup)
+    runs_df = tables.runs_table(data, warmup)
     runs_df.insert(1, "site", runs_df["run"].map({r.label: r.site for r in runs}))
-    epochs_df = rp.epochs_table(data, warmup)
+    epochs_df = tables.epochs_table(data, warmup)
     table = site_table(groups, runs_df)
     title = title or f"clusterbench: {', '.join(sites)} compared"
-    params = rp.ReportParams(title, "", "compare", warmup)
+    params = inputs.ReportParams(title, "", "compare", warmup)
     prov = provenance.collect()
     bench = pd.DataFrame(columns=["rule", "job", "s"])
     output.parent.mkdir(parents=True, exist_ok=True)
     for name, df in (("compare", table), ("compare-runs", runs_df)):
         with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
             df.to_csv(fh, index=False)
-    with matplotlib.rc_context(rp.theme()):
-        report = rp.build_pages(params, prov, data, runs_df, epochs_df, bench, [])
-        extra = rp.Pages(params, runs_df)
+    with matplotlib.rc_context(style.theme()):
+        report = pages.build_pages(params, prov, data, runs_df, epochs_df, bench, [])
+        extra = style.Pages(params, runs_df)
         site_pages(extra, table, unmatched, sites)
-        pages = [report.pages[0], *extra.pages, *report.pages[1:]]
-        footer = rp.footer_text(params, prov)
-        for i, (_, fig) in enumerate(pages, start=1):
-            rp.stamp_footer(fig, footer, i, len(pages))
+        book = [report.pages[0], *extra.pages, *report.pages[1:]]
+        footer = style.footer_text(params, prov)
+        for i, (_, fig) in enumerate(book, start=1):
+            style.stamp_footer(fig, footer, i, len(book))
         with atomic_path(output) as tmp:
-            with PdfPages(tmp, metadata=rp.pdf_metadata(params, prov)) as pdf:
-                for _, fig in pages:
+            with PdfPages(tmp, metadata=style.pdf_metadata(params, prov)) as pdf:
+                for _, fig in book:
                     pdf.savefig(fig)
     print(
         f"compare: {len(runs)} runs on {len(sites)} sites ({', '.join(sites)}), "
-        f"{len(groups)} matched, {len(unmatched)} not; {len(pages)} pages -> {output}",
+        f"{len(groups)} matched, {len(unmatched)} not; {len(book)} pages -> {output}",
         file=sys.stderr,
     )
     return 0

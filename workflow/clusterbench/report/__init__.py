@@ -1,0 +1,233 @@
+"""Stage 5: tables and a multi-page PDF report of all runs.
+
+```
+python scripts/report.py \
+    --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
+    --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
+    --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
+```
+
+Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
+``confusion.csv`` + ``per_class.csv`` (evaluate stage), paired by directory name, plus the
+Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
+``runs.csv`` (one row per run, sorted by accuracy), ``epochs.csv`` (one row per run and epoch),
+``benchmarks.csv`` (one row per benchmark record), ``figures/*.png`` and, last, ``report.pdf``
+(A4 landscape): title page with a summary and provenance, runs table, provenance of each run,
+time per epoch, throughput, scaling, backend comparison, training curves, confusion matrix of
+the best run, per-rule wall time and memory. Every page and every PNG figure carries the same
+footer (:func:`footer_text`: title, config hash, commit of the report's code).
+
+Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
+where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
+package versions). The provenance page has one row per run and marks the values in which a run
+differs from the others (also ``provenance_differs`` in runs.csv). A ``run.json`` written before
+provenance was recorded is accepted: its hardware and commit are reported as unknown (its
+``versions`` and ``world.hosts`` were recorded by rank 0 and are used). The report's own host
+appears only as where the report was generated.
+
+Timing is honest: the first ``timing_warmup_epochs`` epochs of every run (start-up, caches,
+compilation) are left out of its epoch time and throughput, which are mean and sample standard
+deviation over the remaining ("timed") epochs; a run with no timed epoch gets NaN ("n/a") and
+the report says why. A run's speed-up is measured against the fastest 1-worker run with the same
+dataset, model, global batch, device, backend and BN mode, never against any other run.
+
+All inputs are read and checked before anything is written; a missing or malformed required
+file is an error naming that file. Missing benchmark files are not: the section says so. A
+run's ``metrics.jsonl`` must hold epochs 1, 2, ..., N, each once and in order, and N must be
+``run.json``'s ``epochs_completed`` (a cut or edited file is refused, with the command that
+trains the run again).
+
+Text from the config and the data files (title, author, run, dataset and class names, hosts)
+is drawn literally: a ``$`` is a dollar sign, never mathtext (:func:`theme`). Installed fonts
+of wide coverage back up the report's own (:data:`FALLBACK_FONTS`); characters that no font
+here can draw are named on stderr (the rule's log), per text, and drawn as boxes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from clusterbench import provenance
+from clusterbench.atomic import atomic_open, atomic_path
+from clusterbench.config import (
+    ConfigError,
+    bad_settings,
+)
+from clusterbench.report.inputs import (
+    PROVENANCE_VERSIONS,
+    SKIPPED_COLUMNS,
+    ReportParams,
+    RunData,
+    expand_benchmark_args,
+    load_benchmarks,
+    load_run,
+    pair_dirs,
+    parse_params,
+    parse_skipped,
+)
+from clusterbench.report.pages import build_pages
+from clusterbench.report.style import (
+    FALLBACK_FONTS,
+    REPORT_FACES,
+    _plural,
+    drawable_codepoints,
+    font_files,
+    footer_text,
+    glyph_warnings,
+    pdf_metadata,
+    stamp_footer,
+    theme,
+)
+from clusterbench.report.tables import epochs_table, runs_table
+
+
+def user_texts(
+    params: ReportParams,
+    runs_df: pd.DataFrame,
+    runs: list[RunData],
+    bench: pd.DataFrame,
+    bench_missing: list[str],
+) -> list[tuple[str, str]]:
+    """Every text the report draws that comes from the config or the data files, as (what it
+    is, in words; the text), each distinct text once: title, author, run names, what the runs
+    trained on and where, the class names of the best run (its confusion page), benchmark job
+    names."""
+    texts = {params.title: "the title", params.author: "the author"}
+
+    def add(what: str, values: Any) -> None:
+        for value in map(str, values):
+            texts.setdefault(value, f"{what} {value!r}")
+
+    add("the run name", runs_df["run"])
+    for what, cols in (
+        ("the dataset name", ("dataset",)),
+        ("the model name", ("model",)),
+        ("the backend name", ("backend", "bn", "scheduler")),
+        ("the training host", ("host_ranks",)),
+        ("the training CPU", ("cpu_model",)),
+        ("the training GPUs", ("gpus",)),
+        ("the GPU driver", ("gpu_driver",)),
+        ("the software version", (*PROVENANCE_VERSIONS, "commit")),
+        ("the rank differences", ("rank_differences",)),
+    ):
+        add(what, (v for col in cols for v in runs_df[col]))
+    best = next(r for r in runs if r.name == runs_df["run"].iloc[0])
+    add(f"the class name (of run {best.name})", best.confusion.index)
+    add("the benchmark rule", bench["rule"])
+    add("the benchmark job", bench["job"])
+    add("the benchmark argument", bench_missing)
+    return [(what, text) for text, what in texts.items()]
+
+
+def write_outputs(
+    out_dir: Path,
+    params: ReportParams,
+    prov: dict[str, Any],
+    runs: list[RunData],
+    bench: pd.DataFrame,
+    bench_missing: list[str],
+) -> int:
+    """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    runs_df = runs_table(runs, params.timing_warmup_epochs)
+    epochs_df = epochs_table(runs, params.timing_warmup_epochs)
+    for name, df in (("runs", runs_df), ("epochs", epochs_df), ("benchmarks", bench)):
+        with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
+            df.to_csv(fh, index=False)
+
+    with matplotlib.rc_context(theme()), warnings.catch_warnings():
+        # matplotlib warns of each missing glyph at each save: said once per text below instead
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        texts = user_texts(params, runs_df, runs, bench, bench_missing)
+        missing = glyph_warnings(texts, drawable_codepoints())
+        for line in missing:
+            print(line, file=sys.stderr)
+        if missing:
+            fonts = [Path(f).name for g, w in REPORT_FACES for f in font_files(g, w)]
+            print(
+                f"report: fonts used: {', '.join(dict.fromkeys(fonts))}. The report also uses "
+                f"these where installed: {', '.join(f for g in FALLBACK_FONTS for f in g)} "
+                "(e.g. the Debian packages fonts-noto-cjk, fonts-noto-core, fonts-symbola)",
+                file=sys.stderr,
+            )
+        pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing)
+        total = len(pages.pages)
+        footer = footer_text(params, prov)
+        for i, (_, fig) in enumerate(pages.pages, start=1):
+            stamp_footer(fig, footer, i, total)
+        png_metadata = {"Title": params.title, "Description": footer}
+        for png, fig in pages.pages:
+            if png:
+                with atomic_path(out_dir / "figures" / f"{png}.png") as tmp:
+                    fig.savefig(tmp, format="png", metadata=png_metadata)
+        with atomic_path(out_dir / "report.pdf") as tmp:
+            with PdfPages(tmp, metadata=pdf_metadata(params, prov)) as pdf:
+                for _, fig in pages.pages:
+                    pdf.savefig(fig)
+    return total
+
+
+def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
+    """skipped.csv (:data:`SKIPPED_COLUMNS`; a header alone when nothing was skipped)."""
+    import csv
+
+    with atomic_open(path, newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(SKIPPED_COLUMNS)
+        for entry in skipped:
+            writer.writerow(["" if entry.get(k) is None else entry[k] for k in SKIPPED_COLUMNS])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--params", required=True, help='the report settings: {"title", "author", ...}'
+    )
+    parser.add_argument("--config-hash", required=True, help="hash of the config (provenance)")
+    parser.add_argument("--run-dirs", type=Path, nargs="+", required=True, metavar="DIR")
+    parser.add_argument("--eval-dirs", type=Path, nargs="+", required=True, metavar="DIR")
+    parser.add_argument(
+        "--benchmarks",
+        nargs="*",
+        default=[],
+        metavar="TSV",
+        help="benchmark files, directories or glob patterns",
+    )
+    parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
+    parser.add_argument(
+        "--skipped",
+        default="[]",
+        help="the runs skipped where the workflow ran: a JSON list of "
+        '{"run", "experiment", "environment", "point", "reason"} (-> skipped.csv)',
+    )
+    args = parser.parse_args(argv)
+
+    try:
+        params = parse_params(args.params, args.config_hash)
+        skipped = parse_skipped(args.skipped)
+    except ConfigError as exc:
+        return bad_settings("report", exc)
+    runs = [
+        load_run(run_dir, eval_dir)
+        for run_dir, eval_dir in pair_dirs(args.run_dirs, args.eval_dirs)
+    ]
+    bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
+    bench = load_benchmarks(bench_files)
+    prov = provenance.collect()
+    write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
+    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing)
+    print(
+        f"report: {_plural(len(runs), 'run')}, {_plural(len(bench), 'benchmark record')}, "
+        f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"
+    )
+    return 0

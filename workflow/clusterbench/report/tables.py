@@ -1,0 +1,328 @@
+"""The report's tables, pure pandas: one row per run (runs.csv), per epoch (epochs.csv), the
+scaling and backend comparisons, provenance differences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from clusterbench import provenance
+from clusterbench.report.inputs import (
+    LOCAL_NAMES,
+    PROVENANCE_COMPARED,
+    PROVENANCE_VERSIONS,
+    RunData,
+)
+from clusterbench.report.style import UNKNOWN, _plural, commit_text, list_runs
+
+RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
+
+
+#: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
+BASELINE_KEY = (
+    "dataset",
+    "model",
+    "global_batch",
+    "device",
+    "backend",
+    "bn",
+    "precision",
+    "channels_last",
+)
+
+
+#: Runs that share these differ only in their backend: compared on the backend page.
+BACKEND_MATCH_KEY = (
+    "dataset",
+    "model",
+    "workers",
+    "nodes",
+    "device",
+    "bn",
+    "global_batch",
+    "precision",
+    "channels_last",
+)
+
+
+REFERENCE_BACKEND = "horovod"  # the denominator of the backend ratios, when present
+
+
+def fmt_ranks(ranks: list[int]) -> str:
+    """Rank numbers as ranges: [0, 1, 2, 3, 5] -> '0-3, 5'."""
+    spans: list[list[int]] = []
+    for r in sorted(set(map(int, ranks))):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def fmt_gpus(names: list[str]) -> str:
+    """['A', 'A', 'B'] -> '2\u00d7 A, 1\u00d7 B'; 'none' without GPUs."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[str(name)] = counts.get(str(name), 0) + 1
+    return ", ".join(f"{n}\u00d7 {name}" for name, n in counts.items()) or "none"
+
+
+def host_label(entry: dict[str, Any]) -> str:
+    """A host entry's name: the machine's, with the scheduler's node name where that differs
+    ('node2 on vm': several scheduler nodes on one machine)."""
+    host, node = str(entry.get("host") or UNKNOWN), entry.get("node")
+    if not node or node == host or node in LOCAL_NAMES or host.startswith(f"{node}."):
+        return host
+    return f"{node} on {host}"
+
+
+def _join(values: Any) -> str:
+    """Distinct values joined by ' + ' (hosts of one run that differ); 'unknown' if none."""
+    return " + ".join(dict.fromkeys(str(v) for v in values)) or UNKNOWN
+
+
+def provenance_columns(info: dict[str, Any]) -> dict[str, Any]:
+    """The runs.csv provenance columns of one run from its (checked) ``run.json``."""
+    prov = info.get("provenance")
+    if prov is None:  # older run.json: rank 0 recorded its versions and the node names only
+        world = info.get("world") or {}
+        versions = info.get("versions") if isinstance(info.get("versions"), dict) else {}
+        return {
+            "provenance": "not recorded",
+            "host_ranks": "; ".join(dict.fromkeys(map(str, world.get("hosts") or []))) or UNKNOWN,
+            "host_count": len(set(world.get("hosts") or [])),
+            **dict.fromkeys(("cpu_model", "cpu_cores", "gpus", "gpu_driver", "commit"), UNKNOWN),
+            "dirty": None,
+            **{k: str(versions.get(k, UNKNOWN)) for k in PROVENANCE_VERSIONS},
+            "rank_differences": "",
+        }
+    hosts = prov["hosts"]
+    git, versions = prov["git"], prov["versions"]
+    has_gpus = any(h.get("gpus") for h in hosts)
+
+    def cores(h: dict[str, Any]) -> Any:
+        c = h.get("cpu_cores")
+        return (c.get("logical") if isinstance(c, dict) else c) or UNKNOWN
+
+    rank_diffs = []
+    for h in hosts:
+        differs = h.get("differs_from_rank0") or {}
+        if differs:
+            what = [
+                "commit " + provenance.describe_commit(v) if k == "git" else f"{k} {v}"
+                for k, v in differs.items()
+            ]
+            rank_diffs.append(f"{host_label(h)}: {', '.join(what)}")
+    return {
+        "provenance": "recorded",
+        "host_ranks": "; ".join(f"{host_label(h)} (ranks {fmt_ranks(h['ranks'])})" for h in hosts),
+        "host_count": len(hosts),
+        "cpu_model": _join(h.get("cpu_model") or UNKNOWN for h in hosts),
+        "cpu_cores": _join(cores(h) for h in hosts),
+        "gpus": _join(fmt_gpus(h.get("gpus") or []) for h in hosts),
+        "gpu_driver": _join(h.get("gpu_driver") or UNKNOWN for h in hosts if h.get("gpus"))
+        if has_gpus
+        else "none",
+        "commit": str(git.get("commit") or UNKNOWN),
+        "dirty": git.get("dirty"),
+        **{k: str(versions.get(k, UNKNOWN)) for k in PROVENANCE_VERSIONS},
+        "rank_differences": "; ".join(rank_diffs),
+    }
+
+
+def _compared_values(runs_df: pd.DataFrame, col: str) -> pd.Series:
+    if col == "commit":
+        return pd.Series(
+            [commit_text(c, d) for c, d in zip(runs_df["commit"], runs_df["dirty"], strict=True)],
+            index=runs_df.index,
+        )
+    return runs_df[col].astype(str)
+
+
+def provenance_differences(runs_df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Which provenance fields (``PROVENANCE_COMPARED``) of each run differ from the other
+    runs', and one note per differing field listing its values and their runs.
+
+    A run differs in a field when its value is not the one most runs share; when no value is
+    shared by more runs than any other, every run differs in it. Unknown values are never
+    compared. A run whose ranks ran other software than its rank 0 differs 'within the run'.
+    """
+    flags: dict[Any, list[str]] = {i: [] for i in runs_df.index}
+    notes = []
+    for col, label in PROVENANCE_COMPARED.items():
+        values = _compared_values(runs_df, col)
+        known = values[values != UNKNOWN]
+        counts = known.value_counts(sort=True)
+        if len(counts) < 2:
+            continue
+        top = counts[counts == counts.max()]
+        odd = known.index if len(top) > 1 else known.index[known != top.index[0]]
+        for i in odd:
+            flags[i].append(label)
+        notes.append(
+            f"{label} differs: "
+            + "; ".join(
+                f"{value} ({list_runs(sorted(runs_df.loc[known.index[known == value], 'run']), 3)})"
+                for value in counts.index
+            )
+        )
+    for i, text in runs_df["rank_differences"].items():
+        if text:
+            flags[i].append("within the run")
+            notes.append(f"{runs_df.loc[i, 'run']}: ranks differ from rank 0: {text}")
+    return pd.Series({i: ", ".join(f) for i, f in flags.items()}, dtype=object), notes
+
+
+def timed_mask(epochs: pd.DataFrame, warmup: int) -> np.ndarray:
+    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones."""
+    return np.arange(len(epochs)) >= warmup
+
+
+def warmup_reason(n_epochs: int, warmup: int) -> str:
+    """Why a run has no timed epoch, e.g. 'only 1 epoch, 1 warm-up epoch excluded'."""
+    return f"only {_plural(n_epochs, 'epoch')}, {_plural(warmup, 'warm-up epoch')} excluded"
+
+
+def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
+    """Mean and sample standard deviation (ddof=1) of epoch time and throughput over the timed
+    epochs; NaN where there is no timed epoch (and sd NaN with only one)."""
+    timed = epochs[timed_mask(epochs, warmup)]
+    sec, ips = timed["epoch_seconds"], timed["images_per_second"]
+    return {
+        "timing_warmup_epochs": warmup,
+        "timed_epochs": len(timed),
+        "mean_epoch_seconds": float(sec.mean()) if len(timed) else np.nan,
+        "std_epoch_seconds": float(sec.std(ddof=1)) if len(timed) > 1 else np.nan,
+        "images_per_second": float(ips.mean()) if len(timed) else np.nan,
+        "std_images_per_second": float(ips.std(ddof=1)) if len(timed) > 1 else np.nan,
+        "timing_note": "" if len(timed) else warmup_reason(len(epochs), warmup),
+    }
+
+
+def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up and efficiency of each run against its baseline: the 1-worker run with the same
+    dataset, model, global batch, device, backend and BN mode (``BASELINE_KEY``).
+
+    Throughput (mean images/s over the timed epochs) is compared; with several 1-worker runs the
+    fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
+    a run, or without a timed epoch, gets no speed-up (NaN): no other run is borrowed.
+    """
+    df = df.copy()
+    df["baseline_run"] = pd.Series([None] * len(df), index=df.index, dtype=object)
+    df["baseline_candidates"] = 0
+    df["speedup"] = np.nan
+    df["efficiency"] = np.nan
+    for _, group in df.groupby(list(BASELINE_KEY), sort=False, dropna=False):
+        base = group[(group["workers"] == 1) & np.isfinite(group["images_per_second"])]
+        if base.empty:
+            continue
+        best = base.loc[base["images_per_second"].idxmax()]
+        speedup = group["images_per_second"] / best["images_per_second"]
+        timed = group.index[np.isfinite(speedup)]
+        df.loc[timed, "baseline_run"] = best["run"]
+        df.loc[timed, "baseline_candidates"] = len(base)
+        df.loc[timed, "speedup"] = speedup[timed]
+        df.loc[timed, "efficiency"] = speedup[timed] / group.loc[timed, "workers"]
+    return df
+
+
+def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
+    """One row per run (runs.csv), sorted by evaluation accuracy, best first. Timing columns
+    leave out the first ``warmup`` epochs of each run (see ``timing_stats``)."""
+    rows = []
+    for r in runs:
+        cfg, world, ep = r.info["run"], r.info.get("world") or {}, r.epochs
+        eff = r.info["effective"]
+        loss = r.metrics.get("loss")
+        rows.append(
+            {
+                "run": r.name,
+                "dataset": cfg["dataset"],
+                "model": cfg["model"],
+                "workers": int(cfg["workers"]),
+                "nodes": int(cfg["nodes"]),
+                "gpus_per_node": int(cfg.get("gpus_per_node") or 0),
+                "device": world.get("device", "unknown"),
+                "backend": str(world.get("backend") or cfg["backend"]),
+                "bn": str(cfg["bn"]),
+                # run.json files written before the rename name the scheduler "launcher"
+                "scheduler": world.get("scheduler", world.get("launcher", "unknown")),
+                "hosts": " ".join(dict.fromkeys(map(str, world.get("hosts", [])))),
+                "epochs": int(r.info.get("epochs_completed", len(ep))),
+                "batch_size": int(cfg["batch_size"]),
+                "batch_scaling": str(eff["batch_scaling"]),
+                "global_batch": int(eff["global_batch"]),
+                "lr": float(cfg["lr"]),
+                "effective_lr": float(eff["lr"]),
+                "deterministic": bool(cfg["deterministic"]),
+                "precision": str(cfg["precision"]),
+                "channels_last": bool(cfg["channels_last"]),
+                "eval_split": r.metrics["split"],
+                "eval_n": int(r.metrics["n"]),
+                "accuracy": float(r.metrics["accuracy"]),
+                "loss": float(loss) if loss is not None else np.nan,
+                "macro_precision": r.metrics.get("macro_precision", np.nan),
+                "macro_recall": r.metrics.get("macro_recall", np.nan),
+                "final_val_accuracy": float(ep["val_accuracy"].iloc[-1]),
+                "best_val_accuracy": float(ep["val_accuracy"].max()),
+                **timing_stats(ep, warmup),
+                "train_seconds": float(r.info["train_seconds"]),
+                **provenance_columns(r.info),
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["images_per_second_per_worker"] = df["images_per_second"] / df["workers"]
+    df["provenance_differs"] = provenance_differences(df)[0]
+    df = add_scaling(df)
+    df = df.sort_values(["accuracy", "run"], ascending=[False, True], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
+    """One row per run and epoch (epochs.csv); ``timed`` is False for the warm-up epochs that
+    the timing leaves out."""
+    frames = []
+    for r in runs:
+        cfg = r.info["run"]
+        ident = {"run": r.name, **{k: cfg[k] for k in RUN_ID_COLUMNS[1:]}}
+        ep = r.epochs.drop(columns=[c for c in ident if c in r.epochs.columns])
+        ep = ep.assign(timed=timed_mask(ep, warmup))
+        frames.append(pd.concat([pd.DataFrame(ident, index=ep.index), ep], axis=1))
+    return pd.concat(frames, ignore_index=True)
+
+
+def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
+    configuration and backend: the fastest timed run of that backend, its throughput, and the
+    ratio to the reference backend (horovod if present, else the first by name)."""
+    timed = runs_df[np.isfinite(runs_df["images_per_second"])]
+    rows = []
+    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):
+        backends = sorted(group["backend"].unique())
+        if len(backends) < 2:
+            continue
+        ref = REFERENCE_BACKEND if REFERENCE_BACKEND in backends else backends[0]
+        best = {
+            b: group.loc[group.loc[group["backend"] == b, "images_per_second"].idxmax()]
+            for b in backends
+        }
+        config = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
+        for b in [ref, *(b for b in backends if b != ref)]:
+            row = best[b]
+            rows.append(
+                {
+                    **config,
+                    "backend": b,
+                    "reference_backend": ref,
+                    "run": row["run"],
+                    "runs": int((group["backend"] == b).sum()),
+                    "images_per_second": row["images_per_second"],
+                    "std_images_per_second": row["std_images_per_second"],
+                    "ratio": row["images_per_second"] / best[ref]["images_per_second"],
+                }
+            )
+    columns = [*BACKEND_MATCH_KEY, "backend", "reference_backend", "run", "runs"]
+    columns += ["images_per_second", "std_images_per_second", "ratio"]
+    return pd.DataFrame(rows, columns=columns)
