@@ -722,7 +722,11 @@ def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
     # take two pages as well
     assert pdf_pages(out / "report.pdf") == N_PAGES + 3
     assert (out / "figures" / "benchmarks-2.png").is_file()
-    assert pd.read_csv(out / "runs.csv")["run"].iloc[0] == "digits-run-19"
+    runs = pd.read_csv(out / "runs.csv")
+    epochs = pd.read_csv(out / "epochs.csv")
+    final_val = epochs.groupby("run")["val_accuracy"].last()
+    assert runs["run"].iloc[0] == final_val.idxmax()  # the best on validation, not on test
+    assert runs["final_val_accuracy"].is_monotonic_decreasing
 
 
 @pytest.mark.parametrize(
@@ -1079,8 +1083,8 @@ def text_specs(names: tuple[str, str], classes: list[str] | None = None) -> list
     """Two runs named ``names`` (the second the best); the best one's classes ``classes``."""
     base = {"dataset": "digits", "nodes": 1}
     return [
-        {**base, "name": names[0], "workers": 1, "ips": 1000, "acc": 0.95},
-        {**base, "name": names[1], "workers": 2, "ips": 1800, "acc": 0.97}
+        {**base, "name": names[0], "workers": 2, "ips": 1800, "acc": 0.95},
+        {**base, "name": names[1], "workers": 1, "ips": 1000, "acc": 0.97}
         | ({"classes": classes} if classes else {}),
     ]
 
@@ -1115,9 +1119,10 @@ def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypat
     assert {title, DOLLARS, MATH} <= {t.get_text() for t in drawn}
     pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
     assert f"{title} {author} ·" in pages[PAGE["title"]]
-    assert f"Best run: {MATH} with" in pages[PAGE["title"]]
+    best = pd.read_csv(out / "runs.csv")["run"].iloc[0]
+    assert f"Best run: {best} with" in pages[PAGE["title"]]
     assert DOLLARS in pages[PAGE["runs"]] and MATH in pages[PAGE["runs"]]
-    assert f"Confusion matrix of the best run: {MATH}" in pages[PAGE["confusion"]]
+    assert f"Confusion matrix of the best run: {best}" in pages[PAGE["confusion"]]
     assert DOLLARS in pages[PAGE["confusion"]] and f"{MATH}0" in pages[PAGE["confusion"]]
     for page in (PAGE["epoch_time"], PAGE["throughput"], PAGE["curves"]):
         assert DOLLARS in pages[page] and MATH in pages[page], page

@@ -170,7 +170,7 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
     sites = list(dict.fromkeys(r.site for r in runs))
     groups, unmatched = match_runs(runs)
     runs_df = tables.runs_table(data, warmup)
-    runs_df.insert(1, "site", runs_df["run"].map({r.label: r.site for r in runs}))
+    runs_df["site"] = runs_df["run"].map({r.label: r.site for r in runs})  # older: the dir
     epochs_df = tables.epochs_table(data, warmup)
     table = site_table(groups, runs_df)
     title = title or f"clusterbench: {', '.join(sites)} compared"

@@ -82,7 +82,8 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
         f"{_plural(int(runs_df['epochs'].sum()), 'epoch')}, "
         f"{fmt_duration(runs_df['train_seconds'].sum())} of training in total.",
         f"Best run: {best['run']} with {fmt_pct(best['accuracy'])} {best['eval_split']} "
-        f"accuracy ({describe_run(best)}).",
+        f"accuracy ({describe_run(best)}); chosen on validation accuracy "
+        f"({fmt_pct(best['final_val_accuracy'])}), never on the test split.",
         timing_sentence(warmup),
     ]
     if runs_df["images_per_second"].notna().any():

@@ -3,6 +3,7 @@ scaling and backend comparisons, provenance differences."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -229,7 +230,7 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
-    """One row per run (runs.csv), sorted by evaluation accuracy, best first. Timing columns
+    """One row per run (runs.csv), sorted by validation accuracy, best first. Timing columns
     leave out the first ``warmup`` epochs of each run (see ``timing_stats``)."""
     rows = []
     for r in runs:
@@ -266,18 +267,151 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "macro_precision": r.metrics.get("macro_precision", np.nan),
                 "macro_recall": r.metrics.get("macro_recall", np.nan),
                 "final_val_accuracy": float(ep["val_accuracy"].iloc[-1]),
+                "final_val_loss": float(ep["val_loss"].iloc[-1]),
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
                 **timing_stats(ep, warmup),
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),
+                **experiment_columns(r.info),
             }
         )
     df = pd.DataFrame(rows)
     df["images_per_second_per_worker"] = df["images_per_second"] / df["workers"]
     df["provenance_differs"] = provenance_differences(df)[0]
     df = add_scaling(df)
-    df = df.sort_values(["accuracy", "run"], ascending=[False, True], kind="stable")
+    return sort_by_validation(df)
+
+
+def sort_by_validation(df: pd.DataFrame) -> pd.DataFrame:
+    """Best first by the final validation accuracy (the model kept is the final one; the test
+    split never chooses), then the lower final validation loss, then the name."""
+    df = df.sort_values(
+        ["final_val_accuracy", "final_val_loss", "run"],
+        ascending=[False, True, True],
+        kind="stable",
+    )
     return df.reset_index(drop=True)
+
+
+def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
+    """Where a run came from (run.json's ``experiment``; empty for a hand-written run), its
+    site, and for an elastic run the world sizes it had."""
+    origin = info.get("experiment") or {}
+    elastic = (info.get("world") or {}).get("elastic") or {}
+    sizes = [s for s in elastic.get("sizes") or [] if s is not None]
+    return {
+        "experiment": origin.get("name") or "",
+        "environment": origin.get("environment") or "",
+        "point": json.dumps(origin.get("point") or {}, sort_keys=True),
+        "repeat": int(origin.get("repeat") or 0),
+        "site": str(info.get("site") or ""),
+        "elastic": bool(elastic),
+        "world_sizes": " ".join(map(str, dict.fromkeys(sizes))),
+        "resets": len(elastic.get("resets") or []),
+    }
+
+
+#: results.csv: the answer to the question, one row per run, best (on validation) first.
+RESULTS_COLUMNS = (
+    "rank",
+    "run",
+    "experiment",
+    "environment",
+    "point",
+    "repeat",
+    "site",
+    "workers",
+    "nodes",
+    "gpus_per_node",
+    "epochs",
+    "final_val_accuracy",
+    "final_val_loss",
+    "accuracy",
+    "eval_split",
+    "mean_epoch_seconds",
+    "std_epoch_seconds",
+    "images_per_second",
+    "train_seconds",
+)
+
+
+def results_table(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """results.csv: :data:`RESULTS_COLUMNS` of every run, sorted by validation accuracy."""
+    df = sort_by_validation(runs_df)
+    df.insert(0, "rank", range(1, len(df) + 1))
+    return df[list(RESULTS_COLUMNS)]
+
+
+def best_run(runs_df: pd.DataFrame) -> pd.Series:
+    """The best run, chosen on validation (:func:`sort_by_validation`), never on the test
+    split."""
+    if runs_df.empty:
+        raise ValueError("no run to choose the best of")
+    return sort_by_validation(runs_df).iloc[0]
+
+
+def swept_keys(runs_df: pd.DataFrame) -> dict[str, list[str]]:
+    """Experiment -> the keys its matrix sweeps (in the order its points name them)."""
+    keys: dict[str, list[str]] = {}
+    for exp, point in zip(runs_df["experiment"], runs_df["point"], strict=True):
+        if exp:
+            names = keys.setdefault(exp, [])
+            names += [k for k in json.loads(point) if k not in names]
+    return keys
+
+
+def point_table(runs_df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """One row per matrix point (and environment) of ``experiment``: its swept values as
+    columns, the mean, sd and count over its repeats of the final validation accuracy, the
+    test accuracy, the time per epoch and the images/s."""
+    part = runs_df[runs_df["experiment"] == experiment].copy()
+    keys = swept_keys(part).get(experiment, [])
+    points = [json.loads(p) for p in part["point"]]
+    for key in keys:
+        part[key] = [p.get(key) for p in points]
+    by = ["environment", *keys]
+    part["point_label"] = [
+        ", ".join(([f"env={e}"] if e else []) + [f"{k}={p.get(k)}" for k in keys if k in p]) or r
+        for e, p, r in zip(part["environment"], points, part["run"], strict=True)
+    ]
+    grouped = part.groupby(by + ["point_label"], dropna=False, sort=False)
+    out = grouped.agg(
+        val_accuracy=("final_val_accuracy", "mean"),
+        val_accuracy_sd=("final_val_accuracy", "std"),
+        accuracy=("accuracy", "mean"),
+        accuracy_sd=("accuracy", "std"),
+        epoch_seconds=("mean_epoch_seconds", "mean"),
+        epoch_seconds_sd=("mean_epoch_seconds", "std"),
+        images_per_second=("images_per_second", "mean"),
+        epochs=("epochs", "mean"),
+        repeats=("run", "count"),
+    ).reset_index()
+    return out
+
+
+def environment_table(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (experiment, environment) of the runs that ran in an environment preset:
+    time per epoch (mean, and sd over repeats), images/s, epochs reached, validation accuracy."""
+    part = runs_df[runs_df["environment"] != ""]
+    if part.empty:
+        return pd.DataFrame(
+            columns=["experiment", "environment", "workers", "nodes", "gpus_per_node"]
+        )
+    return (
+        part.groupby(["experiment", "environment"], sort=False)
+        .agg(
+            workers=("workers", "first"),
+            nodes=("nodes", "first"),
+            gpus_per_node=("gpus_per_node", "first"),
+            epoch_seconds=("mean_epoch_seconds", "mean"),
+            epoch_seconds_sd=("std_epoch_seconds", "mean"),
+            images_per_second=("images_per_second", "mean"),
+            epochs=("epochs", "mean"),
+            val_accuracy=("final_val_accuracy", "mean"),
+            runs=("run", "count"),
+        )
+        .reset_index()
+    )
 
 
 def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
