@@ -18,6 +18,7 @@ include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
+include: "rules/best.smk"
 
 
 # The default target: the first rule of this file (rules from included files never are). No
@@ -26,3 +27,4 @@ include: "rules/report.smk"
 rule all:
     input:
         "results/report/report.pdf",
+        "results/best/summary.json",

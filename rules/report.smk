@@ -24,6 +24,11 @@ rule report:
             caption="../workflow/report/runs.rst",
             category="Tables",
         ),
+        results=report(
+            f"{REPORT_DIR}/results.csv",
+            caption="../workflow/report/results.rst",
+            category="Tables",
+        ),
         epochs=report(
             f"{REPORT_DIR}/epochs.csv",
             caption="../workflow/report/epochs.rst",

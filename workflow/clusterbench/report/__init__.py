@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ from clusterbench.report.style import (
     stamp_footer,
     theme,
 )
-from clusterbench.report.tables import epochs_table, runs_table
+from clusterbench.report.tables import epochs_table, results_table, runs_table
 
 
 def user_texts(
@@ -132,6 +133,7 @@ def write_outputs(
     runs: list[RunData],
     bench: pd.DataFrame,
     bench_missing: list[str],
+    skipped: Sequence[dict[str, Any]] = (),
 ) -> int:
     """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count."""
     import matplotlib
@@ -141,7 +143,13 @@ def write_outputs(
 
     runs_df = runs_table(runs, params.timing_warmup_epochs)
     epochs_df = epochs_table(runs, params.timing_warmup_epochs)
-    for name, df in (("runs", runs_df), ("epochs", epochs_df), ("benchmarks", bench)):
+    tables = (
+        ("runs", runs_df),
+        ("results", results_table(runs_df)),
+        ("epochs", epochs_df),
+        ("benchmarks", bench),
+    )
+    for name, df in tables:
         with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
             df.to_csv(fh, index=False)
 
@@ -160,7 +168,7 @@ def write_outputs(
                 "(e.g. the Debian packages fonts-noto-cjk, fonts-noto-core, fonts-symbola)",
                 file=sys.stderr,
             )
-        pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing)
+        pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
         total = len(pages.pages)
         footer = footer_text(params, prov)
         for i, (_, fig) in enumerate(pages.pages, start=1):
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = load_benchmarks(bench_files)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
-    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing)
+    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped)
     print(
         f"report: {_plural(len(runs), 'run')}, {_plural(len(bench), 'benchmark record')}, "
         f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -1091,14 +1092,22 @@ def build_pages(
     epochs_df: pd.DataFrame,
     bench: pd.DataFrame,
     bench_missing: list[str],
+    skipped: Sequence[dict[str, Any]] = (),
 ) -> Pages:
+    from clusterbench.report import experiment_pages as designs
+
     pages = Pages(params, runs_df)
     title_page(pages, prov, runs_df, bench)
+    designs.results_pages(pages, runs_df)
+    designs.environment_pages(pages, runs_df, skipped)
+    designs.sweep_pages(pages, runs_df)
+    designs.repeats_pages(pages, runs_df)
     runs_table_pages(pages, runs_df)
     provenance_pages(pages, runs_df)
     epoch_time_page(pages, runs_df, epochs_df)
     throughput_page(pages, runs_df)
     scaling_page(pages, runs_df)
+    designs.world_size_pages(pages, runs_df, epochs_df)
     backend_pages(pages, runs_df)
     curves_page(pages, epochs_df)
     confusion_page(pages, runs_df, runs)
