@@ -330,15 +330,16 @@ EXPECTED_FIGURES = {
 #: Page numbers (0-based) of the sections in a report with one runs-table page.
 PAGE = {
     "title": 0,
-    "runs": 1,
-    "provenance": 2,
-    "epoch_time": 3,
-    "throughput": 4,
-    "scaling": 5,
-    "backends": 6,
-    "curves": 7,
-    "confusion": 8,
-    "benchmarks": 9,
+    "results": 1,
+    "runs": 2,
+    "provenance": 3,
+    "epoch_time": 4,
+    "throughput": 5,
+    "scaling": 6,
+    "backends": 7,
+    "curves": 8,
+    "confusion": 9,
+    "benchmarks": 10,
 }
 N_PAGES = len(PAGE)
 
@@ -351,6 +352,7 @@ def test_report_writes_all_outputs(default_report):
         "epochs.csv",
         "benchmarks.csv",
         "skipped.csv",
+        "results.csv",
         "figures",
     }
     assert (out / "skipped.csv").read_text() == "run,experiment,environment,reason\n"
@@ -718,9 +720,9 @@ def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=specs, epochs=3)
     out = tmp_path / "report"
     assert run_report(fake, out) == 0
-    # 20 runs: the runs and the provenance tables take two pages each; 42 benchmarked jobs
-    # take two pages as well
-    assert pdf_pages(out / "report.pdf") == N_PAGES + 3
+    # 20 runs: the results, the runs and the provenance tables take two pages each; 42
+    # benchmarked jobs take two pages as well
+    assert pdf_pages(out / "report.pdf") == N_PAGES + 4
     assert (out / "figures" / "benchmarks-2.png").is_file()
     runs = pd.read_csv(out / "runs.csv")
     epochs = pd.read_csv(out / "epochs.csv")

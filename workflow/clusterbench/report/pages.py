@@ -1084,6 +1084,10 @@ def benchmarks_pages(pages: Pages, bench: pd.DataFrame, missing: list[str]) -> N
         )
 
 
+#: The most runs a chart with one bar or line per run draws (the best on validation).
+RUNS_PER_CHART = 24
+
+
 def build_pages(
     params: ReportParams,
     prov: dict[str, Any],
@@ -1104,12 +1108,23 @@ def build_pages(
     designs.repeats_pages(pages, runs_df)
     runs_table_pages(pages, runs_df)
     provenance_pages(pages, runs_df)
-    epoch_time_page(pages, runs_df, epochs_df)
-    throughput_page(pages, runs_df)
+    # one bar or line per run: at most RUNS_PER_CHART, the best on validation
+    shown = runs_df.head(RUNS_PER_CHART)
+    shown_epochs = epochs_df[epochs_df["run"].isin(shown["run"])]
+    note = None
+    if len(shown) < len(runs_df):
+        note = (
+            f"Shown: the {len(shown)} best of {len(runs_df)} runs on validation "
+            "(every run is in runs.csv and epochs.csv)."
+        )
+    with pages.subset(note, list(shown["run"])):
+        epoch_time_page(pages, shown, shown_epochs)
+        throughput_page(pages, shown)
     scaling_page(pages, runs_df)
     designs.world_size_pages(pages, runs_df, epochs_df)
     backend_pages(pages, runs_df)
-    curves_page(pages, epochs_df)
+    with pages.subset(note, list(shown["run"])):
+        curves_page(pages, shown_epochs)
     confusion_page(pages, runs_df, runs)
     benchmarks_pages(pages, bench, bench_missing)
     return pages

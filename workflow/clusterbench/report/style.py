@@ -3,6 +3,7 @@ tables, footers)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import textwrap
@@ -332,6 +333,8 @@ class Pages:
         colors = sns.color_palette("tab10" if len(self.order) <= 10 else "husl", len(self.order))
         self.colors = dict(zip(self.order, colors, strict=True))
         self.pages: list[tuple[str | None, Any]] = []  # (png name or None, Figure)
+        #: Said after the subtitle of the pages made while it is set (:meth:`subset`).
+        self.subset_note: str | None = None
 
     def new(
         self,
@@ -348,6 +351,8 @@ class Pages:
         title = fit_line(shorten_text(title, 80, placeholder=" ..."), TITLE_PT, "bold")
         fig.text(0.03, 0.955, title, fontsize=TITLE_PT, weight="bold", va="center")
         top = 0.92
+        if subtitle and self.subset_note:
+            subtitle = f"{subtitle} {self.subset_note}"
         if subtitle:
             lines = self.subtitle_lines(subtitle)
             fig.text(
@@ -376,6 +381,19 @@ class Pages:
             fig.get_layout_engine().set(rect=(0.02, bottom, 0.96, top - bottom))
         self.pages.append((png, fig))
         return fig
+
+    @contextlib.contextmanager
+    def subset(self, note: str | None, runs: list[str] | None = None):
+        """Pages made inside show only ``runs`` (in the report's order; None: every run) and
+        say ``note`` after their subtitle."""
+        order = self.order
+        self.subset_note = note
+        if runs is not None:
+            self.order = [name for name in order if name in set(runs)]
+        try:
+            yield
+        finally:
+            self.subset_note, self.order = None, order
 
     @staticmethod
     def subtitle_lines(subtitle: str) -> list[str]:
