@@ -319,7 +319,8 @@ def unavailable_runs():
       more ranks x cpus_per_worker than local jobs get;
     - slurm: a job larger than its partition (Slurm would leave it pending forever), with the
       resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
-    - sge: none (the profile's ``qsub -w e`` refuses such a job when it is submitted).
+    - sge: a job no queue could ever run (``qsub -w v`` of the job as it would be submitted:
+      what the profile's ``qsub -w e`` would refuse).
 
     A run with ``on_unavailable: fail`` stops the workflow before any job when a target needs
     it (refuse_failing); the others are skipped: a warning names each with its reason (a dry
@@ -359,6 +360,8 @@ def unavailable_runs():
                     reasons[name] = "; ".join(problems)
         elif executor == "slurm":
             reasons = slurm_unavailable()
+        elif executor == "sge":
+            reasons = sge_unavailable()
     except checks.PreflightError as exc:
         if not planning:
             raise WorkflowError(str(exc)) from None
@@ -422,6 +425,35 @@ def slurm_unavailable():
             - {"_cores", *slurm.SLURM_RESOURCE_KEYS},
         )
         problems = slurm.slurm_problems(name, resources, partitions)
+        if problems:
+            reasons[name] = "; ".join(problems)
+    return reasons
+
+
+def sge_unavailable():
+    """Run -> why SGE refuses its train job: ``qsub -w v`` (verify, submit nothing) of a job
+    with the resources it would be submitted with (clusterbench.launch.schedulers.sge), in the
+    executor's parallel environment for one-worker jobs (the profile's ``sge-pe``)."""
+    from clusterbench.launch.schedulers import sge
+    from clusterbench.launch.schedulers.base import LaunchError
+    from clusterbench.preflight import PreflightError
+
+    train = rules.train.rule
+    settings = getattr(workflow, "executor_settings", None)
+    default_pe = getattr(settings, "pe", None) or "smp"
+    reasons = {}
+    for name in RUNS:
+        resources = train.expand_resources(
+            {"run": name},
+            [],
+            attempt=1,
+            skip_evaluation=set(train.resources.keys())
+            - {"_cores", "runtime", *sge.VERIFY_KEYS},
+        )
+        try:
+            problems = sge.sge_problems(name, resources, default_pe)
+        except LaunchError as exc:
+            raise PreflightError(str(exc)) from None
         if problems:
             reasons[name] = "; ".join(problems)
     return reasons

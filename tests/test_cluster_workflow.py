@@ -168,6 +168,10 @@ def test_switching_profile_reruns_nothing(slurm_cluster, sge_cluster, slurm_fini
         assert word not in recorded
 
 
+#: A run larger than either test cluster.
+TOO_BIG = {"name": "too-big", "workers": 64, "batch_size": 128}
+
+
 def submit_too_big(cluster, finished: Path, workdir: Path, profile: str, nodes: int, poll):
     """Ask for training 64 workers next to a finished pipeline's data; the failed run."""
     shutil.copytree(finished / "results", workdir / "results")  # data ready, mtimes kept
@@ -552,6 +556,28 @@ def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp
         for task in manifest.values():
             priority_of[task["wildcards"]["run"]] = priority
     assert priority_of == {"patient": "-3", "urgent": "5"}, seen
+
+
+@pytest.mark.sge
+def test_sge_job_no_queue_could_run_is_skipped_and_the_rest_goes_on(
+    sge_cluster, sge_finished, tmp_path
+):
+    """A run whose job asks for more slots than the cell's PE offers is skipped before any job
+    (`qsub -w v`: what the profile's `qsub -w e` would refuse), named with SGE's reason in the
+    dry run and in skipped.csv; the other run trains and the report is made."""
+    workdir = tmp_path / "w"
+    train_next_to(sge_finished, workdir, [{"name": "fits"}, TOO_BIG], nodes=1)
+    env = {"CLUSTERBENCH_EXECUTOR": "sge"}
+    dry = snakemake(workdir, "-n", env={**sge_cluster.environ(), **env})
+    said = dry.stdout + dry.stderr
+    assert "skipping run 'too-big'" in said and "`qsub -w v` says" in said, said
+    run_on(sge_cluster, workdir, "sge", "--set-resources", "train:sge_export_env=True", *SGE_POLL)
+    skipped = (workdir / "results" / "report" / "skipped.csv").read_text()
+    assert skipped.startswith("run,experiment,environment,reason\ntoo-big,"), skipped
+    assert "cannot run in PE" in skipped or "no suitable queues" in skipped, skipped
+    assert (workdir / "results" / "runs" / "fits" / "model.pt").is_file()
+    assert not (workdir / "results" / "runs" / "too-big").exists()
+    assert (workdir / "results" / "best" / "summary.json").is_file()
 
 
 @pytest.fixture(scope="module")

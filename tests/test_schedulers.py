@@ -492,3 +492,30 @@ def test_the_sge_site_is_its_cell() -> None:
     assert sge.site() == "cell7"
     sge.job_env = {}
     assert sge.site() == "default"
+
+
+def test_sge_verify_command_sizes_the_job_like_its_submission() -> None:
+    from clusterbench.launch.schedulers.sge import verify_command
+
+    resources = {"threads": 4, "sge_pe": "mpi", "sge_resources": "h_vmem=INFINITY", "runtime": 90}
+    assert verify_command(resources, "smp") == [
+        *("qsub", "-w", "v", "-b", "y", "-N", "clusterbench-verify", "-pe", "mpi", "4"),
+        *("-l", "h_rt=01:30:00", "-l", "h_vmem=INFINITY", "true"),
+    ]
+    assert verify_command({"threads": 2}, "smp")[8:10] == ["smp", "2"]
+
+
+def test_sge_verify_problem_names_what_qsub_said() -> None:
+    from clusterbench.launch.schedulers.sge import verify_command, verify_problem
+
+    cmd = verify_command({"threads": 64, "sge_pe": "mpi"}, "smp")
+    assert verify_problem("r", cmd, 0, "verification: found suitable queue(s)\n") is None
+    refused = (
+        'Unable to run job: Job 5 cannot run in PE "mpi" because it only offers 4 slots\n'
+        "verification: no suitable queues\nExiting.\n"
+    )
+    assert verify_problem("r", cmd, 1, refused) == (
+        "run 'r': SGE would never run its job (-pe mpi 64): `qsub -w v` says: Unable to run "
+        'job: Job 5 cannot run in PE "mpi" because it only offers 4 slots verification: no '
+        "suitable queues Exiting."
+    )

@@ -23,6 +23,7 @@ from typing import Any
 from clusterbench import preemption
 from clusterbench.launch.schedulers.base import (
     SIGNAL_TIMEOUT_S,
+    TOOL_TIMEOUT_S,
     Allocation,
     AllocationError,
     Host,
@@ -189,3 +190,50 @@ def train_resources(
     if priority:
         resources["sge_priority"] = priority
     return resources
+
+
+# ------------------------------------------------------------------------------------------
+# pre-flight: would SGE ever run the job? (`qsub -w v`: verify, submit nothing)
+
+#: The resources :func:`sge_problems` reads from a train job (besides the generic ``runtime``).
+VERIFY_KEYS = ("threads", "sge_pe", "sge_resources")
+
+
+def verify_command(resources: Mapping[str, Any], default_pe: str) -> list[str]:
+    """``qsub -w v`` of a job sized like the train job: its PE and slots, wall-clock limit and
+    ``-l`` resources; SGE checks it against every queue and submits nothing."""
+    pe = resources.get("sge_pe") or default_pe
+    slots = int(resources.get("threads") or 1)
+    cmd = ["qsub", "-w", "v", "-b", "y", "-N", "clusterbench-verify", "-pe", pe, str(slots)]
+    runtime = resources.get("runtime")
+    if runtime:
+        cmd += ["-l", f"h_rt={int(runtime) // 60:02d}:{int(runtime) % 60:02d}:00"]
+    if resources.get("sge_resources"):
+        cmd += ["-l", str(resources["sge_resources"])]
+    return [*cmd, "true"]
+
+
+def verify_problem(run: str, cmd: list[str], returncode: int, output: str) -> str | None:
+    """Why ``qsub -w v`` (``cmd``) refuses ``run``'s job, None when it found a queue."""
+    if returncode == 0 and "found suitable queue" in output:
+        return None
+    said = " ".join(line.strip() for line in output.splitlines() if line.strip())
+    pe_slots = " ".join(cmd[cmd.index("-pe") + 1 : cmd.index("-pe") + 3])
+    return (
+        f"run {run!r}: SGE would never run its job (-pe {pe_slots}): `qsub -w v` says: "
+        f"{said or f'exit code {returncode}'}"
+    )
+
+
+def sge_problems(run: str, resources: Mapping[str, Any], default_pe: str) -> list[str]:
+    """[why SGE refuses ``run``'s train job], or [] when some queue can run it."""
+    require_tools("sge", "qsub")
+    cmd = verify_command(resources, default_pe)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
+    problem = verify_problem(run, cmd, proc.returncode, proc.stdout + proc.stderr)
+    return [problem] if problem else []
