@@ -12,11 +12,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
@@ -229,6 +232,32 @@ def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_f
     # refused before submission (Slurm itself would accept it and leave it pending forever)
     assert "run 'too-big' asks for 64 workers" in text and "forever" in text, text
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+@pytest.mark.slurm
+def test_local_and_slurm_results_in_one_comparative_pdf(slurm_cluster, slurm_finished, tmp_path):
+    """The same config run locally and on the Slurm test cluster: clusterbench-compare merges
+    both results trees into one PDF, every run matched across the two sites."""
+    local = tmp_path / "local"
+    shutil.copytree(slurm_finished / "results" / "raw", local / "results" / "raw")
+    shutil.copytree(slurm_finished / "results" / "data", local / "results" / "data")
+    cluster_config(local, nodes=2)
+    snakemake(local, "--profile", str(REPO / "profiles" / "local"))
+    out = tmp_path / "compare" / "compare.pdf"
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterbench.compare", str(local), str(slurm_finished), "-o",
+         str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(out.with_name("compare.csv"))
+    sites = set(table["site"])
+    assert sites == {socket.gethostname().split(".")[0], "clusterbench"}, sites
+    assert set(table["benchmark"]) == {"digits-cnn-1w", TWO, TWO_DDP}
+    text = subprocess.run(
+        ["pdftotext", str(out), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Sites compared" in text and "Runs that could not be matched" not in text
 
 
 # --------------------------------------------------------------------------------- preemption

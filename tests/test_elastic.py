@@ -192,6 +192,22 @@ def rank_pid(out: Path, rank: int) -> int | None:
     return None
 
 
+def train_elastic(data: Path, run: dict, out: Path, hosts: Path, watcher) -> str:
+    """The elastic launch of ``run`` on the slots of ``hosts`` (it must succeed), while
+    ``watcher`` (a thread) acts on it; its output."""
+    proc = subprocess.run(
+        elastic_cmd(data, run, out),
+        env=elastic_env(hosts),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    watcher.join()
+    logs = proc.stdout + proc.stderr
+    assert proc.returncode == 0, logs[-4000:]
+    return logs
+
+
 def assert_complete(out: Path, epochs: int) -> list[dict]:
     metrics = read_metrics(out)
     assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))  # none lost or twice
@@ -221,18 +237,8 @@ def test_a_killed_rank_leaves_and_training_finishes_on_the_others(data, tmp_path
             killed.append(pid)
             os.kill(pid, signal.SIGKILL)
 
-    watcher = when_epochs(out, 1, kill_rank_2)
-    proc = subprocess.run(
-        elastic_cmd(data, run, out),
-        env=elastic_env(hosts),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    watcher.join()
-    logs = proc.stdout + proc.stderr
+    logs = train_elastic(data, run, out, hosts, when_epochs(out, 1, kill_rank_2))
     assert killed, "rank 2 was not found to kill"
-    assert proc.returncode == 0, logs[-4000:]
     assert "exited with code 137: Horovod elastic goes on without" in logs
     metrics = assert_complete(out, 4)
     assert metrics[0]["world_size"] == 3
@@ -262,17 +268,9 @@ def test_a_slot_added_to_the_hosts_file_joins_at_the_next_commit(data, tmp_path)
     hosts.write_text("localhost:2\n")
     run = run_config(workers=2, min_workers=1, max_workers=3, epochs=3, batch_size=24)
     out = tmp_path / "out"
-    watcher = when_epochs(out, 1, lambda: hosts.write_text("localhost:3\n"))
-    proc = subprocess.run(
-        elastic_cmd(data, run, out),
-        env=elastic_env(hosts),
-        capture_output=True,
-        text=True,
-        timeout=420,
+    train_elastic(
+        data, run, out, hosts, when_epochs(out, 1, lambda: hosts.write_text("localhost:3\n"))
     )
-    watcher.join()
-    logs = proc.stdout + proc.stderr
-    assert proc.returncode == 0, logs[-4000:]
     metrics = assert_complete(out, 3)
     assert metrics[0]["world_size"] == 2
     assert metrics[-1]["world_size"] == 3

@@ -11,10 +11,11 @@ run with ``CLUSTERBENCH_PLAN=1`` (what ``make plan`` runs), once the skips are d
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from clusterbench.launch.schedulers.slurm import slurm_option
 
 
 @dataclass(frozen=True)
@@ -52,24 +53,13 @@ class Plan:
         return sum(job.gpu_hours for job in self.jobs)
 
 
-def _option(extra: str, name: str) -> int | None:
-    """The integer value of ``--name=N`` / ``--name N`` in an sbatch option string."""
-    args = shlex.split(extra or "")
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{name}="):
-            return int(arg.split("=", 1)[1])
-        if arg == f"--{name}" and i + 1 < len(args):
-            return int(args[i + 1])
-    return None
-
-
 def train_job(run: str, resources: Mapping[str, Any]) -> TrainJob:
     """The training job of ``run`` from its train rule ``resources``: what Slurm is asked for
     (``--nodes``, ``--ntasks``, ``--cpus-per-task``, ``--gpus-per-node``, ``-t``)."""
     nodes = int(resources.get("nodes") or 1)
     ranks = int(resources.get("tasks") or 1)
     cpus_per_rank = int(resources.get("cpus_per_task") or 1)
-    gpus_per_node = _option(str(resources.get("slurm_extra") or ""), "gpus-per-node") or 0
+    gpus_per_node = slurm_option(str(resources.get("slurm_extra") or ""), "gpus-per-node") or 0
     return TrainJob(
         run=run,
         nodes=nodes,

@@ -532,7 +532,7 @@ def parse_sinfo(text: str) -> dict[str, Partition]:
     return parts
 
 
-def _option(extra: str, name: str) -> int | None:
+def slurm_option(extra: str, name: str) -> int | None:
     """The integer value of ``--name=N`` / ``--name N`` in an sbatch option string."""
     args = shlex.split(extra or "")
     for i, arg in enumerate(args):
@@ -558,8 +558,8 @@ def slurm_problems(
     tasks = int(resources.get("tasks") or 1)
     cpus = int(resources.get("cpus_per_task") or 1)
     extra = str(resources.get("slurm_extra") or "")
-    per_node = _option(extra, "ntasks-per-node") or math.ceil(tasks / nodes)
-    gpus = _option(extra, "gpus-per-node") or 0
+    per_node = slurm_option(extra, "ntasks-per-node") or math.ceil(tasks / nodes)
+    gpus = slurm_option(extra, "gpus-per-node") or 0
     where = f"partition {part.name!r} ({part.nodes} node(s), {part.cpus} CPUs"
     where += f", at most {part.max_cpus_per_node} per node"
     where += f", {part.max_gpus_per_node} GPU(s) per node)"
