@@ -173,8 +173,8 @@ def when_epochs(out: Path, epochs: int, action, timeout: float = 240) -> threadi
     return thread
 
 
-def rank_pid(out: Path, rank: int) -> int | None:
-    """The process of the rank started as Horovod rank ``rank`` training into ``out``."""
+def rank_pid(out: Path, variable: str) -> int | None:
+    """The rank training into ``out`` whose environment holds ``variable`` (``NAME=value``)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -183,11 +183,8 @@ def rank_pid(out: Path, rank: int) -> int | None:
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (
-            any(part.endswith(b"train.py") for part in cmd)
-            and str(out).encode() in cmd
-            and f"HOROVOD_RANK={rank}".encode() in env
-        ):
+        mine = any(part.endswith(b"train.py") for part in cmd) and str(out).encode() in cmd
+        if mine and variable.encode() in env:
             return int(proc.name)
     return None
 
@@ -232,7 +229,7 @@ def test_a_killed_rank_leaves_and_training_finishes_on_the_others(data, tmp_path
     killed: list[int] = []
 
     def kill_rank_2() -> None:
-        pid = rank_pid(out, 2)
+        pid = rank_pid(out, "HOROVOD_RANK=2")
         if pid is not None:
             killed.append(pid)
             os.kill(pid, signal.SIGKILL)
@@ -321,18 +318,10 @@ def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, da
     killed: list[int] = []
 
     def kill_node2_rank() -> None:
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-                env = (proc / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            mine = any(p.endswith(b"train.py") for p in cmd) and str(out).encode() in cmd
-            if mine and b"SLURMD_NODENAME=node2" in env:
-                killed.append(int(proc.name))
-                os.kill(int(proc.name), signal.SIGKILL)
+        pid = rank_pid(out, "SLURMD_NODENAME=node2")
+        if pid is not None:
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
 
     watcher = when_epochs(out, 1, kill_node2_rank)
     _, log = _sbatch(slurm_cluster, tmp_path, "-N2", "-n2", script=script)
