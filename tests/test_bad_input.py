@@ -54,6 +54,7 @@ def outcomes(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         return {case.stem: proc for case, proc in zip(CASES, procs, strict=True)}
 
 
+@pytest.mark.slow  # a real Snakemake per case: about 90 s in all on 2 cores (make test, not check)
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_config_is_refused_before_any_job_naming_its_cause(case, outcomes, tmp_path_factory):
     proc = outcomes[case.stem]

@@ -519,3 +519,16 @@ def test_sge_verify_problem_names_what_qsub_said() -> None:
         'job: Job 5 cannot run in PE "mpi" because it only offers 4 slots verification: no '
         "suitable queues Exiting."
     )
+
+
+def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
+    from clusterbench.launch.schedulers.base import LaunchError
+    from clusterbench.launch.schedulers.sge import verify_command, verify_problem
+
+    cmd = verify_command({"threads": 2, "sge_pe": "mpi"}, "smp")
+    down = (
+        "error: commlib error: got select error (Connection refused)\nUnable to run job: "
+        'unable to send message to qmaster using port 6444 on host "vm": got send error\n'
+    )
+    with pytest.raises(LaunchError, match="unable to send message to qmaster"):
+        verify_problem("r", cmd, 1, down)

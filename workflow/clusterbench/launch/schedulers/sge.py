@@ -213,11 +213,21 @@ def verify_command(resources: Mapping[str, Any], default_pe: str) -> list[str]:
     return [*cmd, "true"]
 
 
+#: What ``qsub -w v`` says when no queue could ever run the job (anything else that fails is
+#: SGE not answering, not a verdict on the job).
+REFUSED = ("no suitable queues", "cannot run in PE", "cannot run in any queue")
+
+
 def verify_problem(run: str, cmd: list[str], returncode: int, output: str) -> str | None:
-    """Why ``qsub -w v`` (``cmd``) refuses ``run``'s job, None when it found a queue."""
+    """Why ``qsub -w v`` (``cmd``) refuses ``run``'s job, None when it found a queue; a
+    :class:`LaunchError` when qsub failed otherwise (no qmaster to ask, say)."""
+    said = " ".join(line.strip() for line in output.splitlines() if line.strip())
     if returncode == 0 and "found suitable queue" in output:
         return None
-    said = " ".join(line.strip() for line in output.splitlines() if line.strip())
+    if not any(marker in output for marker in REFUSED):
+        raise LaunchError(
+            f"`{shlex.join(cmd)}` failed with exit code {returncode}: {said or 'no output'}"
+        )
     pe_slots = " ".join(cmd[cmd.index("-pe") + 1 : cmd.index("-pe") + 3])
     return (
         f"run {run!r}: SGE would never run its job (-pe {pe_slots}): `qsub -w v` says: "
