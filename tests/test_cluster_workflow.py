@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
 pytestmark = pytest.mark.slow
@@ -353,10 +354,10 @@ def _slurm_job_of(cluster, workdir: Path, deadline: float) -> str:
 def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path, how, which
 ):
-    """Mid-training, Slurm's preemption warning (what `--signal=USR1@N` sends: SIGUSR1 to every
-    process of the job's steps, here by `scancel --signal=USR1`) makes the ranks checkpoint at
-    a step boundary and the job exit 75; Snakemake's retry (the profile's `retries: 1`)
-    continues from that step. `scontrol requeue` kills the job and queues it again (the
+    """Mid-training, Slurm's preemption warning (what `--signal=B:USR1@N` sends: SIGUSR1 to the
+    batch script's process alone, here by `scancel --batch --signal=USR1`) makes the ranks
+    checkpoint at a step boundary and the job exit 75; Snakemake's retry (the profile's
+    `retries`) continues from that step. `scontrol requeue` kills the job and queues it again (the
     profile's `--requeue`); it continues from its last checkpoint. Either way the training ends
     bit for bit as the uninterrupted one on Slurm, every epoch once."""
     from test_resume import assert_same_training
@@ -371,7 +372,7 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
         job = _slurm_job_of(slurm_cluster, workdir, deadline)
         sent = time.time()
         if how == "warning":
-            slurm_cluster.run(["scancel", "--signal=USR1", job])
+            slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job])
             first, ended = _until_the_launcher_ends(log, deadline)
         else:
             slurm_cluster.run(["scontrol", "requeue", job])
@@ -391,8 +392,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     if how == "warning":
         where = _assert_preempted_then_resumed(first, final)
         state = slurm_cluster.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"])
-        # (the job's exit code is its Snakemake's, 1) then Snakemake's retry
-        assert state.stdout.split()[0].startswith("FAILED|"), state.stdout
+        # the job says "preempted" (75), then Snakemake's retry
+        assert state.stdout.split()[0] == "FAILED|75:0", state.stdout
         print(f"\nFIGURE slurm {which}: warning -> job exited 75 in {ended - sent:.2f} s, {where}")
     else:
         shown = slurm_cluster.run(["scontrol", "show", "job", job]).stdout
@@ -407,6 +408,45 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
             "the requeued job" if state == "COMPLETED" else f"Snakemake's retry (requeued: {state})"
         )
         print(f"\nFIGURE slurm requeue: {by} continued from {resumed[1]}")
+    assert_same_training(
+        workdir / "results" / "runs" / run["name"], slurm_uninterrupted / run["name"]
+    )
+
+
+@pytest.mark.slurm
+def test_slurms_own_warning_before_the_time_limit_checkpoints_and_the_next_run_continues(
+    slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path
+):
+    """Slurm itself sends the warning: a job whose time limit (2 min) is nearer than its
+    `warning_seconds` (119) gets `--signal=B:USR1@119` at Slurm's first time-limit check (at
+    most 30 s in), on 2 nodes; the ranks checkpoint and the job exits 75. With no retry left
+    the workflow stops; `snakemake` again, given more time (`runtime` is no training setting:
+    the checkpoint stays valid), continues from that step and ends as if never stopped."""
+    from test_resume import assert_same_training
+
+    run = PREEMPTED["2w"]
+    workdir = tmp_path / "w"
+    (target,) = train_next_to(
+        slurm_finished, workdir, [{**run, "runtime": 2, "warning_seconds": 119}], nodes=2
+    )
+    log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
+    proc = run_on(
+        slurm_cluster, workdir, "slurm", *SLURM_POLL, "--retries", "0", target, check=False
+    )
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    first = log.read_text()
+    job = re.search(r"Job \S+ has been submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
+    assert job, (proc.stdout + proc.stderr)[-3000:]
+    state = slurm_cluster.run(
+        ["sacct", "-X", "-n", "-P", "-j", job[1], "-o", "State,ExitCode"]
+    ).stdout.split()[0]
+    assert state == "FAILED|75:0", (state, first[-3000:])
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
+    cfg["runs"][0]["runtime"] = 15
+    write_config(workdir, cfg)
+    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL, target)
+    where = _assert_preempted_then_resumed(first, log.read_text())
+    print(f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {where}, job exit 75")
     assert_same_training(
         workdir / "results" / "runs" / run["name"], slurm_uninterrupted / run["name"]
     )

@@ -262,15 +262,16 @@ def test_qsub_priority_is_p_and_the_profiles_w_e_and_notify_stay(tmp_path: Path,
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sbatch_asks_for_the_warning_and_the_profile_for_requeue(workers) -> None:
-    """A run's warning_seconds N is `--signal=USR1@N` (to the steps, not `B:` the batch shell
-    alone), for one worker and for an MPI job; 0 asks for none. The profile asks for requeue."""
+    """A run's warning_seconds N is `--signal=B:USR1@N` (to the batch script's process, which
+    the profile's precommand makes clusterbench's stand-in for the batch shell: see
+    tests/test_slurm_batch.py), for one worker and for an MPI job; 0 asks for none. The profile
+    asks for requeue."""
     run = run_config(workers=workers, nodes=workers, warning_seconds=90, priority=3)
     argv = sbatch_line(train_resources(run))
-    assert option(argv, "--signal") == "USR1@90"
+    assert option(argv, "--signal") == "B:USR1@90"
     assert option(argv, "--nice") == "-3"
     assert option(sbatch_line(train_resources({**run, "warning_seconds": 0})), "--signal") is None
     assert profile("slurm")["slurm-requeue"] is True
-    assert profile("slurm")["precommand"] == preemption.IGNORE_IN_SHELL
     assert profile("sge")["precommand"] == preemption.IGNORE_IN_SHELL
 
 

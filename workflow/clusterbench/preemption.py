@@ -1,6 +1,6 @@
 """The preemption warning, as a training rank sees it.
 
-A scheduler warns a job before it stops it: Slurm sends SIGUSR1 ``--signal=USR1@GRACE`` before
+A scheduler warns a job before it stops it: Slurm sends SIGUSR1 ``--signal=B:USR1@GRACE`` before
 the time limit, SGE (``qsub -notify``) SIGUSR2 before a kill and SIGUSR1 before a suspension;
 the launcher forwards both to every rank. The handler only sets a flag: no lock, no
 I/O, so it is safe whatever the rank is doing. The ranks then agree on the flag in one

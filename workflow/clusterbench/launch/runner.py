@@ -52,7 +52,7 @@ SWEEP_EVERY_S = 0.5  # once killing, SIGKILL whatever appeared since, this often
 # Once a rank has exited as preempted (its checkpoint written, every rank agreed to stop), the
 # others are given this long to exit too before they are stopped like after a failure.
 PREEMPTED_WAIT_S = 60.0
-# Passed on to every rank, nothing else: the preemption warnings (Slurm's `--signal=USR1@T`
+# Passed on to every rank, nothing else: the preemption warnings (Slurm's `--signal=B:USR1@T`
 # under `--full`/`B:`, SGE's `-notify`, a site's own tooling), which the ranks handle themselves.
 FORWARDED_SIGNALS = preemption.WARNING_SIGNALS
 

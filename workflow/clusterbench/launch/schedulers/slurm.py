@@ -447,10 +447,10 @@ def train_resources(
     ``slurm_extra``    ``--gpus-per-node=G``, ``--ntasks-per-node=K``, ``--nice=-P`` for a run's
                        ``priority`` P (Slurm's nice is the opposite way round: a higher priority
                        is a lower nice; a negative nice needs an operator), and
-                       ``--signal=USR1@N`` for a run's ``warning_seconds`` N: Slurm sends the
-                       preemption warning to every process of the job's steps (the ranks), not
-                       to the batch shell (``B:`` would reach that shell alone, which cannot
-                       pass it on while it waits for its command). GPUs are *not* asked
+                       ``--signal=B:USR1@N`` for a run's ``warning_seconds`` N: Slurm sends the
+                       preemption warning to the batch script's process, which the Slurm
+                       profile's precommand makes :mod:`.slurm_batch`, which passes it on to
+                       the job (the launcher passes it on to every rank). GPUs are *not* asked
                        for with ``gpu=`` (that is ``--gpus`` per job, and it makes the plugin
                        add ``--ntasks-per-gpu=<tasks>``); ``slurm_extra`` may not repeat flags the
                        plugin sets (``--gres``, ``--gpus``, ``--ntasks``, ``--mem``, ``--qos`` ...).
@@ -468,7 +468,7 @@ def train_resources(
     if priority:
         extra.append(f"--nice={-priority}")
     if warning_seconds:
-        extra.append(f"--signal={WARNING_SIGNAL.name.removeprefix('SIG')}@{warning_seconds}")
+        extra.append(f"--signal=B:{WARNING_SIGNAL.name.removeprefix('SIG')}@{warning_seconds}")
     if extra:
         resources["slurm_extra"] = " ".join(extra)
     if qos:

@@ -1,0 +1,149 @@
+"""The Slurm batch shell's stand-in (clusterbench.launch.schedulers.slurm_batch), with real
+processes: a batch script made as the Slurm executor plugin makes it (the profile's precommand,
+then the command), run the way slurmstepd runs it, signalled the way ``--signal=B:USR1@N`` and
+``scancel --batch --signal=USR1`` signal it: the batch script's process alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from clusterbench import preemption
+from clusterbench.launch.schedulers import slurm_batch
+from conftest import REPO
+
+# The job's command: like the launcher, it ignores nothing once started, records each warning,
+# and exits 75 on the first one (after a moment, as ranks do at their next check).
+COMMAND = textwrap.dedent(
+    """\
+    import os, signal, sys, time
+    out = sys.argv[1]
+    delay = float(sys.argv[2])          # seconds before the handler is installed
+    exit_code = int(sys.argv[3])        # without a warning
+    wait = float(sys.argv[4])           # seconds to wait for a warning
+    time.sleep(delay)                   # meanwhile the warnings are ignored (the shell's trap)
+    got = []
+    def on(signum, frame):
+        got.append(signum)
+    signal.signal(signal.SIGUSR1, on)
+    signal.signal(signal.SIGUSR2, on)
+    open(out + ".ready", "w").close()
+    deadline = time.time() + wait
+    while not got and time.time() < deadline:
+        time.sleep(0.02)
+    with open(out, "w") as f:
+        f.write(" ".join(str(s) for s in got) + "|" + str(os.getpgrp()))
+    sys.exit(75 if got else exit_code)
+    """
+)
+
+
+def batch_script(
+    tmp_path: Path, *, delay: float = 0.0, exit_code: int = 0, wait: float = 30.0
+) -> Path:
+    """A batch script as the plugin writes it: ``#!/bin/sh``, then ``<precommand> && <job>``."""
+    prog = tmp_path / "job.py"
+    prog.write_text(COMMAND)
+    out = tmp_path / "got"
+    job = f"{sys.executable} {prog} {out} {delay} {exit_code} {wait}"
+    script = tmp_path / "slurm_script"
+    script.write_text(f"#!/bin/sh\n{slurm_batch.PRECOMMAND} && {job}\n")
+    script.chmod(0o755)
+    return script
+
+
+def start(script: Path) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop(slurm_batch.MARK, None)
+    # slurmstepd execs the script itself: its process is the one `B:` signals
+    return subprocess.Popen([str(script)], env=env, cwd=REPO, start_new_session=True)
+
+
+def wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_the_slurm_profile_runs_the_batch_shell_stand_in():
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["precommand"] == slurm_batch.PRECOMMAND
+    # the second pass ignores the warnings like every other shell before a rank
+    assert slurm_batch.PRECOMMAND.endswith(preemption.IGNORE_IN_SHELL)
+    assert slurm_batch.EXIT_PREEMPTED == preemption.EXIT_PREEMPTED
+    assert slurm_batch.WARNINGS == preemption.WARNING_SIGNALS
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_a_warning_to_the_batch_shell_alone_reaches_the_job_which_exits_75(tmp_path, sig):
+    script = batch_script(tmp_path)
+    proc = start(script)
+    try:
+        wait_for(tmp_path / "got.ready")
+        # the batch script's process is now the stand-in, at the same pid
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"clusterbench.launch.schedulers.slurm_batch" in cmdline, cmdline
+        os.kill(proc.pid, sig)  # what `scancel --batch --signal=USR1` does
+        assert proc.wait(timeout=30) == preemption.EXIT_PREEMPTED
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    got, pgrp = (tmp_path / "got").read_text().split("|")
+    assert got.split()[0] == str(int(sig))
+    assert int(pgrp) != proc.pid  # the job runs in a process group of its own
+
+
+def test_a_warning_before_the_job_listens_is_sent_again(tmp_path, monkeypatch):
+    """A warning that comes while nothing handles it yet (the ranks are still starting) is not
+    lost: the stand-in repeats it until the job ends."""
+    script = batch_script(tmp_path, delay=1.5)
+    proc = start(script)
+    try:
+        time.sleep(0.5)  # the job ignores the warnings for another second
+        os.kill(proc.pid, signal.SIGUSR1)
+        started = time.time()
+        rc = proc.wait(timeout=slurm_batch.REPEAT_S + 30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == preemption.EXIT_PREEMPTED
+    assert (tmp_path / "got").read_text().split("|")[0].split()[0] == str(int(signal.SIGUSR1))
+    # the first copy was ignored: the one that reached the job came REPEAT_S later
+    assert time.time() - started >= slurm_batch.REPEAT_S - 1
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_without_a_warning_the_jobs_exit_status_is_kept(tmp_path, exit_code):
+    script = batch_script(tmp_path, exit_code=exit_code, wait=0.2)
+    proc = start(script)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == exit_code
+
+
+def test_a_job_killed_by_a_signal_gives_128_plus_it(tmp_path):
+    script = batch_script(tmp_path)
+    proc = start(script)
+    try:
+        wait_for(tmp_path / "got.ready")
+        children = subprocess.run(
+            ["pgrep", "-f", f"{tmp_path}/job.py"], capture_output=True, text=True
+        ).stdout.split()
+        assert children
+        for pid in children:
+            os.kill(int(pid), signal.SIGKILL)
+        assert proc.wait(timeout=30) == 128 + signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
