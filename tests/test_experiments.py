@@ -163,6 +163,7 @@ def test_names_are_file_names_and_wildcard_values_and_reach_the_train_stage():
         ({"environments": ["cpu", "cpu"]}, r"experiments\.x\.environments\[1\]: 'cpu' is listed"),
         ({"environments": ["tpu"]}, r"experiments\.x\.environments\[0\]: unknown environment"),
         ({"environments": ["gpu"], "matrix": {"nodes": [1]}}, r"matrix\.nodes: also set"),
+        ({"environments": ["cpu"], "workers": 4}, r"experiments\.x\.workers: also set by"),
         ({"name": "n", "matrix": {"lr": [1]}}, r"experiments\.x: Additional properties"),
         ({"repeats": 0}, r"experiments\.x\.repeats: 0 is less than the minimum of 1"),
         ({}, r"experiments\.x: nothing to expand"),
@@ -227,4 +228,27 @@ def test_format_value():
         "1e-05",
         "3",
         "ddp",
+    ]
+
+
+def _expand_tags(values: list) -> tuple[list[str], list[str]]:
+    runs, problems = ex.expand(
+        {"x": {"matrix": {"tag": values}}},
+        base={"seed": 1, "dataset": "digits"},
+        presets=ex.environments({}, {"gpus_per_node": 1, "nodes": 1}),
+        run_keys={"tag": {}, "seed": {}},
+        cores_per_node=2,
+    )
+    return [run["name"] for _, run in runs], problems
+
+
+def test_values_are_sanitised_for_file_names_and_collisions_refused():
+    names, problems = _expand_tags(["a/b c", "d=e,f", "ok-1.5+x"])
+    assert not problems
+    assert names == ["x--tag=a_b_c", "x--tag=d_e_f", "x--tag=ok-1.5+x"]
+    assert all(ex.NAME_PATTERN.match(name) for name in names)
+    names, problems = _expand_tags(["a/b", "a b"])
+    assert names == [] and problems == [
+        "experiments.x.matrix.tag[1]: 'a b' repeats tag[0] ('a/b'): both would give runs "
+        "named tag=a_b"
     ]

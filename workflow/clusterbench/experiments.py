@@ -16,7 +16,8 @@
 Each point becomes one run named ``<experiment>--<key>=<value>,...`` (``env=<preset>`` first,
 then the matrix keys in the order written, then ``seed=S`` when ``repeats`` > 1): a file-name
 component (``results/runs/<name>/``) and a Snakemake wildcard value, deterministic and
-readable. Each expanded run records where it came from in the run keys ``experiment``,
+readable; a value's characters other than letters, digits and ``_ . + -`` become ``_``, and
+two values that would then give the same name are refused. Each expanded run records where it came from in the run keys ``experiment``,
 ``environment``, ``point`` (swept key -> value) and ``repeat`` (0-based); hand-written runs have
 ``None`` in all four.
 
@@ -84,9 +85,20 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+#: What a value may keep in a run name: the rest becomes ``_`` (``,`` and ``=`` separate the
+#: parts; ``/`` or a space would make no file name).
+UNSAFE_IN_VALUE = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def name_value(value: Any) -> str:
+    """A value as it appears in a run name: :func:`format_value`, sanitised for file names
+    (``a/b c`` -> ``a_b_c``). Two values that become the same text are refused (a collision)."""
+    return UNSAFE_IN_VALUE.sub("_", format_value(value))
+
+
 def run_name(experiment: str, parts: list[tuple[str, Any]]) -> str:
     """``<experiment>--<key>=<value>,<key>=<value>``."""
-    return f"{experiment}--" + ",".join(f"{key}={format_value(value)}" for key, value in parts)
+    return f"{experiment}--" + ",".join(f"{key}={name_value(value)}" for key, value in parts)
 
 
 def expand(
@@ -140,7 +152,7 @@ def expand(
                     found += value_problems(key, value, ("experiments", exp, "matrix", key, i))
                 seen: dict[str, int] = {}
                 for i, value in enumerate(values):
-                    text = format_value(value)
+                    text = name_value(value)
                     if text in seen:
                         found.append(
                             f"{at}[{i}]: {value!r} repeats {key}[{seen[text]}] "
@@ -154,6 +166,13 @@ def expand(
                 )
             if repeats > 1 and key == "seed":
                 found.append(f"{at}: repeats: {repeats} sets the seeds; sweep seed or repeat")
+        for key in ENVIRONMENT_KEYS:
+            if envs and key in settings:
+                found.append(
+                    f"{where}.{key}: also set by this experiment's environments "
+                    f"({', '.join(envs)}), which would replace it; set it in an environment "
+                    "preset (environments:), or give no environments"
+                )
         for i, env in enumerate(envs):
             if env not in presets:
                 found.append(
