@@ -28,6 +28,7 @@ from clusterbench.launch.schedulers.base import (
     LaunchError,
     node_devices,
     rank_device,
+    usable_hosts,
 )
 from clusterbench.launch.schedulers.local import LocalScheduler, parse_hosts_file
 from clusterbench.launch.schedulers.sge import SgeScheduler, parse_pe_hostfile
@@ -35,7 +36,6 @@ from clusterbench.launch.schedulers.slurm import (
     SlurmScheduler,
     expand_hostlist,
     expand_ranges,
-    job_hosts,
     parse_scontrol_job,
     parse_scontrol_nodes,
     running_steps,
@@ -432,11 +432,12 @@ def test_local_discover_hosts_this_host_or_the_hosts_file(tmp_path) -> None:
         local.discover_hosts({"CLUSTERBENCH_HOSTS_FILE": str(tmp_path / "none")})
 
 
-def test_slurm_job_hosts_leave_out_a_node_whose_rank_failed() -> None:
-    alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)
-    assert job_hosts(alloc) == {"node1": 2, "node2": 1}
-    assert job_hosts(alloc, {"node2"}) == {"node1": 2}
-    assert job_hosts(alloc, {"node1", "node2"}) == {}
+def test_usable_hosts_leave_out_a_node_whose_rank_failed() -> None:
+    hosts = parse_scontrol_job(SCONTROL_JOB_UNEVEN).host_slots()
+    assert usable_hosts(hosts) == {"node1": 2, "node2": 1}
+    assert usable_hosts(hosts, {"node2"}) == {"node1": 2}
+    assert usable_hosts(hosts, {"node1", "node2"}) == {}
+    assert usable_hosts({"a": 0, "b": 1}) == {"b": 1}  # no slot: not usable
 
 
 def test_slurm_discover_hosts_asks_scontrol_again(monkeypatch) -> None:
@@ -469,6 +470,43 @@ def test_sge_discover_hosts_reads_the_pe_hostfile(tmp_path) -> None:
     assert sched.discover_hosts({"PE_HOSTFILE": str(hostfile)}) == {"hostA": 2, "hostB": 1}
     with pytest.raises(LaunchError, match="needs PE_HOSTFILE"):
         sched.discover_hosts({})
+
+
+# `$PE_HOSTFILE` of a `-pe mpi 5` job over three hosts (hostB in two queues).
+PE_HOSTFILE = """\
+hostA.cluster 2 all.q@hostA.cluster UNDEFINED
+hostB.cluster 1 all.q@hostB.cluster UNDEFINED
+hostC.cluster 1 all.q@hostC.cluster UNDEFINED
+hostB.cluster 1 long.q@hostB.cluster UNDEFINED
+"""
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "sge"])
+def test_a_host_whose_rank_failed_leaves_discovery_under_slurm_and_sge(
+    scheduler, monkeypatch, tmp_path
+) -> None:
+    """Both schedulers' elastic discovery, through the shared interface: the allocation's hosts
+    (asked again each time) less the host of a rank that failed on its own."""
+    from clusterbench.launch.schedulers import slurm
+
+    if scheduler == "slurm":
+        monkeypatch.setattr(slurm, "run_tool", lambda cmd: SCONTROL_JOB_UNEVEN)
+        env, failed, rest = {"SLURM_JOB_ID": "1"}, "node2", {"node1": 2}
+    else:
+        hostfile = tmp_path / "pe_hostfile"
+        hostfile.write_text(PE_HOSTFILE)
+        env, failed = {"PE_HOSTFILE": str(hostfile), "JOB_ID": "7"}, "hostB.cluster"
+        rest = {"hostA.cluster": 2, "hostC.cluster": 1}
+    sched = schedulers.SCHEDULERS[scheduler]()
+    sched.job_env = env
+    before = sched.elastic_hosts()
+    assert failed in before and len(before) == len(rest) + 1
+
+    class Slot:
+        hostname, rank = failed, 3
+
+    sched.rank_failed(Slot())  # what the rank runner reports when the rank fails on its own
+    assert sched.elastic_hosts() == sched.discover_hosts(env) == rest
 
 
 def test_cluster_name_from_scontrol_show_config() -> None:

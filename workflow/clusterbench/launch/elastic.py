@@ -5,8 +5,8 @@ rendezvous, assigns slots and decides when the world changes; this module gives 
 
 - a :class:`SchedulerDiscovery`: the scheduler's ``elastic_hosts`` (local: each slot of this
   host or of the hosts file ``CLUSTERBENCH_HOSTS_FILE``, one host per slot; Slurm: the job's
-  nodes less those where a rank failed; SGE: the parallel environment's hosts), asked again
-  about every second;
+  nodes, SGE: the parallel environment's hosts, each less those where a rank failed), asked
+  again about every second;
 - an :class:`ElasticRankRunner` as ``exec_command``: ranks start exactly as in a fixed launch
   (local process, ``srun`` step, ``qrsh -inherit``; no ssh), but a rank that fails takes only
   its host out (Horovod blacklists the host, and the other ranks reset to the smaller world)

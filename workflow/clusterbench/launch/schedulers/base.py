@@ -4,8 +4,8 @@ A *scheduler* is the cluster system the launcher runs in: none (``local``), Slur
 each, a subclass says whether the launcher runs inside one of its allocations (``detect``), which
 hosts, slots and GPUs that allocation has (``allocation``), how one rank's command is started on
 its host (``shell_command``) and signalled (``signal_rank``), which GPU a rank uses
-(``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod elastic
-later). The registry in :mod:`clusterbench.launch.schedulers` picks one.
+(``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod
+elastic). The registry in :mod:`clusterbench.launch.schedulers` picks one.
 
 The dataclasses and pure functions here (GPU lists) and the scheduler modules' parsers (text in,
 data out) need no scheduler to be unit-tested; the methods that ask a scheduler run its tools
@@ -20,7 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -68,6 +68,13 @@ class Allocation:
 
     def describe(self) -> str:
         return ", ".join(f"{h.name}:{h.slots}" for h in self.hosts)
+
+
+def usable_hosts(hosts: Mapping[str, int], failed: Iterable[str] = ()) -> dict[str, int]:
+    """``hosts`` (name -> slots, in order) less those in ``failed`` (where a rank failed) and
+    those without a slot: the hosts Horovod elastic may use now."""
+    out = set(failed)
+    return {name: slots for name, slots in hosts.items() if name not in out and slots > 0}
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,7 +188,7 @@ class Scheduler:
         self.alloc: Allocation | None = None
         self.tag = "cb"
         self.local_hosts: set[str] = set()
-        #: Hosts on which a rank failed (Slurm's :meth:`discover_hosts` leaves them out).
+        #: Hosts on which a rank failed (:meth:`discover_hosts` leaves them out).
         self.failed_hosts: set[str] = set()
 
     # reading the allocation
@@ -199,11 +206,17 @@ class Scheduler:
         """Each host's IPv4 address (None: unresolved)."""
         return {h.name: resolve(h.name) for h in alloc.hosts}
 
+    def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
+        """The hosts (and their slots) the job's allocation has now, asked again each time."""
+        raise NotImplementedError
+
     def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
         """The hosts (and their slots) the job could run ranks on now, asked again each time:
-        what Horovod elastic's host discovery needs. ``env``: the job's environment (default:
-        the one :meth:`allocation` read)."""
-        raise NotImplementedError
+        what Horovod elastic's host discovery needs: :meth:`allocated_hosts` less the hosts
+        where a rank failed (:meth:`rank_failed`), the same under every scheduler. ``env``: the
+        job's environment (default: the one :meth:`allocation` read)."""
+        env = self.job_env if env is None else env
+        return usable_hosts(self.allocated_hosts(env), self.failed_hosts)
 
     def site(self) -> str:
         """The name of the cluster the job runs on, for results of several clusters: the

@@ -1,7 +1,7 @@
 """No scheduler: ranks are subprocesses of the launcher on this host.
 
 The allocation is this host with one slot per CPU this process may run on. For Horovod elastic,
-:meth:`LocalScheduler.discover_hosts` reads a user-editable hosts file when
+:meth:`LocalScheduler.allocated_hosts` reads a user-editable hosts file when
 ``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`parse_hosts_file`), else it is this host's slots.
 Horovod elastic blacklists the *host* of a rank that fails, which on one machine would end the
 run: :meth:`LocalScheduler.elastic_hosts` makes each slot a host of its own
@@ -27,7 +27,7 @@ from clusterbench.launch.schedulers.base import (
     Scheduler,
 )
 
-#: The environment variable naming a hosts file for :meth:`LocalScheduler.discover_hosts`.
+#: The environment variable naming a hosts file for :meth:`LocalScheduler.allocated_hosts`.
 HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
 
 
@@ -97,8 +97,8 @@ class LocalScheduler(Scheduler):
     def addresses(self, alloc: Allocation) -> dict[str, str | None]:
         return {h.name: "127.0.0.1" for h in alloc.hosts}
 
-    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
-        env = self.job_env if env is None else env
+    def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
+        """The hosts file's hosts (``CLUSTERBENCH_HOSTS_FILE``), else this host's slots."""
         path = env.get(HOSTS_FILE_VAR)
         if not path:
             return local_allocation().host_slots()
@@ -110,6 +110,8 @@ class LocalScheduler(Scheduler):
             ) from exc
 
     def elastic_hosts(self) -> dict[str, int]:
+        """Each slot of :meth:`discover_hosts` as a host of its own (a failed rank is named by
+        its slot host, which Horovod blacklists)."""
         return slot_hosts(self.discover_hosts())
 
     def elastic_device(self, slot_info: Any, inherited: Any) -> str | None:

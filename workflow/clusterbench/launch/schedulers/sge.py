@@ -2,7 +2,8 @@
 
 - Reading the job (a pure parser, unit-tested): ``$PE_HOSTFILE``.
 - :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
-  ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``).
+  ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``); for Horovod elastic,
+  the hosts of ``$PE_HOSTFILE`` less those where a rank failed.
 - The train rule's SGE resources (:func:`train_resources`).
 
 The resource part runs when the Snakefile is parsed: this module imports only the standard
@@ -107,9 +108,9 @@ class SgeScheduler(Scheduler):
         """The SGE cell (``$SGE_CELL``, SGE's own default ``default``)."""
         return self.job_env.get("SGE_CELL") or "default"
 
-    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
+    def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
         """The hosts and slots of the job's parallel environment (``$PE_HOSTFILE``)."""
-        return _read_pe_hostfile(self.job_env if env is None else env).host_slots()
+        return _read_pe_hostfile(env).host_slots()
 
     def shell_command(self, command: str, slot_info: Any) -> str:
         # (the remote shell ignores the preemption warnings: SGE's -notify reaches it too)

@@ -239,13 +239,6 @@ def running_steps(
     return steps
 
 
-def job_hosts(alloc: Allocation, failed: Iterable[str] = ()) -> dict[str, int]:
-    """The job's nodes and slots (``scontrol show job -d``), less the nodes in ``failed`` (where
-    a rank failed): the hosts Horovod elastic may use now."""
-    out = set(failed)
-    return {h.name: h.slots for h in alloc.hosts if h.name not in out and h.slots > 0}
-
-
 # ------------------------------------------------------------------------------------------
 # asking Slurm
 
@@ -341,11 +334,10 @@ class SlurmScheduler(Scheduler):
             node_addr = {}
         return {h.name: resolve(node_addr.get(h.name, h.name)) for h in alloc.hosts}
 
-    def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
-        """The job's nodes now (``scontrol show job -d``) less those where a rank failed."""
-        job_id = _job_id_or_error(self.job_env if env is None else env)
-        alloc = parse_scontrol_job(run_tool(["scontrol", "show", "job", "-d", job_id]))
-        return job_hosts(alloc, self.failed_hosts)
+    def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
+        """The job's nodes and slots now (``scontrol show job -d``)."""
+        job_id = _job_id_or_error(env)
+        return parse_scontrol_job(run_tool(["scontrol", "show", "job", "-d", job_id])).host_slots()
 
     def site(self) -> str:
         """Slurm's ``ClusterName`` (``scontrol show config``)."""
