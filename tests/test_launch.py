@@ -318,6 +318,7 @@ def test_missing_srun(monkeypatch, capsys, tmp_path) -> None:
         (["--np", "1", "true"], {}, "missing '--'"),
         (["--np", "1", "--"], {}, "no command after '--'"),
         (["--scheduler", "mpi", "--np", "1", "--", "true"], {}, "unknown scheduler 'mpi'"),
+        # the deprecated old name of --scheduler (a warning: test_schedulers)
         (["--launcher", "mpi", "--np", "1", "--", "true"], {}, "unknown scheduler 'mpi'"),
         (["--np", "1", "--", "true"], {"CLUSTERBENCH_SCHEDULER": "pbs"}, "unknown scheduler 'pbs'"),
         (["--np", "1", "--timeout", "soon", "--", "true"], {}, "positive number of seconds"),
@@ -446,7 +447,7 @@ def test_torch_dist_env_of_a_slot() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# real ranks, local launcher
+# real ranks, local scheduler
 
 
 @pytest.mark.slow

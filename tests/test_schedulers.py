@@ -306,11 +306,32 @@ def test_host_assignment_for_fewer_ranks_than_slots() -> None:
         ("local", {"SLURM_JOB_ID": "7"}, "local"),
         (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_SCHEDULER": "local"}, "local"),
         (None, {"SLURM_JOB_ID": "7", "CLUSTERBENCH_LAUNCHER": "local"}, "local"),  # old name
+        (None, {"CLUSTERBENCH_LAUNCHER": "slurm", "CLUSTERBENCH_SCHEDULER": "sge"}, "sge"),
         ("SGE", {}, "sge"),
     ],
 )
 def test_select_scheduler(requested, env, scheduler) -> None:
     assert schedulers.select(requested, env).name == scheduler
+
+
+def test_the_old_names_of_the_scheduler_setting_still_work_and_warn(caplog) -> None:
+    from clusterbench.launch.cli import parse_args
+
+    with caplog.at_level("WARNING", logger="clusterbench.launch"):
+        assert schedulers.select(None, {"CLUSTERBENCH_LAUNCHER": "sge"}).name == "sge"
+    assert "CLUSTERBENCH_LAUNCHER is deprecated" in caplog.text
+    assert "CLUSTERBENCH_SCHEDULER=sge instead" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="clusterbench.launch"):
+        schedulers.select(None, {"CLUSTERBENCH_SCHEDULER": "sge"})
+    assert caplog.text == ""
+    args = parse_args(["--launcher", "slurm", "--np", "2", "--", "true"], {})
+    assert args.scheduler == "slurm"
+    assert args.deprecated == [
+        "--launcher is deprecated (the launcher is this program, the scheduler what it runs "
+        "under): use --scheduler slurm"
+    ]
+    assert parse_args(["--np", "2", "--", "true"], {}).deprecated == []
 
 
 def test_select_scheduler_unknown_name() -> None:

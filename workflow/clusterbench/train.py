@@ -4,10 +4,10 @@
 python scripts/train.py --data-dir results/data/NAME --run JSON --out-dir results/runs/RUN
 ```
 
-Runs unchanged under every launcher (``clusterbench-launch`` on a workstation, Slurm or SGE,
-``horovodrun``, or plain ``python`` for a single worker). Everything distributed goes through
-the run's ``backend`` (:mod:`clusterbench.dist`: ``horovod`` or ``ddp``); this module has no
-backend branches.
+Runs unchanged under every scheduler (local, Slurm, SGE) and whatever starts its ranks
+(``clusterbench-launch``, ``horovodrun``, or plain ``python`` for a single worker). Everything
+distributed goes through the run's ``backend`` (:mod:`clusterbench.dist`: ``horovod`` or
+``ddp``); this module has no backend branches.
 
 * Batch and LR convention (``batch_scaling``):
   - ``global`` (default): ``batch_size`` is the global batch, split over the workers (the

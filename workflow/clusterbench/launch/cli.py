@@ -82,8 +82,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
         help="the scheduler whose allocation this runs in: auto (default: slurm if SLURM_JOB_ID, "
         "sge if PE_HOSTFILE, else local), " + ", ".join(schedulers.SCHEDULERS),
     )
-    # its old name, still accepted
-    parser.add_argument("--launcher", dest="scheduler", help=argparse.SUPPRESS)
+    # its old name: deprecated, still accepted (with a warning, see main)
+    parser.add_argument("--launcher", dest="old_scheduler", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--min-np",
         type=int,
@@ -112,6 +112,13 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     if not command:
         raise LaunchError("no command after '--'")
     args.command = command
+    args.deprecated = []
+    if args.old_scheduler is not None:
+        args.deprecated.append(
+            "--launcher is deprecated (the launcher is this program, the scheduler what it runs "
+            f"under): use --scheduler {args.old_scheduler}"
+        )
+        args.scheduler = args.scheduler or args.old_scheduler
 
     if args.np < 1:
         raise LaunchError(f"--np must be at least 1, got {args.np}")
@@ -142,7 +149,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
 # the plan
 
 
-def _local_ifaces() -> dict[str, list[str]]:
+def local_ifaces() -> dict[str, list[str]]:
+    """This machine's network interfaces with an IPv4 address: name -> addresses."""
     import psutil
 
     return {
@@ -206,7 +214,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
 
     used = {s.hostname for s in slots}
     host_name = socket.gethostname()
-    ifaces = _local_ifaces()
+    ifaces = local_ifaces()
     iface = choose_iface(
         {h: a for h, a in addresses.items() if h in used},
         ifaces,
@@ -344,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(level)
+    for warning in args.deprecated:
+        log.warning(warning)
     if args.min_np is not None:  # Horovod elastic: its own plan and driver
         from clusterbench.launch import elastic
 

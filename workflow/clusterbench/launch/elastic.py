@@ -30,7 +30,7 @@ from typing import Any
 
 from clusterbench import preemption
 from clusterbench.launch import schedulers
-from clusterbench.launch.cli import rank_env
+from clusterbench.launch.cli import local_ifaces, rank_env
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
 from clusterbench.launch.runner import (
     RankResult,
@@ -51,12 +51,6 @@ log = logging.getLogger("clusterbench.launch")
 
 #: Seconds the driver waits for enough slots (at the start, and after a rank failed).
 ELASTIC_TIMEOUT_S = 120
-
-
-def _local_ifaces() -> dict[str, list[str]]:
-    from clusterbench.launch.cli import _local_ifaces as ifaces
-
-    return ifaces()
 
 
 class SchedulerDiscovery:
@@ -139,7 +133,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
         )
     addresses = scheduler.addresses(alloc)
     host_name = socket.gethostname()
-    ifaces = _local_ifaces()
+    ifaces = local_ifaces()
     iface = choose_iface(addresses, ifaces, host_name, resolve(host_name), args.iface)
     scheduler.bind(alloc, args.max_np, f"cb-{uuid.uuid4().hex[:8]}", local_nodes(addresses, ifaces))
     inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))

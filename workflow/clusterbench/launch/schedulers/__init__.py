@@ -7,6 +7,7 @@ is the one (``local`` detects always: it comes last). Adding a scheduler is addi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from clusterbench.launch.schedulers.base import AllocationError, Scheduler
@@ -19,12 +20,15 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     cls.name: cls for cls in (SlurmScheduler, SgeScheduler, LocalScheduler)
 }
 
-#: The environment variable that forces a scheduler (``--scheduler`` wins), and its old name.
+#: The environment variable that forces a scheduler (``--scheduler`` wins).
 SCHEDULER_VAR = "CLUSTERBENCH_SCHEDULER"
 #: The site (cluster) label of a run: set by the workflow from the config's ``site``, else the
 #: launcher sets it from the scheduler (:meth:`~.base.Scheduler.site`) for the ranks.
 SITE_VAR = "CLUSTERBENCH_SITE"
+#: :data:`SCHEDULER_VAR`'s old name: still read (deprecated), with a warning.
 OLD_SCHEDULER_VAR = "CLUSTERBENCH_LAUNCHER"
+
+log = logging.getLogger("clusterbench.launch")
 
 
 def detect(env: Mapping[str, str]) -> type[Scheduler]:
@@ -36,13 +40,19 @@ def detect(env: Mapping[str, str]) -> type[Scheduler]:
 
 
 def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
-    """``--scheduler`` (or ``CLUSTERBENCH_SCHEDULER``, formerly ``CLUSTERBENCH_LAUNCHER``) if
-    given and not ``auto``, else :func:`detect`."""
-    name = (
-        (requested or env.get(SCHEDULER_VAR) or env.get(OLD_SCHEDULER_VAR) or "auto")
-        .strip()
-        .lower()
-    )
+    """``--scheduler`` (or ``CLUSTERBENCH_SCHEDULER``; its deprecated old name
+    ``CLUSTERBENCH_LAUNCHER`` is still read, with a warning) if given and not ``auto``, else
+    :func:`detect`."""
+    old = env.get(OLD_SCHEDULER_VAR)
+    if old and not requested and not env.get(SCHEDULER_VAR):
+        log.warning(
+            "%s is deprecated (the launcher is the program, the scheduler what it runs "
+            "under): set %s=%s instead",
+            OLD_SCHEDULER_VAR,
+            SCHEDULER_VAR,
+            old,
+        )
+    name = (requested or env.get(SCHEDULER_VAR) or old or "auto").strip().lower()
     if name == "auto":
         return detect(env)
     if name not in SCHEDULERS:
