@@ -284,15 +284,9 @@ def train_resource(key):
     return lambda wildcards: TRAIN_RESOURCES[wildcards.run].get(key)
 
 
-#: sinfo's view of the partitions, asked once per Snakemake process (see preflight).
-SINFO = {}
-
 #: Why each run cannot run where this workflow runs (run -> reason), decided once per process
 #: (see unavailable_runs); None until then.
 UNAVAILABLE = {}
-
-#: The executors whose limits a dry run can plan for (CLUSTERBENCH_EXECUTOR).
-PLANNED_EXECUTORS = ("local", "slurm", "sge")
 
 
 def planned_executor():
@@ -300,69 +294,69 @@ def planned_executor():
     whether this Snakemake only plans (a dry run, ``--touch``, ``--report``: no executor of its
     own). Then ``CLUSTERBENCH_EXECUTOR`` names the executor to plan for (``make plan`` sets it
     from the profile), else the local one."""
+    from clusterbench.launch.schedulers import SCHEDULERS
+
     plugin = workflow.executor_plugin
     if plugin is not None and plugin.name not in ("dryrun", "touch"):
         return plugin.name, False
     name = os.environ.get("CLUSTERBENCH_EXECUTOR") or "local"
-    if name not in PLANNED_EXECUTORS:
+    if name not in SCHEDULERS:
         raise WorkflowError(
             f"environment variable CLUSTERBENCH_EXECUTOR={name!r}: expected one of "
-            f"{', '.join(PLANNED_EXECUTORS)} (the executor a dry run plans for)"
+            f"{', '.join(SCHEDULERS)} (the executor a dry run plans for)"
         )
     return name, True
 
 
-def unavailable_runs():
-    """Run -> why it cannot run under this executor (clusterbench.preflight):
+def train_job_resources(name, keys):
+    """The rule resources ``keys`` of run ``name``'s train job as it would be submitted (the
+    profile's defaults and ``--set-resources`` included, under the module's rule name if any);
+    only those are evaluated."""
+    train = rules.train.rule
+    return train.expand_resources(
+        {"run": name},
+        [],
+        attempt=1,
+        skip_evaluation=set(train.resources.keys()) - {"_cores", *keys},
+    )
 
-    - local: GPUs asked (gpus_per_node > 0) and none usable here (nvidia-smi, no torch), or
-      more ranks x cpus_per_worker than local jobs get;
-    - slurm: a job larger than its partition (Slurm would leave it pending forever), with the
-      resources the job would be submitted with (clusterbench.launch.schedulers.slurm);
-    - sge: a job no queue could ever run (``qsub -w v`` of the job as it would be submitted:
-      what the profile's ``qsub -w e`` would refuse).
+
+def unavailable_runs():
+    """Run -> why it cannot run under this executor: the pre-flight check of the executor's
+    scheduler (clusterbench.preflight; each scheduler's own in
+    clusterbench.launch.schedulers.<name>: local cores and GPUs, Slurm partitions from sinfo,
+    SGE ``qsub -w v`` of the job), with the resources each train job would be submitted with.
 
     A run with ``on_unavailable: fail`` stops the workflow before any job when a target needs
     it (refuse_failing); the others are skipped: a warning names each with its reason (a dry
-    run lists them too), and they drop out of the report's inputs (and so of every target).
-    Decided once, while the job graph is built (the report's input functions come first): only
-    then is the executor known. Only in the main process: cluster jobs parse and build their
-    graph again. Without an executor (``--report``) as the local one would decide.
+    run lists them too, and ``make plan``), and they drop out of the report's inputs (and so of
+    every target). Decided once, while the job graph is built (the report's input functions
+    come first): only then is the executor known. Only in the main process: cluster jobs parse
+    and build their graph again. Without an executor (``--report``) as the local one would
+    decide.
     """
     if "runs" in UNAVAILABLE:
         return UNAVAILABLE["runs"]
     if not workflow.is_main_process:
         return {}
-    from clusterbench import preflight as checks
+    from clusterbench import preflight
+    from clusterbench.launch.schedulers import SCHEDULERS
 
     executor, planning = planned_executor()
-    if executor != "local":
+    scheduler = SCHEDULERS.get(executor)
+    if scheduler is None or scheduler.cluster:  # jobs parse the config again elsewhere
         refuse_submit_host_cores()
+    context = preflight.PreflightContext(
+        runs=RUNS,
+        resources=train_job_resources,
+        # a dry run's --cores is 1 whatever the profile says: plan with the machine's
+        cores=None if planning else (workflow.resource_settings.cores or 1),
+        executor_settings=getattr(workflow, "executor_settings", None),
+    )
     reasons = {}
     try:
-        if executor == "local":
-            # a dry run's --cores is 1 whatever the profile says: plan with the profile's `all`
-            cores = os.cpu_count() or 1
-            if not planning:
-                cores = min(workflow.resource_settings.cores or 1, cores)
-            wants_gpus = any(run["gpus_per_node"] for run in RUNS.values())
-            gpus = checks.local_gpus() if wants_gpus else 0
-            for name, run in RUNS.items():
-                problems = checks.local_problems(
-                    name,
-                    cbconfig.allocated_workers(run),
-                    run["cpus_per_worker"],
-                    cores,
-                    gpus_per_node=run["gpus_per_node"],
-                    gpus=gpus,
-                )
-                if problems:
-                    reasons[name] = "; ".join(problems)
-        elif executor == "slurm":
-            reasons = slurm_unavailable()
-        elif executor == "sge":
-            reasons = sge_unavailable()
-    except checks.PreflightError as exc:
+        reasons = preflight.unavailable(executor, context)
+    except preflight.PreflightError as exc:
         if not planning:
             raise WorkflowError(str(exc)) from None
         logger.warning(f"the plan cannot check the {executor} limits: {exc}")
@@ -403,60 +397,6 @@ def refuse_submit_host_cores():
             f"({os.cpu_count()}) for {', '.join(map(repr, runs))}; on a cluster set it to the "
             "cores of a compute node (the jobs read the config again there)"
         )
-
-
-def slurm_unavailable():
-    """Run -> why the Slurm scheduler's check (clusterbench.launch.schedulers.slurm) refuses its
-    train job, with the resources it would be submitted with."""
-    from clusterbench.launch.schedulers import slurm
-
-    # this workflow's train step, under its module name (`use rule ... as`) if any
-    train = rules.train.rule
-    if "text" not in SINFO:
-        SINFO["text"] = slurm.sinfo()
-    partitions = slurm.parse_sinfo(SINFO["text"])
-    reasons = {}
-    for name in RUNS:
-        resources = train.expand_resources(
-            {"run": name},
-            [],
-            attempt=1,
-            skip_evaluation=set(train.resources.keys())
-            - {"_cores", *slurm.SLURM_RESOURCE_KEYS},
-        )
-        problems = slurm.slurm_problems(name, resources, partitions)
-        if problems:
-            reasons[name] = "; ".join(problems)
-    return reasons
-
-
-def sge_unavailable():
-    """Run -> why SGE refuses its train job: ``qsub -w v`` (verify, submit nothing) of a job
-    with the resources it would be submitted with (clusterbench.launch.schedulers.sge), in the
-    executor's parallel environment for one-worker jobs (the profile's ``sge-pe``)."""
-    from clusterbench.launch.schedulers import sge
-    from clusterbench.launch.schedulers.base import LaunchError
-    from clusterbench.preflight import PreflightError
-
-    train = rules.train.rule
-    settings = getattr(workflow, "executor_settings", None)
-    default_pe = getattr(settings, "pe", None) or "smp"
-    reasons = {}
-    for name in RUNS:
-        resources = train.expand_resources(
-            {"run": name},
-            [],
-            attempt=1,
-            skip_evaluation=set(train.resources.keys())
-            - {"_cores", "runtime", *sge.VERIFY_KEYS},
-        )
-        try:
-            problems = sge.sge_problems(name, resources, default_pe)
-        except LaunchError as exc:
-            raise PreflightError(str(exc)) from None
-        if problems:
-            reasons[name] = "; ".join(problems)
-    return reasons
 
 
 def refuse_failing(names):

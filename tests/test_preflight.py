@@ -1,11 +1,27 @@
-"""The pre-flight checks: Slurm jobs larger than their partition (the Slurm scheduler's
-check) and local runs needing more cores than local jobs get are refused up front."""
+"""The pre-flight checks, each behind its scheduler's ``unavailable``: Slurm jobs larger than
+their partition, SGE jobs ``qsub -w v`` refuses, and local runs needing more cores (or GPUs)
+than local jobs get are refused up front; ``clusterbench.preflight`` asks the executor's."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
-from clusterbench.launch.schedulers.slurm import check_slurm, parse_sinfo, slurm_problems
-from clusterbench.preflight import PreflightError
+from clusterbench import preflight
+from clusterbench.launch.schedulers import sge, slurm
+from clusterbench.launch.schedulers.base import LaunchError, PreflightContext, PreflightError
+from clusterbench.launch.schedulers.local import (
+    LocalScheduler,
+    count_gpus,
+    local_problems,
+)
+from clusterbench.launch.schedulers.sge import SgeScheduler
+from clusterbench.launch.schedulers.slurm import (
+    SlurmScheduler,
+    check_slurm,
+    parse_sinfo,
+    slurm_problems,
+)
 from clusterbench.resources import train_resources
 
 # sinfo -h -o '%P|%D|%c|%G' on a site with a heterogeneous GPU partition
@@ -70,8 +86,6 @@ def test_check_names_every_bad_run():
 
 
 def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
-    from clusterbench.preflight import local_problems
-
     assert local_problems("r", workers=2, cpus_per_worker=1, cores=2) == []
     (problem,) = local_problems("big", workers=4, cpus_per_worker=1, cores=2)
     assert "run 'big' needs 4 cores (4 workers x cpus_per_worker=1)" in problem
@@ -92,17 +106,99 @@ def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
     ],
 )
 def test_count_gpus_from_nvidia_smi_and_cuda_visible_devices(visible, listing, gpus):
-    from clusterbench.preflight import count_gpus
-
     assert count_gpus(visible, listing) == gpus
 
 
 def test_local_problems_name_gpus_asked_where_none_is_usable():
-    from clusterbench.preflight import local_problems
-
     assert local_problems("g", 1, 1, cores=2, gpus_per_node=1, gpus=1) == []
     (problem,) = local_problems("g", 1, 1, cores=2, gpus_per_node=1, gpus=0)
     assert "run 'g' asks for 1 GPU(s) per node (gpus_per_node)" in problem
     assert "none usable" in problem
     both = local_problems("g", 4, 1, cores=2, gpus_per_node=2, gpus=1)
     assert len(both) == 2 and "1 usable" in both[0] and "needs 4 cores" in both[1]
+
+
+# ------------------------------------------------------------------ behind the scheduler interface
+def resolved(**kw):
+    """A resolved run, as rules/common.smk holds them (RUNS)."""
+    return {**run(**kw), "min_workers": None, "max_workers": None, "on_unavailable": "skip"}
+
+
+def context(runs, cores=None, settings=None, asked=None):
+    """What rules/common.smk hands a scheduler: the runs, and each train job's resources as
+    they would be submitted (here: clusterbench.resources', and a record of the keys asked)."""
+
+    def resources(name, keys):
+        if asked is not None:
+            asked.append((name, tuple(keys)))
+        return train_resources(runs[name])
+
+    return PreflightContext(runs, resources, cores=cores, executor_settings=settings)
+
+
+def test_the_slurm_scheduler_asks_sinfo_once_and_names_each_run_too_big(monkeypatch):
+    calls = []
+    monkeypatch.setattr(slurm, "sinfo", lambda: calls.append("sinfo") or SINFO)
+    runs = {"fine": resolved(workers=4), "huge": resolved(workers=1000, nodes=10)}
+    asked = []
+    reasons = SlurmScheduler.unavailable(context(runs, asked=asked))
+    assert list(reasons) == ["huge"] and calls == ["sinfo"]
+    assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in reasons["huge"]
+    assert asked == [(name, slurm.SLURM_RESOURCE_KEYS) for name in runs]
+    assert preflight.unavailable("slurm", context(runs)) == reasons
+
+
+def test_the_slurm_scheduler_without_sinfo_cannot_decide(monkeypatch):
+    def no_sinfo():
+        raise PreflightError("cannot ask Slurm for its partitions (sinfo): not found")
+
+    monkeypatch.setattr(slurm, "sinfo", no_sinfo)
+    with pytest.raises(PreflightError, match="sinfo"):
+        preflight.unavailable("slurm", context({"r": resolved()}))
+
+
+def test_the_sge_scheduler_verifies_each_job_in_the_executors_pe(monkeypatch):
+    seen = []
+
+    def sge_problems(name, resources, default_pe):
+        seen.append((name, default_pe))
+        return [f"run {name!r}: SGE would never run its job"] if name == "huge" else []
+
+    monkeypatch.setattr(sge, "sge_problems", sge_problems)
+    runs = {"fine": resolved(), "huge": resolved(workers=64)}
+    asked = []
+    reasons = SgeScheduler.unavailable(
+        context(runs, settings=SimpleNamespace(pe="threads"), asked=asked)
+    )
+    assert reasons == {"huge": "run 'huge': SGE would never run its job"}
+    assert seen == [("fine", "threads"), ("huge", "threads")]
+    assert asked == [(name, ("runtime", *sge.VERIFY_KEYS)) for name in runs]
+    SgeScheduler.unavailable(context({"r": resolved()}))  # no executor settings: smp
+    assert seen[-1] == ("r", "smp")
+
+
+def test_the_sge_scheduler_without_a_qmaster_cannot_decide(monkeypatch):
+    def down(*args):
+        raise LaunchError("`qsub -w v ...` failed: unable to send message to qmaster")
+
+    monkeypatch.setattr(sge, "sge_problems", down)
+    with pytest.raises(PreflightError, match="unable to send message to qmaster"):
+        preflight.unavailable("sge", context({"r": resolved()}))
+
+
+def test_the_local_scheduler_counts_the_cores_local_jobs_get(monkeypatch):
+    from clusterbench.launch.schedulers import local
+
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(local, "local_gpus", lambda: 0)
+    runs = {"four": resolved(workers=4), "gpu": resolved(workers=1, gpus_per_node=1)}
+    runs["elastic"] = {**resolved(workers=2), "max_workers": 6}  # sized for its most ranks
+    assert list(LocalScheduler.unavailable(context(runs, cores=3))) == ["four", "gpu", "elastic"]
+    # a dry run (cores unknown) plans with the machine's 8 cores
+    reasons = LocalScheduler.unavailable(context(runs))
+    assert list(reasons) == ["gpu"] and "none usable" in reasons["gpu"]
+    assert "needs 6 cores (6 workers" in LocalScheduler.unavailable(context(runs, 5))["elastic"]
+
+
+def test_an_executor_without_a_scheduler_checks_nothing():
+    assert preflight.unavailable("kubernetes", context({"r": resolved(workers=10**6)})) == {}

@@ -1,7 +1,9 @@
-"""The schedulers the launcher knows, and which one it runs under.
+"""The schedulers clusterbench knows, and which one the launcher runs under.
 
 :data:`SCHEDULERS` is the registry, in detection order: the first whose ``detect(env)`` is true
-is the one (``local`` detects always: it comes last). Adding a scheduler is adding a
+is the one (``local`` detects always: it comes last). Its names are those of the Snakemake
+executors that submit to each scheduler (``local``, ``slurm``, ``sge``): the workflow asks
+``SCHEDULERS[executor]`` its pre-flight check. Adding a scheduler is adding a
 :class:`~clusterbench.launch.schedulers.base.Scheduler` subclass here.
 """
 

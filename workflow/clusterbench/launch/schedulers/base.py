@@ -7,6 +7,10 @@ its host (``shell_command``) and signalled (``signal_rank``), which GPU a rank u
 (``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod
 elastic). The registry in :mod:`clusterbench.launch.schedulers` picks one.
 
+The same classes answer the workflow's question about a scheduler before any job is
+submitted, as a class method (no allocation needed): could it ever run a training job as asked
+(``unavailable``, the pre-flight check; ``rules/common.smk`` asks the executor's scheduler).
+
 The dataclasses and pure functions here (GPU lists) and the scheduler modules' parsers (text in,
 data out) need no scheduler to be unit-tested; the methods that ask a scheduler run its tools
 (:func:`run_tool`).
@@ -20,7 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,6 +40,11 @@ class LaunchError(RuntimeError):
 
 class AllocationError(ValueError):
     """The allocation (or what was asked of it) cannot be used; the message says why."""
+
+
+class PreflightError(RuntimeError):
+    """The pre-flight check refuses a job, or could not ask the scheduler (its tool failed or
+    did not answer); the message names the run and sizes, or the tool and what it said."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,27 @@ def usable_hosts(hosts: Mapping[str, int], failed: Iterable[str] = ()) -> dict[s
     those without a slot: the hosts Horovod elastic may use now."""
     out = set(failed)
     return {name: slots for name, slots in hosts.items() if name not in out and slots > 0}
+
+
+# ------------------------------------------------------------------------------------------
+# the workflow's side: before any job is submitted
+
+
+@dataclass(frozen=True)
+class PreflightContext:
+    """What the workflow knows when it asks a scheduler's pre-flight check
+    (:meth:`Scheduler.unavailable`), while Snakemake builds the job graph."""
+
+    #: The resolved runs of the config, by name.
+    runs: Mapping[str, Mapping[str, Any]]
+    #: ``resources(run, keys)``: the train job's rule resources named by ``keys`` as the job
+    #: would be submitted (profile defaults and ``--set-resources`` included).
+    resources: Callable[[str, Collection[str]], Mapping[str, Any]]
+    #: The cores local jobs get (``--cores``); None when only planning (a dry run), where the
+    #: machine's own count applies.
+    cores: int | None = None
+    #: The executor plugin's settings (SGE: ``pe``), None when unknown (a dry run).
+    executor_settings: Any = None
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,6 +208,9 @@ class Scheduler:
     #: The rank is not this host's process but a scheduler's task (srun step, qrsh -inherit):
     #: stopping it goes through ``signal_rank``; killing the local srun/qrsh is a last resort.
     remote: ClassVar[bool] = False
+    #: Jobs run on other machines (compute nodes), which parse the workflow and its config
+    #: again there.
+    cluster: ClassVar[bool] = False
 
     def __init__(self) -> None:
         #: The environment of the local process that starts a rank (None: the launcher's own).
@@ -277,3 +310,12 @@ class Scheduler:
     def cleanup(self) -> None:
         """After a launch that was stopped or failed: end whatever of it the scheduler still
         runs (Slurm: leftover steps)."""
+
+    # the workflow's side (class methods: no allocation, no launch)
+
+    @classmethod
+    def unavailable(cls, context: PreflightContext) -> dict[str, str]:
+        """Run -> why this scheduler could never run the run's training job as asked (the
+        pre-flight check, before any job is submitted); runs it can run are left out. A
+        :class:`PreflightError` when the scheduler could not be asked."""
+        return {}

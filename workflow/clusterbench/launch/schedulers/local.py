@@ -6,14 +6,21 @@ The allocation is this host with one slot per CPU this process may run on. For H
 Horovod elastic blacklists the *host* of a rank that fails, which on one machine would end the
 run: :meth:`LocalScheduler.elastic_hosts` makes each slot a host of its own
 (:func:`slot_hosts`), so a failed rank takes only its slot out.
+
+The pre-flight check of local jobs (:meth:`LocalScheduler.unavailable`): a run needing more
+cores than local jobs get (:func:`local_problems`; its ranks would share cores, and its timing
+would measure that), or GPUs where none is usable (:func:`local_gpus`: ``CUDA_VISIBLE_DEVICES``
+and ``nvidia-smi -L``, no torch import).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,7 @@ from clusterbench.launch.schedulers.base import (
     AllocationError,
     Host,
     LaunchError,
+    PreflightContext,
     Scheduler,
 )
 
@@ -170,3 +178,90 @@ class LocalScheduler(Scheduler):
                 self._procs[rank] = proc
                 return proc
         return None
+
+    # the workflow's side
+
+    @classmethod
+    def unavailable(cls, context: PreflightContext) -> dict[str, str]:
+        """Runs needing more cores than local jobs get (``--cores``, at most the machine's; a
+        dry run plans with the machine's), or GPUs ``nvidia-smi`` does not show here."""
+        from clusterbench.config import allocated_workers  # the workflow's: not the launcher's
+
+        cores = os.cpu_count() or 1
+        if context.cores is not None:
+            cores = min(context.cores, cores)
+        wants_gpus = any(run["gpus_per_node"] for run in context.runs.values())
+        gpus = local_gpus() if wants_gpus else 0
+        reasons = {}
+        for name, run in context.runs.items():
+            problems = local_problems(
+                name,
+                allocated_workers(run),
+                run["cpus_per_worker"],
+                cores,
+                gpus_per_node=run["gpus_per_node"],
+                gpus=gpus,
+            )
+            if problems:
+                reasons[name] = "; ".join(problems)
+        return reasons
+
+
+# ------------------------------------------------------------------------------------------
+# pre-flight: can this machine run the job?
+
+
+def count_gpus(cuda_visible_devices: str | None, listing: str | None) -> int:
+    """GPUs a local job can use: ``nvidia-smi -L``'s ``listing`` (None: no nvidia-smi, or it
+    failed: no usable GPU), limited by ``CUDA_VISIBLE_DEVICES`` when that is set (empty, or
+    ``-1``: none)."""
+    found = sum(1 for line in (listing or "").splitlines() if line.startswith("GPU "))
+    if cuda_visible_devices is None:
+        return found
+    visible = [d for d in cuda_visible_devices.split(",") if d.strip()]
+    if not visible or visible[0].strip().startswith("-"):
+        return 0
+    return min(found, len(visible))
+
+
+def local_gpus(env: Mapping[str, str] | None = None) -> int:
+    """The GPUs local jobs can use here (:func:`count_gpus`), asked of ``nvidia-smi -L``: cheap,
+    and no torch import while the job graph is built."""
+    env = os.environ if env is None else env
+    tool = shutil.which("nvidia-smi")
+    listing = None
+    if tool:
+        try:
+            listing = subprocess.run(
+                [tool, "-L"], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            listing = None
+    return count_gpus(env.get("CUDA_VISIBLE_DEVICES"), listing)
+
+
+def local_problems(
+    run: str, workers: int, cpus_per_worker: int, cores: int, gpus_per_node: int = 0, gpus: int = 0
+) -> list[str]:
+    """A problem if a training run needs more cores than local jobs get (its ranks would share
+    cores, and its timing would measure that rather than the machine), or more GPUs than this
+    machine has usable (``gpus``; the local profile is one node)."""
+    problems = []
+    if gpus_per_node > gpus:
+        have = (
+            f"{gpus} usable" if gpus else "none usable (no nvidia-smi GPU, or CUDA_VISIBLE_DEVICES)"
+        )
+        problems.append(
+            f"run {run!r} asks for {gpus_per_node} GPU(s) per node (gpus_per_node) and this "
+            f"machine has {have}: run it where GPUs are (a cluster profile), or set "
+            "gpus_per_node: 0 to train on the CPU"
+        )
+    needed = workers * cpus_per_worker
+    if needed <= cores:
+        return problems
+    return problems + [
+        f"run {run!r} needs {needed} cores ({workers} workers x cpus_per_worker="
+        f"{cpus_per_worker}) but local jobs get {cores} here: its ranks would share cores and "
+        "its time per epoch would measure that; lower workers or cpus_per_worker, or run it "
+        "through a cluster profile (--profile profiles/slurm or profiles/sge)"
+    ]

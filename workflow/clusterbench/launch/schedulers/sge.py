@@ -4,10 +4,12 @@
 - :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
   ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``); for Horovod elastic,
   the hosts of ``$PE_HOSTFILE`` less those where a rank failed.
-- The train rule's SGE resources (:func:`train_resources`).
+- The train rule's SGE resources (:func:`train_resources`), and the pre-flight check
+  (:meth:`SgeScheduler.unavailable`: ``qsub -w v`` of each training job as it would be
+  submitted, :func:`verify_command`, :func:`verify_problem`).
 
-The resource part runs when the Snakefile is parsed: this module imports only the standard
-library.
+The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
+module imports only the standard library.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from clusterbench.launch.schedulers.base import (
     AllocationError,
     Host,
     LaunchError,
+    PreflightContext,
+    PreflightError,
     Scheduler,
     require_tools,
 )
@@ -84,6 +88,7 @@ class SgeScheduler(Scheduler):
     name = "sge"
     how = "qrsh -inherit"
     remote = True
+    cluster = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -143,6 +148,26 @@ class SgeScheduler(Scheduler):
             [*cmd, str(pid)], check=False, capture_output=True, timeout=SIGNAL_TIMEOUT_S
         )
         return proc.returncode == 0
+
+    # the workflow's side
+
+    @classmethod
+    def unavailable(cls, context: PreflightContext) -> dict[str, str]:
+        """Runs whose train job no queue could ever run: ``qsub -w v`` (verify, submit nothing)
+        of a job with the resources it would be submitted with, in the executor's parallel
+        environment for one-worker jobs (the profile's ``sge-pe``, else ``smp``): what the
+        profile's ``qsub -w e`` would refuse."""
+        default_pe = getattr(context.executor_settings, "pe", None) or "smp"
+        reasons = {}
+        for name in context.runs:
+            resources = context.resources(name, ("runtime", *VERIFY_KEYS))
+            try:
+                problems = sge_problems(name, resources, default_pe)
+            except LaunchError as exc:
+                raise PreflightError(str(exc)) from None
+            if problems:
+                reasons[name] = "; ".join(problems)
+        return reasons
 
 
 # ------------------------------------------------------------------------------------------

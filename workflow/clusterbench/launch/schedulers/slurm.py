@@ -7,11 +7,12 @@
   (``srun --jobid=<id> --nodes=1 --ntasks=1 --nodelist=<node> --exact ...``), found through
   ``scontrol show job -d <id>`` since Snakemake's jobstep executor strips every other
   ``SLURM_*`` variable.
-- The train rule's Slurm resources (:func:`train_resources`) and the pre-flight check of a job
-  against the partitions ``sinfo`` reports (:func:`check_slurm`, :func:`slurm_problems`).
+- The train rule's Slurm resources (:func:`train_resources`), and the pre-flight check of each
+  training job against the partitions ``sinfo`` reports (:meth:`SlurmScheduler.unavailable`,
+  :func:`parse_sinfo`, :func:`slurm_problems`).
 
-The resource and pre-flight parts run when the Snakefile is parsed: this module imports only
-the standard library (and :mod:`clusterbench.preflight`, :mod:`clusterbench.launch.placement`).
+The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
+module imports only the standard library (and :mod:`clusterbench.launch.placement`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from clusterbench.launch.schedulers.base import (
     AllocationError,
     Host,
     LaunchError,
+    PreflightContext,
+    PreflightError,
     Scheduler,
     require_tools,
     resolve,
     run_tool,
 )
 from clusterbench.preemption import WARNING_SIGNAL
-from clusterbench.preflight import PreflightError
 
 log = logging.getLogger("clusterbench.launch")
 
@@ -302,6 +304,7 @@ class SlurmScheduler(Scheduler):
     name = "slurm"
     how = "srun steps"
     remote = True
+    cluster = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -408,6 +411,22 @@ class SlurmScheduler(Scheduler):
     def cleanup(self) -> None:
         cancel_slurm_steps(self.alloc.job_id if self.alloc else None, self.tag)
 
+    # the workflow's side
+
+    @classmethod
+    def unavailable(cls, context: PreflightContext) -> dict[str, str]:
+        """Runs whose train job is larger than its partition (Slurm would accept it and leave it
+        pending forever), with the resources the job would be submitted with; one ``sinfo``."""
+        partitions = parse_sinfo(sinfo())
+        reasons = {}
+        for name in context.runs:
+            problems = slurm_problems(
+                name, context.resources(name, SLURM_RESOURCE_KEYS), partitions
+            )
+            if problems:
+                reasons[name] = "; ".join(problems)
+        return reasons
+
 
 # ------------------------------------------------------------------------------------------
 # the train rule's resources (snakemake-executor-plugin-slurm 2.8.0 + -slurm-jobstep 0.6.1)
@@ -473,10 +492,11 @@ def train_resources(
 #
 # Slurm accepts a job that asks for more than its partition has (unless the site sets
 # ``EnforcePartLimits``) and leaves it pending forever with reason ``PartitionConfig``. Before
-# the first job is submitted, the workflow (``preflight`` in rules/common.smk, an input function
-# of the train rule) compares each training job of the job graph with the partition's nodes,
-# CPUs and GPUs as ``sinfo`` reports them, and stops with a message naming the run and both
-# sizes.
+# the first job is submitted, the workflow asks the executor's scheduler
+# (:meth:`SlurmScheduler.unavailable`, from rules/common.smk while the job graph is built) to
+# compare each training job with the partition's nodes, CPUs and GPUs as ``sinfo`` reports
+# them; a run it refuses is skipped (or stops the workflow) with a message naming the run and
+# both sizes.
 
 #: ``sinfo`` format: partition (``*`` marks the default), node count, CPUs per node, GRES.
 SINFO_FORMAT = "%P|%D|%c|%G"
