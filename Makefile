@@ -11,9 +11,9 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
-	@echo "make plan   a dry run (PROFILE=$(PROFILE)) that first prints every training job (nodes x"
-	@echo "            ranks x GPUs x runtime), CPU-/GPU-hours requested, jobs per rule, and the"
-	@echo "            runs it will skip and why; submits nothing"
+	@echo "make plan   a dry run (PROFILE=$(PROFILE)), then every training job it would submit (nodes"
+	@echo "            x ranks x CPUs x GPUs x runtime), CPU-/GPU-hours requested, jobs per rule,"
+	@echo "            and the runs it will skip and why; submits nothing"
 	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
 	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
@@ -32,12 +32,10 @@ demo: setup
 	@echo "PDF report:  results/report/report.pdf"
 	@echo "HTML report: results/report/report.html"
 
-# The executor a dry run plans for: the profile's (a dry run has none of its own).
-PLAN_EXECUTOR = $(shell awk '$$1 == "executor:" {print $$2}' $(PROFILE)/config.yaml 2>/dev/null)
-
+# Snakemake's dry run with the profile (planned for the profile's executor), then the plan made
+# from its output (clusterbench.plan): what the profile would submit.
 plan: setup
-	CLUSTERBENCH_PLAN=1 CLUSTERBENCH_EXECUTOR=$(or $(PLAN_EXECUTOR),local) \
-		snakemake --profile $(PROFILE) --dry-run $(SNAKEMAKE_ARGS)
+	python -m clusterbench.plan --profile $(PROFILE) -- $(SNAKEMAKE_ARGS)
 
 test: setup
 	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \

@@ -364,14 +364,6 @@ def unavailable_runs():
         if RUNS[name]["on_unavailable"] == "skip":
             logger.warning(f"skipping run {name!r}: {reason}")
     UNAVAILABLE["runs"] = reasons
-    if os.environ.get("CLUSTERBENCH_PLAN") == "1":
-        from clusterbench import plan
-
-        logger.info(
-            plan.format_plan(
-                plan.make_plan(list(RUNS.values()), TRAIN_RESOURCES, reasons), executor
-            )
-        )
     return reasons
 
 

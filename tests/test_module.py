@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterbench import config as cbconfig
-from conftest import REPO, default_config, run_snakemake, snakemake, write_config
+from conftest import REPO, default_config, run_snakemake, snakemake, snakemake_cmd, write_config
 
 PREFIX = "bench"
 RUN = "module-digits-1w"  # a name no other test uses: the checkout must never see it
@@ -236,17 +236,20 @@ def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use
 
 def test_a_dry_run_planned_for_slurm_lists_the_runs_no_partition_can_hold(tmp_path: Path):
     """CLUSTERBENCH_EXECUTOR=slurm (what `make plan` sets from the profile): a dry run asks
-    sinfo, names the run it will skip and why, and submits nothing."""
+    sinfo, names the run it will skip and why, and submits nothing; the plan (`make plan`'s
+    command, clusterbench.plan) lists it as skipped."""
     bench = bench_config(tmp_path / "cache")
     bench["runs"].append({"name": "too-big", "dataset": "digits", "workers": 64})
     env = fake_slurm(tmp_path / "bin")
-    env.update(CLUSTERBENCH_EXECUTOR="slurm", CLUSTERBENCH_PLAN="1")
+    env.update(CLUSTERBENCH_EXECUTOR="slurm")
     workdir = tmp_path / "work"
     write_config(workdir, bench)
-    proc = snakemake(workdir, "--dry-run", env=env)
+    plan = [sys.executable, "-m", "clusterbench.plan", "--", *snakemake_cmd(workdir)[3:]]
+    proc = run_snakemake(plan, REPO, workdir / "results", True, 300, env)
     text = proc.stdout + proc.stderr
     assert "skipping run 'too-big': run 'too-big' asks for 64 workers x 1 CPU(s)" in text, text
     assert "clusterbench plan (slurm executor)" in text
+    assert "  skipped (1):\n    too-big: run 'too-big' asks for 64 workers" in text
     assert "train/too-big" not in text and "runs/too-big/" not in text, text
     calls = (tmp_path / "bin" / "calls").read_text().splitlines()
     assert "sinfo" in calls

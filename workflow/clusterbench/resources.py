@@ -11,8 +11,17 @@ keys come from its module: :func:`clusterbench.launch.schedulers.slurm.train_res
 :func:`clusterbench.launch.schedulers.sge.train_resources` (``threads``, ``sge_pe``,
 ``sge_resources``, ``sge_priority``), which document them.
 
-Generic keys:
+Generic keys (the scheduler-neutral size of the job: what ``make plan`` reports, whatever
+the executor):
     ``nodes``          the nodes the workers spread over (Slurm ``--nodes``).
+    ``ranks``          the ranks the job is sized for (``workers``; an elastic run's
+                       ``max_workers``). No executor reads it: Slurm's ``tasks`` and SGE's
+                       slots say the same to their schedulers.
+    ``gpus_per_node``  the GPUs each node is asked for: ``nodes x gpus_per_node`` GPUs in all.
+                       No executor reads it: Slurm gets it as ``--gpus-per-node`` (in
+                       ``slurm_extra``), and SGE has no standard GPU request (a site adds its
+                       complex to ``sge_resources``). Change a run's GPUs in the config, not
+                       with ``--set-resources``.
     ``mem_mb``         the whole job's memory (the local executor schedules on it).
     ``mem_mb_per_cpu`` Slurm's ``--mem-per-cpu``, chosen before ``mem_mb`` (``--mem`` is *per
                        node*, so a multi-node job would get ``nodes`` times the memory asked
@@ -37,6 +46,8 @@ from clusterbench.launch.schedulers import sge, slurm
 #: Snakemake drops resources whose value is ``None``).
 TRAIN_RESOURCE_KEYS = (
     "nodes",
+    "ranks",
+    "gpus_per_node",
     "mem_mb",
     "mem_mb_per_cpu",
     "runtime",
@@ -93,6 +104,8 @@ def train_resources(run: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "nodes": nodes,
+        "ranks": workers,
+        "gpus_per_node": gpus_per_node,
         "mem_mb": mem_mb,
         "mem_mb_per_cpu": math.ceil(mem_mb / (workers * cpus)),
         "runtime": runtime,

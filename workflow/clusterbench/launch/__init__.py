@@ -13,9 +13,9 @@ The package:
   launcher's signals (SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank);
 - :mod:`~clusterbench.launch.schedulers`: one module per scheduler (``local``, ``slurm``,
   ``sge``), each with its parsers, how it starts and signals a rank, pins GPUs and discovers
-  hosts for Horovod elastic, and the workflow's side: its pre-flight check (``unavailable``)
-  and, for Slurm and SGE, the train rule's resources; the registry picks the one the job runs
-  in (or the executor's);
+  hosts for Horovod elastic, and the workflow's side: its pre-flight check (``unavailable``),
+  what a training job asks it for (``job_request``) and, for Slurm and SGE, the train rule's
+  resources; the registry picks the one the job runs in (or the executor's);
 - :mod:`~clusterbench.launch.placement`: where ranks go (slots, network interface).
 
 Each rank's output is streamed with a ``[rank]`` prefix. When a rank fails the others are

@@ -3,8 +3,8 @@
 :data:`SCHEDULERS` is the registry, in detection order: the first whose ``detect(env)`` is true
 is the one (``local`` detects always: it comes last). Its names are those of the Snakemake
 executors that submit to each scheduler (``local``, ``slurm``, ``sge``): the workflow asks
-``SCHEDULERS[executor]`` its pre-flight check. Adding a scheduler is adding a
-:class:`~clusterbench.launch.schedulers.base.Scheduler` subclass here.
+``SCHEDULERS[executor]`` its pre-flight check and what a job asks for. Adding a scheduler is
+adding a :class:`~clusterbench.launch.schedulers.base.Scheduler` subclass here.
 """
 
 from __future__ import annotations

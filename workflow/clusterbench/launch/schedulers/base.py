@@ -7,9 +7,11 @@ its host (``shell_command``) and signalled (``signal_rank``), which GPU a rank u
 (``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod
 elastic). The registry in :mod:`clusterbench.launch.schedulers` picks one.
 
-The same classes answer the workflow's question about a scheduler before any job is
-submitted, as a class method (no allocation needed): could it ever run a training job as asked
-(``unavailable``, the pre-flight check; ``rules/common.smk`` asks the executor's scheduler).
+The same classes answer the workflow's two questions about a scheduler before any job is
+submitted, as class methods (no allocation needed): could it ever run a training job as asked
+(``unavailable``, the pre-flight check; ``rules/common.smk`` asks the executor's scheduler), and
+what a training job with these evaluated rule resources asks it for (``job_request``: nodes,
+ranks, CPUs; :mod:`clusterbench.plan`).
 
 The dataclasses and pure functions here (GPU lists) and the scheduler modules' parsers (text in,
 data out) need no scheduler to be unit-tested; the methods that ask a scheduler run its tools
@@ -88,6 +90,16 @@ def usable_hosts(hosts: Mapping[str, int], failed: Iterable[str] = ()) -> dict[s
 
 # ------------------------------------------------------------------------------------------
 # the workflow's side: before any job is submitted
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a training job asks the scheduler for (the wall-clock limit and the GPUs come from
+    the scheduler-neutral resources ``runtime``, ``nodes`` and ``gpus_per_node``)."""
+
+    nodes: int
+    ranks: int
+    cpus: int  # all ranks' CPUs (slots)
 
 
 @dataclass(frozen=True)
@@ -319,3 +331,9 @@ class Scheduler:
         pre-flight check, before any job is submitted); runs it can run are left out. A
         :class:`PreflightError` when the scheduler could not be asked."""
         return {}
+
+    @classmethod
+    def job_request(cls, resources: Mapping[str, Any], threads: int = 1) -> JobRequest:
+        """The nodes, ranks and CPUs a training job with these evaluated rule ``resources``
+        (and the job's ``threads``) asks this scheduler for: what its executor submits."""
+        raise NotImplementedError

@@ -30,6 +30,7 @@ from clusterbench.launch.schedulers.base import (
     Allocation,
     AllocationError,
     Host,
+    JobRequest,
     LaunchError,
     PreflightContext,
     Scheduler,
@@ -205,6 +206,16 @@ class LocalScheduler(Scheduler):
             if problems:
                 reasons[name] = "; ".join(problems)
         return reasons
+
+    @classmethod
+    def job_request(cls, resources: Mapping[str, Any], threads: int = 1) -> JobRequest:
+        """The job's ranks (the neutral ``ranks``) on the job's cores (its ``threads``, which
+        the local executor gives it)."""
+        return JobRequest(
+            nodes=int(resources.get("nodes") or 1),
+            ranks=int(resources.get("ranks") or 1),
+            cpus=int(threads or 1),
+        )
 
 
 # ------------------------------------------------------------------------------------------

@@ -4,9 +4,10 @@
 - :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
   ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``); for Horovod elastic,
   the hosts of ``$PE_HOSTFILE`` less those where a rank failed.
-- The train rule's SGE resources (:func:`train_resources`), and the pre-flight check
-  (:meth:`SgeScheduler.unavailable`: ``qsub -w v`` of each training job as it would be
-  submitted, :func:`verify_command`, :func:`verify_problem`).
+- The train rule's SGE resources (:func:`train_resources`), what a job with them asks SGE for
+  (:meth:`SgeScheduler.job_request`), and the pre-flight check (:meth:`SgeScheduler.unavailable`:
+  ``qsub -w v`` of each training job as it would be submitted, :func:`verify_command`,
+  :func:`verify_problem`).
 
 The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
 module imports only the standard library.
@@ -30,6 +31,7 @@ from clusterbench.launch.schedulers.base import (
     Allocation,
     AllocationError,
     Host,
+    JobRequest,
     LaunchError,
     PreflightContext,
     PreflightError,
@@ -168,6 +170,19 @@ class SgeScheduler(Scheduler):
             if problems:
                 reasons[name] = "; ".join(problems)
         return reasons
+
+    @classmethod
+    def job_request(cls, resources: Mapping[str, Any], threads: int = 1) -> JobRequest:
+        """What ``qsub`` is asked for: ``-pe <pe> <slots>`` with ``slots`` = the ``threads``
+        resource; a job in a PE of its own (``sge_pe``: one slot per rank) runs that many
+        ranks, any other one rank on all its slots. Nodes: the run's (SGE's PE allocation rule
+        places the slots; nothing asks for nodes)."""
+        slots = int(resources.get("threads") or 1)
+        return JobRequest(
+            nodes=int(resources.get("nodes") or 1),
+            ranks=slots if resources.get("sge_pe") else 1,
+            cpus=slots,
+        )
 
 
 # ------------------------------------------------------------------------------------------

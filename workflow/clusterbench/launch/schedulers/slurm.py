@@ -7,8 +7,9 @@
   (``srun --jobid=<id> --nodes=1 --ntasks=1 --nodelist=<node> --exact ...``), found through
   ``scontrol show job -d <id>`` since Snakemake's jobstep executor strips every other
   ``SLURM_*`` variable.
-- The train rule's Slurm resources (:func:`train_resources`), and the pre-flight check of each
-  training job against the partitions ``sinfo`` reports (:meth:`SlurmScheduler.unavailable`,
+- The train rule's Slurm resources (:func:`train_resources`), what a job with them asks Slurm
+  for (:meth:`SlurmScheduler.job_request`), and the pre-flight check of each training job
+  against the partitions ``sinfo`` reports (:meth:`SlurmScheduler.unavailable`,
   :func:`parse_sinfo`, :func:`slurm_problems`).
 
 The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
@@ -36,6 +37,7 @@ from clusterbench.launch.schedulers.base import (
     Allocation,
     AllocationError,
     Host,
+    JobRequest,
     LaunchError,
     PreflightContext,
     PreflightError,
@@ -426,6 +428,17 @@ class SlurmScheduler(Scheduler):
             if problems:
                 reasons[name] = "; ".join(problems)
         return reasons
+
+    @classmethod
+    def job_request(cls, resources: Mapping[str, Any], threads: int = 1) -> JobRequest:
+        """What ``sbatch`` is asked for: ``--nodes``, ``--ntasks`` (``tasks``, else 1) and
+        ``--cpus-per-task`` (``cpus_per_task``, else the job's threads) per task."""
+        ranks = int(resources.get("tasks") or 1)
+        return JobRequest(
+            nodes=int(resources.get("nodes") or 1),
+            ranks=ranks,
+            cpus=ranks * int(resources.get("cpus_per_task") or threads or 1),
+        )
 
 
 # ------------------------------------------------------------------------------------------
