@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -475,3 +476,63 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
     assert per_rule(lines[4]) == dict(train=1, evaluate=2, report=1, best=1, all=1)
     assert lines[5] == "  skipped: none"
     assert "done" not in "\n".join(lines[1:3])
+
+
+# ------------------------------------------------------ the real Slurm test cluster (unfaked)
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_the_slurm_plan_is_what_slurm_granted(slurm_cluster, tmp_path: Path):
+    """`make plan` against the real cluster (its sinfo), then the same workflow run: each train
+    job Slurm was given (`scontrol show job`) has the plan's nodes, ranks, CPUs and time limit,
+    and a run no partition holds is in the plan's skips and never submitted."""
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(tmp_path / "cache")
+    cfg["runs"] = [
+        {"name": "one", "dataset": "digits", "workers": 1, "epochs": 1, "runtime": 9},
+        {"name": "spread", "dataset": "digits", "workers": 2, "nodes": 2, "epochs": 1},
+        {"name": "too-big", "dataset": "digits", "workers": 64, "epochs": 1},
+    ]
+    workdir = tmp_path / "work"
+    write_config(workdir, cfg)
+    proc = make_plan_for_real(
+        workdir, "slurm", "--set-resources", "train:runtime=11", env=slurm_cluster.env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = plan_lines(proc.stdout)
+    planned = {
+        fields[0]: tuple(int(x) for x in fields[1:6])
+        for fields in (line.split() for line in lines[2:4])
+    }
+    # --set-resources wins over the run's runtime (the profile's defaults are under both)
+    assert planned == {"one": (1, 1, 1, 0, 11), "spread": (2, 2, 2, 0, 11)}, lines
+    assert any(line.startswith("    too-big: run 'too-big' asks for 64") for line in lines)
+
+    targets = ["results/runs/one/run.json", "results/runs/spread/run.json"]
+    run = snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles" / "slurm"),
+        "--set-resources",
+        "train:runtime=11",
+        "--seconds-between-status-checks",
+        "5",
+        "--slurm-init-seconds-before-status-checks",
+        "3",
+        *targets,
+        env=slurm_cluster.env,
+        timeout=1500,
+    )
+    out = run.stdout + run.stderr
+    submitted = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", out)
+    job_of = {Path(log).parent.name: job for job, log in submitted if "rule_train" in log}
+    assert set(job_of) == {"one", "spread"}, out
+    for name, job in job_of.items():
+        # job records stay MinJobAge (300 s) after the job ends
+        text = slurm_cluster.run(["scontrol", "show", "job", job]).stdout
+        field = {k: v for k, v in re.findall(r"\b([\w/]+)=(\S+)", text)}
+        nodes, ranks, cpus, _gpus, runtime = planned[name]
+        assert int(field["NumNodes"].split("-")[0]) == nodes, text
+        assert int(field["NumTasks"]) == ranks, text
+        assert int(field["NumTasks"]) * int(field["CPUs/Task"]) == cpus, text
+        assert field["TimeLimit"] == f"00:{runtime:02d}:00", text
