@@ -190,6 +190,19 @@ def test_parse_the_slurm_dry_run():
     assert dry.unchecked == []
 
 
+def test_limits_that_could_not_be_checked_are_said():
+    text = NOTHING_TO_DO.replace(
+        "Building DAG of jobs...\n",
+        "Building DAG of jobs...\nthe plan cannot check the slurm limits: cannot ask Slurm for "
+        "its partitions (sinfo): [Errno 2] No such file or directory: 'sinfo'\n",
+    )
+    plan = make_plan(parse_dry_run(text), "slurm")
+    assert format_plan(plan, "slurm").endswith(
+        "\n  not checked: the plan cannot check the slurm limits: cannot ask Slurm for its "
+        "partitions (sinfo): [Errno 2] No such file or directory: 'sinfo'"
+    )
+
+
 def test_pairs_split_only_where_a_new_name_starts():
     assert parse_pairs("run=sweep--lr=0.1,momentum=0.9") == {"run": "sweep--lr=0.1,momentum=0.9"}
     assert parse_pairs("a=1, b=x, y, c=") == {"a": "1", "b": "x, y", "c": ""}
