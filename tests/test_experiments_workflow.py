@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from clusterbench.preflight import local_gpus
-from conftest import REPO, default_config, snakemake, write_config
+from conftest import REPO, default_config, snakemake, snakemake_cmd, write_config
 
 SWEEP = {
     "dataset": "digits",
@@ -46,19 +48,21 @@ def local(workdir: Path, *extra: str, check: bool = True):
 def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
     workdir = tmp_path / "work"
     write_config(workdir, experiment_config(tmp_path / "cache"))
-    proc = snakemake(
-        workdir,
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "--dry-run",
-        env={"CLUSTERBENCH_PLAN": "1"},
+    # make plan's command: Snakemake's dry run, then the plan made of it
+    args = snakemake_cmd(workdir)[3:]  # the Snakefile, the directory and the config file
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterbench.plan", "--profile", str(REPO / "profiles" / "local")]
+        + ["--", *args],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     text = proc.stdout + proc.stderr
     for run in GPU_RUNS:
         assert f"skipping run {run!r}: run {run!r} asks for 1 GPU(s) per node" in text, text
     assert f"skipping run {TOO_BIG!r}: run {TOO_BIG!r} needs 64 cores" in text
     assert "clusterbench plan (local executor)" in text
-    assert "download 1, preprocess 1, train 2, evaluate 2, report 1, all 1" in text
+    assert "download 1, preprocess 1, train 2, evaluate 2, report 1, best 1, all 1" in text, text
     for run in GPU_RUNS + [TOO_BIG]:
         assert f"results/runs/{run}/" not in text
     for run in CPU_RUNS:

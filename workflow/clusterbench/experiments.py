@@ -17,9 +17,9 @@ Each point becomes one run named ``<experiment>--<key>=<value>,...`` (``env=<pre
 then the matrix keys in the order written, then ``seed=S`` when ``repeats`` > 1): a file-name
 component (``results/runs/<name>/``) and a Snakemake wildcard value, deterministic and
 readable; a value's characters other than letters, digits and ``_ . + -`` become ``_``, and
-two values that would then give the same name are refused. Each expanded run records where it came from in the run keys ``experiment``,
-``environment``, ``point`` (swept key -> value) and ``repeat`` (0-based); hand-written runs have
-``None`` in all four.
+two values that would then give the same name are refused. Each expanded run records where it
+came from in the run keys ``experiment``, ``environment``, ``point`` (swept key -> value) and
+``repeat`` (0-based); hand-written runs have ``None`` in all four.
 
 Pure: :func:`expand` takes the already schema-checked parts of the config and returns the runs
 and the problems (each naming its key path); :func:`clusterbench.config.validate` calls it.
