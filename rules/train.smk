@@ -3,6 +3,8 @@
 # resources (clusterbench.resources) size the job for each executor and are no rerun trigger.
 # A run's `priority` orders the local train jobs (Snakemake picks the highest first) and becomes
 # Slurm's --nice / SGE's -p through the resources; neither it nor `qos` is a rerun trigger.
+# `--lock`: one job at a time trains a run (a requeued Slurm job and Snakemake's retry of it
+# could both be alive; clusterbench.launch.exclusive).
 rule train:
     input:
         script=script("train"),
@@ -32,6 +34,7 @@ rule train:
         data_dir=lambda wc, input: dir_of(input.data[0]),
         out_dir=lambda wc, output: dir_of(output.info),
     shell:
-        "python -m clusterbench.launch --np {params.workers} {params.elastic}-- "
+        "python -m clusterbench.launch --np {params.workers} {params.elastic}"
+        "--lock {params.out_dir:q}/train.lock -- "
         "python {input.script:q} --data-dir {params.data_dir:q} --run {params.run:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -1,7 +1,7 @@
 """``clusterbench-launch``: the command line, the plan of a launch, and running it.
 
     clusterbench-launch --np W [--min-np A --max-np B] [--scheduler auto|slurm|sge|local]
-                        [--iface IF] [--timeout S] [--log-level L] -- CMD ARGS...
+                        [--iface IF] [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 :func:`prepare` checks everything that can be checked before a rank starts and makes the
 :class:`Plan`: the scheduler (detected through the registry of
@@ -11,7 +11,8 @@
 (:func:`horovod.runner.gloo_run.launch_gloo`), which does the rendezvous, the slot assignment
 and every rank's Horovod environment, with the rank runner of :mod:`clusterbench.launch.runner`
 as its ``exec_command``. With ``--min-np``/``--max-np`` the launch is Horovod elastic's
-(:mod:`clusterbench.launch.elastic`).
+(:mod:`clusterbench.launch.elastic`). With ``--lock`` one launch at a time runs a training
+(:mod:`clusterbench.launch.exclusive`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import IO, Any
 
 from clusterbench import preemption
 from clusterbench.launch import schedulers
+from clusterbench.launch.exclusive import RunLock, describe
 from clusterbench.launch.placement import IfaceChoice, choose_iface, horovod_hosts, local_nodes
 from clusterbench.launch.runner import (
     RankRunner,
@@ -102,6 +104,14 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     )
     parser.add_argument(
         "--log-level", default=None, help=f"Horovod log level: {', '.join(LOG_LEVELS)}"
+    )
+    parser.add_argument(
+        "--lock",
+        default=None,
+        metavar="PATH",
+        help="hold an exclusive lock on PATH while the ranks run: a second launch with the same "
+        "PATH waits for the first to end, and starts no rank if that one succeeded meanwhile "
+        "(two jobs of one run: a requeued one and its retry)",
     )
     if "--" not in argv:
         parser.parse_known_args(argv)  # --help, or an error about the options themselves
@@ -360,12 +370,33 @@ def main(argv: list[str] | None = None) -> int:
         prepare_plan, run_plan = elastic.prepare, elastic.run
     else:
         prepare_plan, run_plan = prepare, run
+    lock = RunLock(args.lock) if args.lock else None
+    if lock is not None:
+        try:
+            if not lock.acquire():
+                log.info(
+                    "%s finished this training with success while this one waited: nothing "
+                    "left to do, no rank started",
+                    describe(lock.before),
+                )
+                lock.release()
+                return 0
+        except OSError as exc:
+            log.warning("cannot lock %s (%s): going on without the lock", args.lock, exc)
+            lock = None
+    exit_code = None
     try:
-        plan = prepare_plan(args, env)
-    except (LaunchError, AllocationError) as exc:
-        print(f"clusterbench-launch: error: {exc}", file=sys.stderr)
-        return 2
-    return run_plan(plan)
+        try:
+            plan = prepare_plan(args, env)
+        except (LaunchError, AllocationError) as exc:
+            print(f"clusterbench-launch: error: {exc}", file=sys.stderr)
+            exit_code = 2
+            return exit_code
+        exit_code = run_plan(plan)
+        return exit_code
+    finally:
+        if lock is not None:
+            lock.release(exit_code)
 
 
 def cli() -> None:
