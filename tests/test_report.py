@@ -244,6 +244,16 @@ def make_fake_results(
     return out
 
 
+def edit_run_json(root: Path, name: str, **changes) -> None:
+    """Change a fake run's run.json: its top-level keys, and ``run=`` its training slice's."""
+    path = root / "results" / "runs" / name / "run.json"
+    info = json.loads(path.read_text())
+    run = changes.pop("run", {})
+    info.update(changes)
+    info["run"].update(run)
+    path.write_text(json.dumps(info))
+
+
 def fake_provenance(spec: dict, hosts: list[str], workers: int) -> dict:
     """run.json's provenance of a fake run: ranks round-robin over ``hosts``."""
     return {
@@ -597,7 +607,7 @@ def _scaling_frame(**changes: dict) -> pd.DataFrame:
     """A 1-worker and a 2-worker run of one series; ``changes`` overrides the 2-worker run."""
     common = {"dataset": "digits", "model": "small_cnn", "global_batch": 128, "device": "cpu",
               "backend": "horovod", "bn": "aggregate", "precision": "fp32",
-              "channels_last": False}  # fmt: skip
+              "channels_last": False, "site": "east"}  # fmt: skip
     rows = [
         {**common, "run": "one", "workers": 1, "images_per_second": 1000.0},
         {**common, "run": "two", "workers": 2, "images_per_second": 1800.0, **changes},
@@ -624,6 +634,7 @@ def test_baseline_same_series():
         {"dataset": "mnist"},
         {"precision": "bf16"},
         {"channels_last": True},
+        {"site": "west"},  # another site's 1-worker run is no baseline
     ],
 )
 def test_baseline_never_crosses_series(changes: dict):

@@ -1,9 +1,11 @@
-"""The report's pages for the experiment designs: the results sorted on validation, execution
-environments (time per epoch, epochs reached, what was skipped), sweeps (heatmaps over two swept
-keys), repeats (mean ± sd over seeds) and elastic runs (world size over the epochs).
+"""The report's pages for the experiment designs: the results sorted on validation, the skipped
+runs, execution environments (time per epoch, epochs reached, what was skipped), sweeps
+(heatmaps over each pair of swept keys, :mod:`clusterbench.report.sweeps`), repeats (mean ± sd
+over seeds) and elastic runs (world size over the epochs).
 
 Each page appears only when the runs have what it shows; every one handles any number of runs,
-points and environments (long lists are cut to what a page holds, and the page says so).
+points, environments and sites (long lists are cut to what a page holds, and the page says so);
+a chart with nothing to draw says why in words.
 """
 
 from __future__ import annotations
@@ -15,18 +17,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clusterbench.experiments import format_value
+from clusterbench.report import sweeps
 from clusterbench.report.style import (
     TABLE_ROWS_PER_PAGE,
     Pages,
     _log_ticks,
+    _plural,
+    cell_text,
+    chunk_rows,
     draw_table,
     fmt_pct,
     fmt_seconds_sd,
     set_category_ticks,
-    wrap_label,
+    table_budget,
     wrap_text,
 )
-from clusterbench.report.tables import environment_table, point_table, swept_keys
+from clusterbench.report.tables import (
+    best_run,
+    environment_table,
+    point_table,
+    skipped_table,
+    swept_keys,
+)
 
 #: The most bars / rows one chart draws; a page with more says how many it leaves out.
 MAX_BARS = 30
@@ -34,7 +47,7 @@ MAX_BARS = 30
 
 def _label_point(point: str) -> str:
     values = json.loads(point)
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items())
 
 
 def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
@@ -42,15 +55,15 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
     swept values), its validation and test accuracy and its time."""
     columns = [
         ("#", 0.03, True),
-        ("Run", 0.2, False),
-        ("Experiment /\nenvironment", 0.12, False),
-        ("Swept values", 0.17, False),
-        ("Workers\n(nodes)", 0.07, True),
-        ("Epochs", 0.06, True),
-        ("Validation\naccuracy", 0.08, True),
-        ("Test\naccuracy", 0.07, True),
-        ("Time per epoch\n(mean \u00b1 sd)", 0.12, True),
-        ("Images/s", 0.08, True),
+        ("Run", 0.24, False),
+        ("Experiment /\nenvironment", 0.1, False),
+        ("Swept values", 0.2, False),
+        ("Workers\n(nodes)", 0.065, True),
+        ("Epochs", 0.05, True),
+        ("Validation\naccuracy", 0.075, True),
+        ("Test\naccuracy", 0.065, True),
+        ("Time per epoch\n(mean \u00b1 sd)", 0.11, True),
+        ("Images/s", 0.065, True),
     ]
     rows = []
     for rank, r in enumerate(runs_df.itertuples(index=False), start=1):
@@ -58,9 +71,9 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         rows.append(
             [
                 str(rank),
-                wrap_label(r.run, 24),
+                cell_text(r.run, 0.24),
                 origin,
-                wrap_label(_label_point(r.point), 20) or "-",
+                cell_text(_label_point(r.point), 0.2) or "-",
                 f"{r.workers} ({r.nodes})",
                 str(r.epochs),
                 fmt_pct(r.final_val_accuracy),
@@ -71,7 +84,8 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 f"{r.images_per_second:,.0f}" if r.timed_epochs else "n/a",
             ]
         )
-    chunks = [rows[i : i + TABLE_ROWS_PER_PAGE] for i in range(0, len(rows), TABLE_ROWS_PER_PAGE)]
+    header = [c[0] for c in columns]
+    chunks = chunk_rows(rows, table_budget(header), TABLE_ROWS_PER_PAGE)
     for page_no, chunk in enumerate(chunks, start=1):
         suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
         fig = pages.new(
@@ -87,71 +101,130 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 return "#d4ecd0", True
             return ("#eef1f6" if row % 2 == 0 else "white"), False
 
-        draw_table(fig, columns, [c[0] for c in columns], chunk, style)
+        draw_table(fig, columns, header, chunk, style)
+
+
+def skipped_pages(pages: Pages, skipped: Sequence[dict[str, Any]]) -> None:
+    """Every skipped run (hand-written, a sweep point, an environment) with its reason; no
+    page when none was skipped."""
+    table = skipped_table(skipped)
+    if table.empty:
+        return
+    sites = bool(table["site"].str.len().any())
+    widths = (0.26, 0.1, 0.14, 0.16, 0.34) if sites else (0.3, 0, 0.14, 0.16, 0.4)
+    columns = [("Run", widths[0], False)]
+    columns += [("Site", widths[1], False)] if sites else []
+    columns += [
+        ("Experiment /\nenvironment", widths[2], False),
+        ("Swept values", widths[3], False),
+        ("Why it was skipped", widths[4], False),
+    ]
+    rows = []
+    for r in table.itertuples(index=False):
+        origin = "\n".join(x for x in (r.experiment, r.environment) if x) or "by hand"
+        rows.append(
+            [cell_text(r.run, widths[0])]
+            + ([cell_text(r.site, widths[1])] if sites else [])
+            + [
+                cell_text(origin, widths[2]),
+                cell_text(r.point, widths[3]) or "-",
+                cell_text(r.reason, widths[4], max_lines=4),
+            ]
+        )
+    header = [c[0] for c in columns]
+    chunks = chunk_rows(rows, table_budget(header), TABLE_ROWS_PER_PAGE)
+    for page_no, chunk in enumerate(chunks, start=1):
+        suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
+        fig = pages.new(
+            f"Skipped runs: {len(table)}" + suffix,
+            "Runs the workflow left out where it ran, before any job: the machine or cluster "
+            "could not offer what they ask for (cores, GPUs, nodes, a queue) and the run may be "
+            "skipped there (on_unavailable). They appear on no other page but the execution "
+            "environments'; skipped.csv lists them too.",
+            layout=None,
+        )
+        draw_table(
+            fig,
+            columns,
+            header,
+            chunk,
+            lambda row, col: ("#eef1f6" if row % 2 == 0 else "white", False),
+        )
+
+
+def _env_rows(runs_df: pd.DataFrame, exp: str, envs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The environment table's rows of ``exp`` to draw: with a matrix too, those at the best
+    run's swept values (named in the text returned)."""
+    rows = envs[envs["experiment"] == exp]
+    if rows["point"].nunique() <= 1:
+        return rows, ""
+    ran = runs_df[(runs_df["experiment"] == exp) & (runs_df["environment"] != "")]
+    best = best_run(ran)
+    return rows[rows["point"] == best["point"]], _label_point(best["point"])
+
+
+def _sd_words(over: set[str]) -> str:
+    if over == {"repeats"}:
+        return "whiskers: sd over the repeats (the runs with other seeds)"
+    if over == {"epochs"}:
+        return "whiskers: sd over the timed epochs of its one run"
+    return (
+        "whiskers: sd over the repeats, or over the timed epochs where an environment ran "
+        "once (each bar's label says which)"
+    )
 
 
 def environment_pages(
     pages: Pages, runs_df: pd.DataFrame, skipped: Sequence[dict[str, Any]]
 ) -> None:
-    """Per experiment with environments: time per epoch by environment (log-scale bars, sd
-    over repeats as whiskers, epochs reached printed), the skipped environments beside."""
+    """Per experiment with environments: time per epoch by environment (and site, where
+    several; log-scale bars, mean over the repeats, the sd over the repeats as whiskers, or
+    over the epochs of a single run, epochs reached printed), the skipped environments beside.
+    With a matrix too, the environments are compared at the best run's swept values."""
     envs = environment_table(runs_df)
     skipped_envs = [s for s in skipped if s.get("environment")]
     experiments = list(
         dict.fromkeys([*envs["experiment"], *(s.get("experiment") or "" for s in skipped_envs)])
     )
+    warmup = pages.params.timing_warmup_epochs
     for exp in experiments:
-        part = envs[envs["experiment"] == exp].head(MAX_BARS)
+        rows, held = _env_rows(runs_df, exp, envs)
+        part = rows.head(MAX_BARS)
+        cut = ""
+        if len(rows) > len(part):
+            cut = f" The first {len(part)} of {len(rows)} environments."
         gone = [s for s in skipped_envs if (s.get("experiment") or "") == exp]
-        minutes = runs_df.loc[runs_df["experiment"] == exp, "train_seconds"]
-        fig = pages.new(
-            f"Execution environments: {exp}",
-            "The same training in each environment (workers x nodes x GPUs per node): mean time "
-            "per epoch on a log scale (whiskers: sd over the epochs), and the epochs each "
-            "reached" + (" in its time box" if len(minutes) else "") + ". Environments this "
-            "cluster could not offer are listed as skipped, with the reason.",
-            png=f"environments-{exp}",
+        sites = rows["site"].nunique() > 1
+        caption = (
+            "The same training in each environment (workers x nodes x GPUs per node)"
+            + (", on each site" if sites else "")
+            + ": mean time per epoch over its repeats, on a log scale ("
+            + _sd_words(set(part["sd_over"]))
+            + "), and the epochs each reached"
+            + (" in its time box" if part["time_boxed"].any() else "")
+            + "."
+            + (f" All at the best run's swept values ({held})." if held else "")
+            + cut
+            + " Environments skipped where they were to run are listed beside, with the reason."
         )
+        fig = pages.new(f"Execution environments: {exp}", caption, png=f"environments-{exp}")
         grid = fig.add_gridspec(1, 2, width_ratios=(1.7, 1))
         ax = fig.add_subplot(grid[0, 0])
         side = fig.add_subplot(grid[0, 1])
         side.set_axis_off()
+        values = part["epoch_seconds"].to_numpy(dtype=float)
+        finite = values[np.isfinite(values) & (values > 0)]
         if part.empty:
             pages.note(ax, "No environment of this experiment ran here.")
-        else:
-            labels = [
-                f"{r.environment}\n{r.workers} worker(s), {r.nodes} node(s), "
-                f"{r.gpus_per_node} GPU/node"
-                for r in part.itertuples(index=False)
-            ]
-            y = np.arange(len(part))
-            colors = pages.sns.color_palette("tab10", len(part))
-            values = part["epoch_seconds"].to_numpy(dtype=float)
-            spread = np.nan_to_num(part["epoch_seconds_sd"].to_numpy(dtype=float))
-            ax.barh(
-                y,
-                values,
-                xerr=spread,
-                color=colors,
-                capsize=3,
+        elif not finite.size:
+            pages.note(
+                ax,
+                "No time per epoch: no run of these environments has an epoch\nafter the "
+                f"{_plural(warmup, 'warm-up epoch')}. Epochs reached: "
+                + ", ".join(f"{r.environment} {r.epochs:.3g}" for r in part.itertuples()),
             )
-            ax.set_xscale("log")
-            finite = values[np.isfinite(values) & (values > 0)]
-            if finite.size:
-                _log_ticks(ax.xaxis, float(finite.min()), float(finite.max()))
-                rows = zip(values, spread, part.itertuples(index=False), strict=True)
-                for yi, (v, sd, r) in enumerate(rows):
-                    if np.isfinite(v):
-                        ax.text(
-                            (v + sd) * 1.05,
-                            yi,
-                            f" {v:.3g} s, {r.epochs:.0f} epochs",
-                            va="center",
-                            fontsize=9,
-                        )
-                ax.set_xlim(finite.min() / 2, finite.max() * 6)
-            ax.set_xlabel("seconds per epoch (log scale)")
-            set_category_ticks(ax, labels, width=40)
+        else:
+            _environment_bars(pages, ax, part, values, finite, sites)
         lines = ["Skipped here:"] if gone else ["Nothing skipped."]
         budget = 30  # lines the panel holds
         for n, s in enumerate(gone):
@@ -159,59 +232,137 @@ def environment_pages(
             entry = [f"\u2022 {s.get('environment')} ({s.get('run')}):"]
             entry += [f"   {w}" for w in reason[:8]]
             if len(lines) + len(entry) > budget:
-                lines.append(f"and {len(gone) - n} more (see skipped.csv)")
+                lines.append(f"and {len(gone) - n} more (see the skipped runs page)")
                 break
             lines += entry
         side.text(0.0, 1.0, "\n".join(lines), va="top", fontsize=9.5, transform=side.transAxes)
 
 
+def _environment_bars(
+    pages: Pages,
+    ax: Any,
+    part: pd.DataFrame,
+    values: np.ndarray,
+    finite: np.ndarray,
+    sites: bool,
+) -> None:
+    names = list(dict.fromkeys(part["environment"]))
+    palette = dict(zip(names, pages.sns.color_palette("tab10", len(names)), strict=True))
+    labels = []
+    for r in part.itertuples(index=False):
+        spread = (
+            f"{_plural(r.repeats, 'repeat')}" if r.sd_over == "repeats" else "1 run: sd over epochs"
+        )
+        labels.append(
+            (f"{r.site}: " if sites else "")
+            + f"{r.environment}\n{r.workers} worker(s), {r.nodes} node(s), "
+            f"{r.gpus_per_node} GPU/node\n{spread}"
+        )
+    y = np.arange(len(part))
+    sd = np.nan_to_num(part["epoch_seconds_sd"].to_numpy(dtype=float))
+    low = np.minimum(sd, np.nan_to_num(values) * 0.9)  # a log axis has no room below 0
+    ax.barh(y, values, xerr=[low, sd], color=[palette[e] for e in part["environment"]], capsize=3)
+    ax.set_xscale("log")
+    _log_ticks(ax.xaxis, float(finite.min()), float(finite.max()))
+    for yi, (v, s, r) in enumerate(zip(values, sd, part.itertuples(index=False), strict=True)):
+        text = f" {v:.3g} s" + (f" \u00b1 {s:.2g}" if s else "") + f", {r.epochs:.3g} epochs"
+        if not np.isfinite(v):
+            text = f" no timed epoch, {r.epochs:.3g} epochs"
+            v, s = finite.min(), 0.0
+        ax.text((v + s) * 1.05, yi, text, va="center", fontsize=9)
+    ax.set_xlim(finite.min() / 2, finite.max() * 8)
+    ax.set_xlabel("seconds per epoch (log scale)")
+    set_category_ticks(ax, labels, width=40)
+
+
 def sweep_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
-    """Per experiment with a matrix: validation accuracy and time per epoch over two swept keys
-    (heatmaps, the best cell marked; further keys averaged over) or over one (bars)."""
+    """Per experiment with a matrix: validation accuracy and time per epoch over each pair of
+    swept keys (heatmaps, the other dimensions held at the best run's values, the best cell
+    outlined; at most :data:`sweeps.MAX_PAIRS` pairs) or over the one swept key (bars)."""
     for exp, keys in swept_keys(runs_df).items():
-        if not keys:
-            continue
         table = point_table(runs_df, exp)
-        if len(keys) >= 2:
-            _heatmaps(pages, exp, keys, table)
-        else:
-            _one_key(pages, exp, keys[0], table)
+        varying = sweeps.varying_keys(table, keys)
+        if len(varying) >= 2:
+            _heatmaps(pages, runs_df, exp, table)
+        elif varying:
+            _one_key(pages, exp, varying[0], table)
 
 
-def _heatmaps(pages: Pages, exp: str, keys: list[str], table: pd.DataFrame) -> None:
-    rows_key, cols_key = keys[0], keys[1]
-    rest = keys[2:]
-    envs = [e for e in table["environment"].unique() if e]
-    note = []
-    if rest:
-        note.append(f"averaged over {', '.join(rest)}")
-    if envs:
-        note.append(f"averaged over the environments {', '.join(envs)}")
-    fig = pages.new(
-        f"Sweep: {exp}",
-        f"Final validation accuracy (left) and mean time per epoch (right) over {rows_key} x "
-        f"{cols_key}" + (f" ({'; '.join(note)})" if note else "") + "; mean over repeats. "
-        "The best cell on validation is outlined.",
-        png=f"sweep-{exp}",
-    )
-    axes = fig.subplots(1, 2)
-    acc = table.pivot_table(index=rows_key, columns=cols_key, values="val_accuracy")
-    sec = table.pivot_table(index=rows_key, columns=cols_key, values="epoch_seconds")
-    best = np.unravel_index(np.nanargmax(acc.to_numpy(dtype=float)), acc.shape)
-    annotate = acc.size <= 100
-    for ax, data, fmt, cmap, title in (
-        (axes[0], acc * 100, ".1f", "viridis", "validation accuracy (%)"),
-        (axes[1], sec, ".3g", "rocket_r", "time per epoch (s)"),
-    ):
-        pages.sns.heatmap(
-            data, ax=ax, annot=annotate, fmt=fmt, cmap=cmap, cbar_kws={"label": title}
+def _heatmaps(pages: Pages, runs_df: pd.DataFrame, exp: str, table: pd.DataFrame) -> None:
+    every = sweeps.pairs(runs_df, exp, table)
+    drawn = every[: sweeps.MAX_PAIRS]
+    left = every[sweeps.MAX_PAIRS :]
+    note = None
+    if left:
+        note = (
+            f"{len(every)} pairs of swept keys; drawn: the first {len(drawn)}; left out: "
+            + ", ".join(f"{p.rows} x {p.cols}" for p in left)
+            + " (every point is in results.csv)."
         )
-        ax.add_patch(
-            _outline(best[1], best[0]),
+    repeats = int(table["repeats"].max())
+    warmup = pages.params.timing_warmup_epochs
+    for i, pair in enumerate(drawn):
+        acc = sweeps.grid(table, pair, "val_accuracy")
+        sec = sweeps.grid(table, pair, "epoch_seconds")
+        best = sweeps.best_cell(acc)
+        blanks = []
+        if acc.isna().any().any():
+            blanks.append("blank: no run there at the held values (not in the sweep, or skipped)")
+        if (sec.isna() & acc.notna()).any().any():
+            blanks.append(f"no time: no epoch after the {_plural(warmup, 'warm-up epoch')}")
+        held = sweeps.held_text(pair.held)
+        caption = (
+            f"Final validation accuracy (left) and mean time per epoch (right) over {pair.rows} "
+            f"x {pair.cols}"
+            + (f", the other dimensions held at the best run's values: {held}" if held else "")
+            + (f"; mean over up to {repeats} repeats" if repeats > 1 else "")
+            + ". The cell with the highest validation accuracy is outlined"
+            + (f" ({'; '.join(blanks)})" if blanks else "")
+            + "."
         )
-        ax.set_title(title)
-        ax.set_xlabel(cols_key)
-        ax.set_ylabel(rows_key)
+        suffix = f" ({i + 1} of {len(drawn)})" if len(drawn) > 1 else ""
+        fig = pages.new(
+            f"Sweep: {exp}: {pair.rows} x {pair.cols}" + suffix,
+            caption,
+            png=f"sweep-{exp}" if len(every) == 1 else f"sweep-{exp}-{pair.rows}-x-{pair.cols}",
+            note=note if i == 0 else None,
+        )
+        axes = fig.subplots(1, 2)
+        cells = acc.size
+        font = 10 if cells <= 36 else 8 if cells <= 100 else 6.5 if cells <= 196 else 0
+        for ax, data, fmt, cmap, title, empty in (
+            (axes[0], acc * 100, ".1f", "viridis", "validation accuracy (%)", "No accuracy."),
+            (
+                axes[1],
+                sec,
+                ".3g",
+                "rocket_r",
+                "time per epoch (s)",
+                f"No time per epoch: no run here has an epoch\nafter the "
+                f"{_plural(warmup, 'warm-up epoch')} (time box or epochs too short).",
+            ),
+        ):
+            if data.isna().all().all():
+                pages.note(ax, empty)
+                continue
+            pages.sns.heatmap(
+                data,
+                ax=ax,
+                annot=bool(font),
+                annot_kws={"fontsize": font} if font else None,
+                fmt=fmt,
+                cmap=cmap,
+                linewidths=0.5,
+                linecolor="white",
+            )
+            if best is not None:
+                ax.add_patch(_outline(best[1], best[0]))
+            ax.set_title(title)
+            ax.set_xlabel(pair.cols)
+            ax.set_ylabel(pair.rows)
+            ax.tick_params(axis="y", rotation=0)
+            long = sum(len(str(c)) for c in data.columns) > 45
+            ax.tick_params(axis="x", rotation=45 if long else 0)
 
 
 def _outline(x: int, y: int) -> Any:
@@ -220,22 +371,49 @@ def _outline(x: int, y: int) -> Any:
     return Rectangle((x, y), 1, 1, fill=False, edgecolor="red", lw=3)
 
 
+def _cap(table: pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
+    """At most :data:`MAX_BARS` rows of a point table: all of them, or the best on mean
+    validation accuracy (in their order), and the sentence that says so."""
+    if len(table) <= MAX_BARS:
+        return table, ""
+    best = table["val_accuracy"].nlargest(MAX_BARS).index
+    shown = table.loc[sorted(best)]
+    return shown, f" Shown: the {MAX_BARS} best of {len(table)} {what} on mean validation accuracy."
+
+
+def _no_time(pages: Pages, ax: Any) -> None:
+    warmup = pages.params.timing_warmup_epochs
+    pages.note(
+        ax,
+        "No time per epoch: no run here has\nan epoch after the "
+        f"{_plural(warmup, 'warm-up epoch')}.",
+    )
+
+
 def _one_key(pages: Pages, exp: str, key: str, table: pd.DataFrame) -> None:
-    table = table.head(MAX_BARS)
+    order = {format_value(v): i for i, v in enumerate(sweeps.ordered_values(table[key]))}
+    ranks = [order[format_value(v)] for v in table[key]]
+    table = table.assign(_order=ranks).sort_values(["site", "environment", "_order"], kind="stable")
+    shown, cut = _cap(table, "points")
+    repeats = int(table["repeats"].max())
     fig = pages.new(
         f"Sweep: {exp}",
-        f"Final validation accuracy (left) and mean time per epoch (right) for each {key}; "
-        "mean \u00b1 sd over repeats.",
+        f"Final validation accuracy (left) and mean time per epoch (right) for each {key}"
+        + ("; mean \u00b1 sd over the repeats." if repeats > 1 else ".")
+        + cut,
         png=f"sweep-{exp}",
     )
     axes = fig.subplots(1, 2, sharey=True)
-    labels = [str(p) for p in table["point_label"]]
-    y = np.arange(len(table))
-    axes[0].barh(y, table["val_accuracy"] * 100, xerr=np.nan_to_num(table["val_accuracy_sd"] * 100))
+    labels = [str(p) for p in shown["point_label"]]
+    y = np.arange(len(shown))
+    axes[0].barh(y, shown["val_accuracy"] * 100, xerr=np.nan_to_num(shown["val_accuracy_sd"] * 100))
     axes[0].set_xlabel("validation accuracy (%)")
-    axes[1].barh(y, table["epoch_seconds"], xerr=np.nan_to_num(table["epoch_seconds_sd"]))
-    axes[1].set_xlabel("seconds per epoch")
-    set_category_ticks(axes[0], labels)
+    if shown["epoch_seconds"].notna().any():
+        axes[1].barh(y, shown["epoch_seconds"], xerr=np.nan_to_num(shown["epoch_seconds_sd"]))
+        axes[1].set_xlabel("seconds per epoch")
+    else:
+        _no_time(pages, axes[1])
+    set_category_ticks(axes[0], labels, width=40)
     axes[1].grid(axis="y", visible=False)
 
 
@@ -246,13 +424,12 @@ def repeats_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         table = point_table(runs_df, exp)
         if not (table["repeats"] > 1).any():
             continue
-        shown = table.head(MAX_BARS)
+        shown, cut = _cap(table, "points")
         fig = pages.new(
             f"Repeats: {exp}",
             "Each point's runs with different seeds: mean \u00b1 sd (error bars) over "
             f"{int(shown['repeats'].max())} seed(s) of the final validation accuracy, the test "
-            "accuracy and the time per epoch."
-            + (f" The first {MAX_BARS} of {len(table)} points." if len(table) > MAX_BARS else ""),
+            "accuracy and the time per epoch." + cut,
             png=f"repeats-{exp}",
         )
         axes = fig.subplots(1, 2, sharey=True)
@@ -274,16 +451,19 @@ def repeats_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             label="test",
         )
         axes[0].set_xlabel("accuracy (%)")
-        axes[0].legend(frameon=False)
-        axes[1].errorbar(
-            shown["epoch_seconds"],
-            y,
-            xerr=np.nan_to_num(shown["epoch_seconds_sd"]),
-            fmt="o",
-            capsize=3,
-        )
-        axes[1].set_xlabel("seconds per epoch")
-        set_category_ticks(axes[0], [str(p) for p in shown["point_label"]])
+        axes[0].legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2)
+        if shown["epoch_seconds"].notna().any():
+            axes[1].errorbar(
+                shown["epoch_seconds"],
+                y,
+                xerr=np.nan_to_num(shown["epoch_seconds_sd"]),
+                fmt="o",
+                capsize=3,
+            )
+            axes[1].set_xlabel("seconds per epoch")
+        else:
+            _no_time(pages, axes[1])
+        set_category_ticks(axes[0], [str(p) for p in shown["point_label"]], width=40)
         axes[1].grid(axis="y", visible=False)
 
 

@@ -16,7 +16,6 @@ from clusterbench.report.style import (
     PAGE_SIZE,
     SUBTITLE_PT,
     TABLE_ROWS_PER_PAGE,
-    TABLE_UNIT_PT,
     TEXT_WIDTH_PT,
     UNKNOWN,
     Pages,
@@ -41,7 +40,7 @@ from clusterbench.report.style import (
     node_marker,
     set_category_ticks,
     shorten_text,
-    table_units,
+    table_budget,
     timing_sentence,
     wrap_label,
 )
@@ -62,12 +61,18 @@ MAX_ANNOTATED_POINTS = 8
 PIPELINE_ORDER = ("download", "preprocess", "train", "evaluate", "report")
 
 
+#: A text line's height per point of font size and unit of line spacing (matplotlib, DejaVu).
+LINE_HEIGHT = 0.96
+
+
 BASELINE_WORDS = (
     "the same dataset, model, global batch, device, backend, BN mode and precision/memory format"
 )
 
 
-def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench: pd.DataFrame):
+def title_page(
+    pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench: pd.DataFrame, skipped: int = 0
+):
     params = pages.params
     subtitle = " \u00b7 ".join(filter(None, [params.author, prov["date"]]))
     fig = pages.new(params.title, subtitle, layout=None)
@@ -103,12 +108,17 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
     for _, group in series[:2]:
         top_run = group.sort_values(["workers", "speedup"]).iloc[-1]
         lines.append(
-            f"Scaling of {describe_series(top_run)}: {top_run['speedup']:.2f}x speed-up on "
+            f"Scaling of {series_words(top_run, runs_df)}: {top_run['speedup']:.2f}x speed-up on "
             f"{_plural(top_run['workers'], 'worker')} ({fmt_pct(top_run['efficiency'], 0)} "
             f"efficiency) against {top_run['baseline_run']}."
         )
     if len(series) > 2:
         lines.append(f"... and {len(series) - 2} more scaling series (see the scaling page).")
+    if skipped:
+        lines.append(
+            f"Skipped: {_plural(skipped, 'run')} that could not run where the workflow ran (see "
+            "the skipped runs page)."
+        )
     if bench.empty:
         lines.append("Snakemake benchmarks: none found (see the last page).")
     else:
@@ -125,13 +135,18 @@ def title_page(pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench:
         "\u2022  " + "\n    ".join(fit_wrap(line, 135, SUBTITLE_PT, TEXT_WIDTH_PT - 2 * indent_pt))
         for line in lines
     ]
+    # many lines (skips, sites, long names) are set closer, then smaller, above the provenance
+    room_pt = 0.87 * (0.34 - below_subtitle) * PAGE_SIZE[1] * 72
+    n_lines = sum(w.count("\n") + 1 for w in wrapped)
+    spacing = min(1.5, max(1.15, room_pt / (n_lines * 11 * LINE_HEIGHT)))
+    size = min(11.0, max(8.0, room_pt / (n_lines * spacing * LINE_HEIGHT)))
     ax.text(
         0.01,
         0.87,
         "\n".join(wrapped),
         va="top",
-        fontsize=11,
-        linespacing=1.5,
+        fontsize=size,
+        linespacing=spacing,
         transform=ax.transAxes,
     )
 
@@ -282,7 +297,8 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             ]
         )
     note = untimed_note(runs_df, "* ")
-    chunks = [rows[i : i + TABLE_ROWS_PER_PAGE] for i in range(0, len(rows), TABLE_ROWS_PER_PAGE)]
+    bottom = 0.08 if note else 0.06
+    chunks = chunk_rows(rows, table_budget(header, bottom=bottom), TABLE_ROWS_PER_PAGE)
     for page_no, chunk in enumerate(chunks, start=1):
         suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
         fig = pages.new(
@@ -306,7 +322,7 @@ def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 return "#d4ecd0", True
             return ("#eef1f6" if row % 2 == 0 else "white"), False
 
-        draw_table(fig, columns, header, chunk, style, bottom=0.08 if note else 0.06)
+        draw_table(fig, columns, header, chunk, style, bottom=bottom)
 
 
 #: Columns of the provenance table: runs.csv fields shown -> (header, width, right-aligned).
@@ -389,9 +405,7 @@ def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
     top = 0.8
     header = [c[0] for c in PROVENANCE_TABLE]
     rows = [provenance_cells(i, r) for i, r in enumerate(runs_df.itertuples(index=False), 1)]
-    height_pt = (top - bottom) * PAGE_SIZE[1] * 72
-    budget = height_pt / TABLE_UNIT_PT - table_units(header)
-    chunks = chunk_rows(rows, budget, TABLE_ROWS_PER_PAGE)
+    chunks = chunk_rows(rows, table_budget(header, top, bottom), TABLE_ROWS_PER_PAGE)
     flags = list(runs_df["provenance_differs"])
     unknown = list(runs_df["provenance"] != "recorded")
     start = 0
@@ -590,12 +604,22 @@ def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
         ("device", lambda k: str(k["device"])),
         ("backend", lambda k: str(k["backend"])),
         ("bn", lambda k: f"{k['bn']} BN"),
+        ("site", lambda k: f"site {k['site']}" if k["site"] else ""),
     ]
     dicts = [dict(zip(BASELINE_KEY, key, strict=True)) for key in keys]
     varies = {name: len({fmt(d) for d in dicts}) > 1 or len(dicts) == 1 for name, fmt in parts}
-    labels = [", ".join(fmt(d) for name, fmt in parts if varies[name]) for d in dicts]
+    if len({d["site"] for d in dicts}) == 1:  # one site: never named (as before sites)
+        parts = parts[:-1]
+    labels = [", ".join(fmt(d) for name, fmt in parts if varies[name] and fmt(d)) for d in dicts]
     common = ", ".join(fmt(dicts[0]) for name, fmt in parts if not varies[name])
     return labels, common
+
+
+def series_words(row: pd.Series, runs_df: pd.DataFrame) -> str:
+    """A scaling series in words (:func:`describe_series`), with its site where the runs come
+    from several."""
+    several = "site" in runs_df and runs_df["site"].nunique() > 1
+    return describe_series(row) + (f" on site {row['site']}" if several else "")
 
 
 def worker_tick_labels(workers: list[int], lo: float, hi: float) -> list[str]:
@@ -629,11 +653,17 @@ def scaling_notes(runs_df: pd.DataFrame) -> list[str]:
             f"No throughput for {list_runs(sorted(untimed['run']))}: no epoch left after the "
             "warm-up."
         )
-    several = runs_df[runs_df["baseline_candidates"] > 1]
-    for base, group in several.groupby("baseline_run", sort=True):
+    several = list(runs_df[runs_df["baseline_candidates"] > 1].groupby("baseline_run", sort=True))
+    if len(several) == 1:
+        base, group = several[0]
         notes.append(
             f"{int(group['baseline_candidates'].iloc[0])} 1-worker runs qualify as the baseline "
-            f"of {describe_series(group.iloc[0])}: the fastest, {base}, is used."
+            f"of {series_words(group.iloc[0], runs_df)}: the fastest, {base}, is used."
+        )
+    elif several:  # one line for all of them (many series, several sites)
+        notes.append(
+            f"In {len(several)} series several 1-worker runs qualify as the baseline; the "
+            f"fastest is used: {list_runs([base for base, _ in several], 4)}."
         )
     return notes
 
@@ -730,7 +760,7 @@ def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
         ax.set_xticklabels(worker_tick_labels(workers_all, min(workers_all) / 1.4, max_w * 1.5))
         ax.set_xlim(min(workers_all) / 1.4, max_w * 1.5)
         ax.set_xlabel("Workers (ranks)")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(ylabel.replace(", ", ",\n").replace(" (", "\n("))  # short axes: 2 lines
         if col == "speedup":
             ax.plot([1, max_w], [1, max_w], ls=":", color="0.4", lw=1.2)
             ax.set_ylim(0, max(max_w, float(runs_df["speedup"].max())) * 1.1)
@@ -853,6 +883,7 @@ def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 f"{cfg['dataset']} / {cfg['model']}, {_plural(cfg['workers'], 'worker')} on "
                 f"{_plural(cfg['nodes'], 'node')}, {cfg['device']}, batch "
                 f"{cfg['global_batch']}, {cfg['bn']} BN"
+                + (f", site {cfg['site']}" if cmp["site"].nunique() > 1 else "")
             )
             n = len(group)
             height = 0.7 / n
@@ -948,9 +979,13 @@ def confusion_page(pages: Pages, runs_df: pd.DataFrame, runs: list[RunData]) -> 
     data = next(r for r in runs if r.name == best["run"])
     cm = data.confusion
     n = int(cm.to_numpy().sum())
+    title = f"Confusion matrix of the best run: {best['run']}"
+    named = ""
+    if len(shorten_text(title, 80)) < len(title):  # a long name: in the subtitle, whole
+        title, named = "Confusion matrix of the best run", f"{best['run']}: "
     fig = pages.new(
-        f"Confusion matrix of the best run: {best['run']}",
-        f"{describe_run(best)}; {best['eval_split']} split, n = {n:,}, accuracy "
+        title,
+        f"{named}{describe_run(best)}; {best['eval_split']} split, n = {n:,}, accuracy "
         f"{fmt_pct(best['accuracy'])}. Left: colour = share of the true class, numbers = counts. "
         "Right: precision, recall and F1 of each class.",
         png="confusion_best",
@@ -1101,8 +1136,9 @@ def build_pages(
     from clusterbench.report import experiment_pages as designs
 
     pages = Pages(params, runs_df)
-    title_page(pages, prov, runs_df, bench)
+    title_page(pages, prov, runs_df, bench, len(skipped))
     designs.results_pages(pages, runs_df)
+    designs.skipped_pages(pages, skipped)
     designs.environment_pages(pages, runs_df, skipped)
     designs.sweep_pages(pages, runs_df)
     designs.repeats_pages(pages, runs_df)

@@ -305,20 +305,50 @@ def fit_wrap(
 
 
 def wrap_label(text: str, width: int = 22) -> str:
-    return "\n".join(wrap_text(text, width, break_on_hyphens=True)) or text
+    """``text`` wrapped at ``width`` columns; its own line breaks are kept."""
+    lines = [w for line in text.split("\n") for w in wrap_text(line, width, break_on_hyphens=True)]
+    return "\n".join(lines) or text
+
+
+#: The most tick-label lines a category axis holds (a page's height at 6 pt).
+CATEGORY_LINES = 60
 
 
 def set_category_ticks(ax, labels: list[str], colors: list | None = None, width: int = 24) -> None:
-    """Categories 0..n-1 top to bottom on the y axis, labels wrapped and sized to fit; a short
-    list gets extra room so that its bars do not fill the whole height."""
-    wrapped = [wrap_label(label, width) for label in labels]
-    lines = sum(w.count("\n") + 1 for w in wrapped)
+    """Categories 0..n-1 top to bottom on the y axis, labels wrapped and sized to fit (wider,
+    then cut to fewer lines each, where many long labels would overprint); a short list gets
+    extra room so that its bars do not fill the whole height."""
+    for columns in dict.fromkeys((width, max(width, 32), max(width, 40))):
+        wrapped = [wrap_label(label, columns) for label in labels]
+        lines = sum(w.count("\n") + 1 for w in wrapped)
+        if lines <= CATEGORY_LINES:
+            break
+    if lines > CATEGORY_LINES:
+        most = max(1, CATEGORY_LINES // len(labels))
+        wrapped = [_first_lines(w, most, columns) for w in wrapped]
+        lines = sum(w.count("\n") + 1 for w in wrapped)
     ax.set_yticks(range(len(labels)), wrapped, fontsize=max(6.0, min(10.5, 300 / lines)))
     for tick, color in zip(ax.get_yticklabels(), colors or [], strict=False):
         tick.set_color(color)
     pad = max(0.0, (3 - len(labels)) / 2)
     ax.set_ylim(len(labels) - 0.5 + pad, -0.5 - pad)
     ax.grid(axis="y", visible=False)
+
+
+def _first_lines(wrapped: str, most: int, width: int) -> str:
+    """A wrapped label cut to its first ``most`` lines (the last one ending in '...')."""
+    lines = wrapped.split("\n")
+    if len(lines) <= most:
+        return wrapped
+    last = shorten_text(" ".join(lines[most - 1 :]), width, placeholder="...")
+    return "\n".join([*lines[: most - 1], last])
+
+
+def table_budget(header: list[str], top: float = 0.8, bottom: float = 0.06) -> float:
+    """The line units (:func:`table_units`) of body rows a table from ``top`` to ``bottom``
+    (figure fractions) holds under ``header`` at the smallest row height; for
+    :func:`chunk_rows`."""
+    return (top - bottom) * PAGE_SIZE[1] * 72 / TABLE_UNIT_PT - table_units(header)
 
 
 class Pages:
@@ -447,7 +477,7 @@ def draw_table(fig, columns, header, rows, style, bottom: float = 0.06, top: flo
             )
             cell.PAD = 0.06
             cell.set_edgecolor("white")
-            cell.get_text().set_fontsize(9.5)
+            cell.get_text().set_fontsize(TABLE_FONT_PT)
             if row == 0:
                 cell.set_facecolor("#2f4b7c")
                 cell.get_text().set(color="white", weight="bold", fontsize=9)
@@ -458,6 +488,23 @@ def draw_table(fig, columns, header, rows, style, bottom: float = 0.06, top: flo
                     cell.get_text().set_weight("bold")
     table.auto_set_font_size(False)
     ax.add_table(table)
+
+
+#: The font size of a table's body cells (points; :func:`draw_table`).
+TABLE_FONT_PT = 9.5
+
+
+def cell_text(text: str, width: float, max_lines: int | None = None) -> str:
+    """``text`` wrapped to fit, bold, a column of relative width ``width`` of
+    :func:`draw_table` (measured as drawn: names without spaces are cut where they reach the
+    edge); at most ``max_lines`` lines (the last one cut)."""
+    room = width * TEXT_WIDTH_PT * 0.88 - 4  # the cell's padding, each side
+    lines = [
+        w
+        for line in text.split("\n")
+        for w in fit_wrap(line, max(10, text_width(line)), TABLE_FONT_PT * 1.1, room, max_lines)
+    ]
+    return "\n".join(lines)
 
 
 def table_units(row: list[str]) -> float:

@@ -4,12 +4,14 @@ scaling and backend comparisons, provenance differences."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from clusterbench import provenance
+from clusterbench.experiments import format_value
 from clusterbench.report.inputs import (
     LOCAL_NAMES,
     PROVENANCE_COMPARED,
@@ -31,6 +33,7 @@ BASELINE_KEY = (
     "bn",
     "precision",
     "channels_last",
+    "site",
 )
 
 
@@ -45,6 +48,7 @@ BACKEND_MATCH_KEY = (
     "global_batch",
     "precision",
     "channels_last",
+    "site",
 )
 
 
@@ -204,7 +208,8 @@ def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
 
 def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Speed-up and efficiency of each run against its baseline: the 1-worker run with the same
-    dataset, model, global batch, device, backend and BN mode (``BASELINE_KEY``).
+    dataset, model, global batch, device, backend and BN mode on the same site
+    (``BASELINE_KEY``).
 
     Throughput (mean images/s over the timed epochs) is compared; with several 1-worker runs the
     fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
@@ -305,10 +310,16 @@ def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
         "point": json.dumps(origin.get("point") or {}, sort_keys=True),
         "repeat": int(origin.get("repeat") or 0),
         "site": str(info.get("site") or ""),
+        "minutes": _minutes(info["run"].get("minutes")),
         "elastic": bool(elastic),
         "world_sizes": " ".join(map(str, dict.fromkeys(sizes))),
         "resets": len(elastic.get("resets") or []),
     }
+
+
+def _minutes(value: Any) -> float:
+    """A run's time box in minutes; NaN without one."""
+    return np.nan if value is None else float(value)
 
 
 #: results.csv: the answer to the question, one row per run, best (on validation) first.
@@ -361,57 +372,132 @@ def swept_keys(runs_df: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def point_table(runs_df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """One row per matrix point (and environment) of ``experiment``: its swept values as
-    columns, the mean, sd and count over its repeats of the final validation accuracy, the
-    test accuracy, the time per epoch and the images/s."""
-    part = runs_df[runs_df["experiment"] == experiment].copy()
+    """One row per matrix point, environment and site of ``experiment``: its swept values as
+    columns (as the point names them: a ``null`` stays ``None``, an integer an integer), the
+    mean, sd and count over its repeats (its runs with different seeds) of the final validation
+    accuracy, the test accuracy, the time per epoch and the images/s. Runs of two sites are
+    never one point's repeats; ``point_label`` names the site only when there are several."""
+    part = runs_df[runs_df["experiment"] == experiment]
     keys = swept_keys(part).get(experiment, [])
-    points = [json.loads(p) for p in part["point"]]
-    for key in keys:
-        part[key] = [p.get(key) for p in points]
-    by = ["environment", *keys]
-    part["point_label"] = [
-        ", ".join(([f"env={e}"] if e else []) + [f"{k}={p.get(k)}" for k in keys if k in p]) or r
-        for e, p, r in zip(part["environment"], points, part["run"], strict=True)
-    ]
-    grouped = part.groupby(by + ["point_label"], dropna=False, sort=False)
-    out = grouped.agg(
-        val_accuracy=("final_val_accuracy", "mean"),
-        val_accuracy_sd=("final_val_accuracy", "std"),
-        accuracy=("accuracy", "mean"),
-        accuracy_sd=("accuracy", "std"),
-        epoch_seconds=("mean_epoch_seconds", "mean"),
-        epoch_seconds_sd=("mean_epoch_seconds", "std"),
-        images_per_second=("images_per_second", "mean"),
-        epochs=("epochs", "mean"),
-        repeats=("run", "count"),
-    ).reset_index()
+    several_sites = part["site"].nunique() > 1
+    rows = []
+    for (site, env, point), group in part.groupby(
+        ["site", "environment", "point"], sort=False, dropna=False
+    ):
+        values = json.loads(point)
+        label = [f"site={site}"] if several_sites else []
+        label += [f"env={env}"] if env else []
+        label += [f"{k}={format_value(values[k])}" for k in keys if k in values]
+        timed = group["mean_epoch_seconds"]
+        rows.append(
+            {
+                "site": site,
+                "environment": env,
+                "point": point,
+                **{k: values.get(k) for k in keys},
+                "point_label": ", ".join(label) or group["run"].iloc[0],
+                "val_accuracy": group["final_val_accuracy"].mean(),
+                "val_accuracy_sd": group["final_val_accuracy"].std(),
+                "accuracy": group["accuracy"].mean(),
+                "accuracy_sd": group["accuracy"].std(),
+                "epoch_seconds": timed.mean(),
+                "epoch_seconds_sd": timed.std(),
+                "images_per_second": group["images_per_second"].mean(),
+                "epochs": group["epochs"].mean(),
+                "repeats": len(group),
+                "timed_repeats": int(timed.notna().sum()),
+            }
+        )
+    columns = ["site", "environment", "point", *keys, "point_label", "val_accuracy"]
+    columns += ["val_accuracy_sd", "accuracy", "accuracy_sd", "epoch_seconds"]
+    columns += ["epoch_seconds_sd", "images_per_second", "epochs", "repeats", "timed_repeats"]
+    out = pd.DataFrame(rows, columns=columns)
+    for k in keys:  # the values as the points have them (no NaN for null, no 64.0 for 64)
+        out[k] = pd.Series([r[k] for r in rows], index=out.index, dtype=object)
     return out
 
 
+#: The columns of :func:`environment_table`.
+ENVIRONMENT_COLUMNS = (
+    "site",
+    "experiment",
+    "environment",
+    "point",
+    "workers",
+    "nodes",
+    "gpus_per_node",
+    "epoch_seconds",
+    "epoch_seconds_sd",
+    "sd_over",
+    "images_per_second",
+    "epochs",
+    "val_accuracy",
+    "repeats",
+    "time_boxed",
+)
+
+
 def environment_table(runs_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (experiment, environment) of the runs that ran in an environment preset:
-    time per epoch (mean, and sd over repeats), images/s, epochs reached, validation accuracy."""
+    """One row per site, experiment, environment and point of the runs that ran in an
+    environment preset: the mean over its repeats (the runs with different seeds) of the time
+    per epoch, images/s, epochs reached and validation accuracy. ``epoch_seconds_sd`` is the
+    sd over the repeats' mean times per epoch (``sd_over`` = 'repeats'), or, for a point that
+    ran once, that run's sd over its timed epochs ('epochs'). ``time_boxed``: its runs had a
+    time box (``minutes``)."""
     part = runs_df[runs_df["environment"] != ""]
-    if part.empty:
-        return pd.DataFrame(
-            columns=["experiment", "environment", "workers", "nodes", "gpus_per_node"]
+    rows = []
+    for (site, exp, env, point), group in part.groupby(
+        ["site", "experiment", "environment", "point"], sort=False, dropna=False
+    ):
+        first = group.iloc[0]
+        if len(group) > 1:
+            sd, over = group["mean_epoch_seconds"].std(), "repeats"
+        else:
+            sd, over = first["std_epoch_seconds"], "epochs"
+        minutes = group["minutes"] if "minutes" in group else pd.Series(dtype=float)
+        rows.append(
+            {
+                "site": site,
+                "experiment": exp,
+                "environment": env,
+                "point": point,
+                "workers": first["workers"],
+                "nodes": first["nodes"],
+                "gpus_per_node": first["gpus_per_node"],
+                "epoch_seconds": group["mean_epoch_seconds"].mean(),
+                "epoch_seconds_sd": float(sd),
+                "sd_over": over,
+                "images_per_second": group["images_per_second"].mean(),
+                "epochs": group["epochs"].mean(),
+                "val_accuracy": group["final_val_accuracy"].mean(),
+                "repeats": len(group),
+                "time_boxed": bool(minutes.notna().any()),
+            }
         )
-    return (
-        part.groupby(["experiment", "environment"], sort=False)
-        .agg(
-            workers=("workers", "first"),
-            nodes=("nodes", "first"),
-            gpus_per_node=("gpus_per_node", "first"),
-            epoch_seconds=("mean_epoch_seconds", "mean"),
-            epoch_seconds_sd=("std_epoch_seconds", "mean"),
-            images_per_second=("images_per_second", "mean"),
-            epochs=("epochs", "mean"),
-            val_accuracy=("final_val_accuracy", "mean"),
-            runs=("run", "count"),
+    return pd.DataFrame(rows, columns=list(ENVIRONMENT_COLUMNS))
+
+
+def skipped_table(skipped: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The skipped runs (``--skipped``, or a comparison's skipped.csv files), one row each in
+    the order given: run, site, experiment, environment, swept values (``point``, as text) and
+    the reason."""
+    rows = []
+    for s in skipped:
+        point = s.get("point")
+        if isinstance(point, dict):
+            point = ", ".join(f"{k}={format_value(v)}" for k, v in point.items())
+        rows.append(
+            {
+                "run": str(s["run"]),
+                "site": str(s.get("site") or ""),
+                "experiment": str(s.get("experiment") or ""),
+                "environment": str(s.get("environment") or ""),
+                "point": str(point or ""),
+                "reason": str(s.get("reason") or ""),
+            }
         )
-        .reset_index()
-    )
+    columns = ["run", "site", "experiment", "environment", "point", "reason"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
