@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clusterbench import compare
 from clusterbench.compare import CompareError, SiteRun, match_key, match_runs
-from test_report import FAKE_RUNS, make_fake_results
+from clusterbench.report.tables import environment_table
+from test_report import FAKE_RUNS, edit_run_json, make_fake_results, pdf_text
 
 
 def site_run(site: str, name: str, **config) -> SiteRun:
@@ -95,15 +97,82 @@ def test_two_sites_in_one_comparative_pdf(tmp_path):
     assert len(table) == 2 * (len(FAKE_RUNS) - 1)
     west_rows = table[table["site"] == "west-copy"]
     assert (west_rows["images_per_second_vs_first_site"] > 0).all()
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(out), "-"], capture_output=True, text=True
-    ).stdout
+    text = pdf_text(out)
     assert "Sites compared" in text
     assert "Time per epoch and throughput by site" in text
     assert "Runs that could not be matched" in text
     assert f"differs from east/{changed} in lr" in " ".join(text.split())
     runs = pd.read_csv(out.with_name("compare-runs.csv"))
     assert len(runs) == 2 * len(FAKE_RUNS)
+
+
+SITE_SPEED = {"east": 1.5, "west": 1.0, "north": 0.6}  # east is the fastest everywhere
+
+
+def site_tree(root: Path, site: str) -> Path:
+    """One site's results: the environments cpu (1 worker) and cpu-parallel (2 workers), two
+    seeds each, and a hand-written 2-worker run with a smaller batch; ``site`` set in every
+    run.json."""
+    envs = [(env, w, seed) for env, w in (("cpu", 1), ("cpu-parallel", 2)) for seed in (1, 2)]
+    specs = [
+        {"name": f"envs--env={env},seed={seed}", "dataset": "digits", "workers": w, "nodes": 1,
+         "ips": 900 * w * SITE_SPEED[site] * (1 + 0.1 * seed), "acc": 0.9 + 0.01 * seed}
+        for env, w, seed in envs
+    ] + [{"name": "two-2w", "dataset": "digits", "workers": 2, "nodes": 1, "batch_size": 64,
+          "ips": 1500 * SITE_SPEED[site], "acc": 0.9}]  # fmt: skip
+    tree = root / site
+    make_fake_results(tree, runs=specs, epochs=4, benchmarks=False)
+    for spec in specs:
+        name = spec["name"]
+        edit_run_json(tree, name, site=site)
+        if name.startswith("envs--"):
+            env, seed = name.removeprefix("envs--env=").split(",seed=")
+            origin = {"name": "envs", "environment": env, "point": {}, "repeat": int(seed) - 1}
+            edit_run_json(tree, name, experiment=origin, run={"seed": int(seed)})
+    return tree
+
+
+def test_three_sites_are_a_dimension_of_every_page(tmp_path):
+    trees = [site_tree(tmp_path, site) for site in SITE_SPEED]
+    north = trees[2] / "results"
+    (north / "eval" / "two-2w" / "metrics.json").unlink()  # trained, never evaluated
+    (north / "report").mkdir()
+    (north / "report" / "skipped.csv").write_text(
+        "run,experiment,environment,reason\nenvs--env=gpu,envs,gpu,no GPU on north\n"
+    )
+    out = tmp_path / "cmp" / "compare.pdf"
+    assert compare.main([*map(str, trees), "-o", str(out)]) == 0
+    runs = pd.read_csv(out.with_name("compare-runs.csv"), keep_default_na=False)
+    assert set(runs["site"]) == set(SITE_SPEED) and len(runs) == 14
+    # a speed-up is against the same site's 1-worker run, never the fastest site's
+    based = runs[runs["baseline_run"] != ""]
+    assert len(based) == 12  # all but the batch-64 runs, which have no 1-worker run
+    assert (based["baseline_run"].str.split("/").str[0] == based["site"]).all()
+    # environments: one row per site, the two seeds its repeats (never six runs of 3 sites)
+    runs["point"] = runs["point"].astype(str)
+    for col in ("mean_epoch_seconds", "std_epoch_seconds", "images_per_second"):
+        runs[col] = pd.to_numeric(runs[col])
+    envs = environment_table(runs)
+    assert len(envs) == 6 and (envs["repeats"] == 2).all()
+    assert set(envs["sd_over"]) == {"repeats"}
+    cpu = envs[envs["environment"] == "cpu"].set_index("site")["epoch_seconds"]
+    assert cpu["north"] > cpu["west"] > cpu["east"]
+    # the sites compared: the two matched runs of east and west (north's was not evaluated)
+    table = pd.read_csv(out.with_name("compare.csv"))
+    two = table[table["benchmark"] == "two-2w"]
+    assert list(two["site"]) == ["east", "west"]
+    pages = [" ".join(p.split()) for p in pdf_text(out).split("\f")]
+    unmatched = next(p for p in pages if p.startswith("Runs that could not be matched"))
+    assert "north/two-2w" in unmatched and "not evaluated, so not compared" in unmatched
+    skipped = next(p for p in pages if p.startswith("Skipped runs: 1"))
+    assert "north/envs--env=gpu" in skipped and "no GPU on north" in skipped
+    env = next(p for p in pages if p.startswith("Execution environments: envs"))
+    assert all(f"{site}: cpu" in env for site in SITE_SPEED)
+    assert "on each site" in env and "gpu (north/envs--env=gpu):" in env
+    repeats = next(p for p in pages if p.startswith("Repeats: envs"))
+    assert "site=east, env=cpu" in repeats and "site=north, env=cpu-parallel" in repeats
+    scaling = next(p for p in pages if p.startswith("Scaling across workers and nodes"))
+    assert all(f"site {site}" in scaling for site in SITE_SPEED)
 
 
 def test_fewer_than_two_trees_or_no_results_is_an_error(tmp_path):

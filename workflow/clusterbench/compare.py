@@ -17,13 +17,16 @@ another site, or (for a run of the same name elsewhere) the keys in which they d
 
 The PDF has a site-by-site table and chart (time per epoch and images/s of each matched run
 on each site, and each site's ratio to the first) and then the report's own pages over all
-runs, each named ``<site>/<run>``. Also written beside it: ``compare.csv`` (the site table)
+runs, each named ``<site>/<run>``, with the site as one more dimension: no table groups or
+averages runs of two sites (environments, sweep points, repeats, scaling baselines, backend
+pairs are all per site). Also written beside it: ``compare.csv`` (the site table)
 and ``compare-runs.csv`` (every run, with its site).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,21 +69,62 @@ def results_root(path: Path) -> Path:
     )
 
 
-def find_runs(path: Path, read_json) -> list[SiteRun]:
-    """The finished runs of one results tree (a run.json and its evaluation's metrics.json)."""
+def find_runs(path: Path, read_json) -> tuple[list[SiteRun], list[tuple[str, str]]]:
+    """The finished runs of one results tree (a run.json and its evaluation's metrics.json),
+    and the unfinished ones as ``(site/run, why)``: a run directory without run.json or
+    without its evaluation. The site of an unfinished run is that of the tree's finished runs
+    (the directory's name where they have several or none)."""
     root = results_root(path)
-    tree = root.resolve().parent if root.name == "results" else root.resolve()
-    runs = []
-    for run_dir in sorted(p for p in (root / "runs").iterdir() if (p / "run.json").is_file()):
+    runs, pending = [], []
+    for run_dir in sorted(p for p in (root / "runs").iterdir() if p.is_dir()):
         eval_dir = root / "eval" / run_dir.name
+        if not (run_dir / "run.json").is_file():
+            pending.append((run_dir.name, f"no run.json in {run_dir}: its training did not finish"))
+            continue
         if not (eval_dir / "metrics.json").is_file():
-            continue  # not evaluated (yet): not finished
+            pending.append(
+                (run_dir.name, f"no {eval_dir / 'metrics.json'}: not evaluated, so not compared")
+            )
+            continue
         info = read_json(run_dir / "run.json")
-        site = str(info.get("site") or tree.name)
+        site = str(info.get("site") or tree_name(path))
         runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir))
     if not runs:
         raise CompareError(f"{root}: no finished run (run.json and eval metrics.json)")
-    return runs
+    site = tree_site(runs, tree_name(path))
+    return runs, [(f"{site}/{name}", why) for name, why in pending]
+
+
+def tree_name(path: Path) -> str:
+    """The name of a results tree: its workflow directory's (``path`` or its ``results``)."""
+    root = results_root(path).resolve()
+    return root.parent.name if root.name == "results" else root.name
+
+
+def tree_site(runs: Sequence[SiteRun], default: str) -> str:
+    """The site of a results tree: that of all its runs, else ``default`` (its name)."""
+    sites = {r.site for r in runs}
+    return sites.pop() if len(sites) == 1 else default
+
+
+#: The columns of a tree's ``report/skipped.csv`` (the report's ``SKIPPED_COLUMNS``).
+SKIPPED_FILE = Path("report") / "skipped.csv"
+
+
+def find_skipped(path: Path, site: str) -> list[dict[str, Any]]:
+    """The runs a results tree's workflow skipped (its ``report/skipped.csv``; none when the
+    file is absent), each named ``site/run`` and with its ``site``."""
+    file = results_root(path) / SKIPPED_FILE
+    if not file.is_file():
+        return []
+    try:
+        with open(file, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise CompareError(f"{file}: cannot be read as CSV: {exc}") from None
+    if rows and not {"run", "reason"} <= rows[0].keys():
+        raise CompareError(f"{file}: no run and reason columns: not a clusterbench skipped.csv")
+    return [{**row, "run": f"{site}/{row['run']}", "site": site} for row in rows]
 
 
 def match_key(config: dict[str, Any]) -> str:

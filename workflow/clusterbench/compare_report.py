@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,16 @@ from typing import Any
 
 from clusterbench import provenance
 from clusterbench.atomic import atomic_open, atomic_path
-from clusterbench.compare import CompareError, SiteRun, find_runs, match_runs, site_table
+from clusterbench.compare import (
+    CompareError,
+    SiteRun,
+    find_runs,
+    find_skipped,
+    match_runs,
+    site_table,
+    tree_name,
+    tree_site,
+)
 from clusterbench.report import inputs, pages, style, tables
 
 
@@ -27,20 +37,40 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_all(dirs: Sequence[Path]) -> list[tuple[SiteRun, Any]]:
-    """Every finished run of every tree, with the report's view of it named ``site/run``."""
-    loaded = []
+@dataclasses.dataclass
+class Loaded:
+    """Every tree's finished runs (with the report's view of each, named ``site/run``, its
+    site set), the runs that did not finish (``site/run``, why) and the skipped runs."""
+
+    runs: list[SiteRun]
+    data: list[Any]
+    pending: list[tuple[str, str]]
+    skipped: list[dict[str, Any]]
+
+
+def load_all(dirs: Sequence[Path]) -> Loaded:
+    loaded = Loaded([], [], [], [])
     for path in dirs:
-        for run in find_runs(path, _read_json):
+        runs, pending = find_runs(path, _read_json)
+        for run in runs:
             try:
                 data = inputs.load_run(run.run_dir, run.eval_dir)
             except (OSError, ValueError) as exc:
                 raise CompareError(f"{run.label}: {exc}") from None
-            loaded.append((run, dataclasses.replace(data, name=run.label)))
+            # the site as the comparison names it (an older run.json: the tree's directory)
+            info = {**data.info, "site": run.site}
+            loaded.runs.append(run)
+            loaded.data.append(dataclasses.replace(data, name=run.label, info=info))
+        loaded.pending += pending
+        loaded.skipped += find_skipped(path, tree_site(runs, tree_name(path)))
     return loaded
 
 
-def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], sites: list[str]):
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "n/a"
+
+
+def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: list[str]):
     """The site-by-site table (with each site's ratio to the first) and chart."""
     import numpy as np
 
@@ -72,31 +102,32 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], site
         ]
         rows = [
             [
-                style.wrap_label(r.benchmark, 26),
+                style.cell_text(r.benchmark, 0.25),
                 r.site,
                 f"{r.workers} ({r.nodes})",
                 style.fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
-                f"{r.epoch_seconds_vs_first_site:.2f}",
-                f"{r.images_per_second:,.0f}",
-                f"{r.images_per_second_vs_first_site:.2f}",
+                _ratio(r.epoch_seconds_vs_first_site),
+                style.fmt_number_sd(r.images_per_second, None),
+                _ratio(r.images_per_second_vs_first_site),
                 style.fmt_pct(r.accuracy),
             ]
             for r in table.itertuples(index=False)
         ]
         benchmarks = list(dict.fromkeys(table["benchmark"]))
         shade = {b: ("#eef1f6" if i % 2 == 0 else "white") for i, b in enumerate(benchmarks)}
-        per_page = style.TABLE_ROWS_PER_PAGE
-        for start in range(0, len(rows), per_page):
-            chunk = rows[start : start + per_page]
-            n = len(rows) // per_page + (1 if len(rows) % per_page else 0)
-            suffix = f" ({start // per_page + 1} of {n})" if n > 1 else ""
+        header = [c[0] for c in columns]
+        chunks = style.chunk_rows(rows, style.table_budget(header), style.TABLE_ROWS_PER_PAGE)
+        start = 0
+        for page_no, chunk in enumerate(chunks, start=1):
+            suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
             fig = book.new("Sites compared" + suffix, caption, layout=None)
-            keys = list(table["benchmark"].iloc[start : start + per_page])
+            keys = list(table["benchmark"].iloc[start : start + len(chunk)])
+            start += len(chunk)
 
             def shading(row: int, col: int, keys: list[str] = keys) -> tuple[str, bool]:
                 return shade[keys[row]], False
 
-            style.draw_table(fig, columns, [c[0] for c in columns], chunk, shading)
+            style.draw_table(fig, columns, header, chunk, shading)
 
         # the chart: time per epoch of each benchmark, one bar per site, log scale
         shown = benchmarks[:20]
@@ -115,6 +146,14 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], site
             (axes[0], "mean_epoch_seconds", "std_epoch_seconds", "seconds per epoch"),
             (axes[1], "images_per_second", None, "images/s"),
         ):
+            known = table[column][np.isfinite(table[column]) & (table[column] > 0)]
+            if known.empty:
+                book.note(
+                    ax,
+                    f"No {label}: no matched run has an epoch\nafter the "
+                    f"{style._plural(warmup, 'warm-up epoch')}.",
+                )
+                continue
             for i, site in enumerate(sites):
                 part = table[table["site"] == site].set_index("benchmark")
                 values = [part[column].get(b, np.nan) for b in shown]
@@ -129,7 +168,7 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], site
                     capsize=2,
                 )
             ax.set_xscale("log")
-            style._log_ticks(ax.xaxis, float(table[column].min()), float(table[column].max()))
+            style._log_ticks(ax.xaxis, float(known.min()), float(known.max()))
             ax.set_xlabel(f"{label} (log scale)")
         style.set_category_ticks(axes[0], shown)
         axes[1].grid(axis="y", visible=False)
@@ -139,19 +178,22 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[SiteRun, str]], site
 
     if unmatched:
         columns = [("Run", 0.35, False), ("Why it is not compared", 0.59, False)]
-        rows = [[style.wrap_label(r.label, 40), style.wrap_label(why, 70)] for r, why in unmatched]
-        for start in range(0, len(rows), style.TABLE_ROWS_PER_PAGE):
+        rows = [[style.cell_text(run, 0.35), style.cell_text(why, 0.59)] for run, why in unmatched]
+        header = [c[0] for c in columns]
+        chunks = style.chunk_rows(rows, style.table_budget(header), style.TABLE_ROWS_PER_PAGE)
+        for page_no, chunk in enumerate(chunks, start=1):
+            suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
             fig = book.new(
-                "Runs that could not be matched",
+                f"Runs that could not be matched: {len(rows)}" + suffix,
                 "Runs are compared across sites only when every training setting but the name "
-                "is equal; these are shown on the report's other pages only.",
+                "is equal; these are shown on the report's other pages only. A run that did not "
+                "finish (no run.json, or no evaluation) is on no other page.",
                 layout=None,
             )
-            chunk = rows[start : start + style.TABLE_ROWS_PER_PAGE]
             style.draw_table(
                 fig,
                 columns,
-                [c[0] for c in columns],
+                header,
                 chunk,
                 lambda row, col: ("#eef1f6" if row % 2 == 0 else "white", False),
             )
@@ -165,14 +207,13 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
     from matplotlib.backends.backend_pdf import PdfPages
 
     loaded = load_all(dirs)
-    runs = [r for r, _ in loaded]
-    data = [d for _, d in loaded]
+    runs, data = loaded.runs, loaded.data
     sites = list(dict.fromkeys(r.site for r in runs))
     groups, unmatched = match_runs(runs)
     runs_df = tables.runs_table(data, warmup)
-    runs_df["site"] = runs_df["run"].map({r.label: r.site for r in runs})  # older: the dir
     epochs_df = tables.epochs_table(data, warmup)
     table = site_table(groups, runs_df)
+    not_compared = [(r.label, why) for r, why in unmatched] + loaded.pending
     title = title or f"clusterbench: {', '.join(sites)} compared"
     params = inputs.ReportParams(title, "", "compare", warmup)
     prov = provenance.collect()
@@ -182,9 +223,11 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
         with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
             df.to_csv(fh, index=False)
     with matplotlib.rc_context(style.theme()):
-        report = pages.build_pages(params, prov, data, runs_df, epochs_df, bench, [])
+        report = pages.build_pages(
+            params, prov, data, runs_df, epochs_df, bench, [], loaded.skipped
+        )
         extra = style.Pages(params, runs_df)
-        site_pages(extra, table, unmatched, sites)
+        site_pages(extra, table, not_compared, sites)
         book = [report.pages[0], *extra.pages, *report.pages[1:]]
         footer = style.footer_text(params, prov)
         for i, (_, fig) in enumerate(book, start=1):
@@ -195,7 +238,8 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
                     pdf.savefig(fig)
     print(
         f"compare: {len(runs)} runs on {len(sites)} sites ({', '.join(sites)}), "
-        f"{len(groups)} matched, {len(unmatched)} not; {len(book)} pages -> {output}",
+        f"{len(groups)} matched, {len(not_compared)} not, {len(loaded.skipped)} skipped; "
+        f"{len(book)} pages -> {output}",
         file=sys.stderr,
     )
     return 0
