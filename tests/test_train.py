@@ -102,6 +102,8 @@ def run_config(**overrides) -> dict:
         "deterministic": False,
         "precision": "fp32",
         "channels_last": False,
+        "min_workers": None,  # no elastic run
+        "max_workers": None,
     }
     return {**run, **overrides}
 
