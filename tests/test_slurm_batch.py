@@ -45,22 +45,48 @@ COMMAND = textwrap.dedent(
 )
 
 
+# `scontrol write batch_script <job> -` as Slurm answers it: the stored script
+FAKE_SCONTROL = """#!/bin/sh
+[ "$1 $2 $3 $4" = "write batch_script 4242 -" ] || exit 1
+cat "$STORED_SCRIPT"
+"""
+
+
 def batch_script(
     tmp_path: Path, *, delay: float = 0.0, exit_code: int = 0, wait: float = 30.0
 ) -> Path:
-    """A batch script as the plugin writes it: ``#!/bin/sh``, then ``<precommand> && <job>``."""
+    """A batch script as the plugin writes it with ``sbatch --wrap="..."`` (the command has
+    been through a shell's double quotes, which ``slurm_batch.PRECOMMAND`` survives): ``#!/bin/sh``,
+    then ``<precommand> && <job>``."""
     prog = tmp_path / "job.py"
     prog.write_text(COMMAND)
     out = tmp_path / "got"
     job = f"{sys.executable} {prog} {out} {delay} {exit_code} {wait}"
+    wrapped = subprocess.run(
+        ["/bin/sh", "-c", f'printf %s "{slurm_batch.PRECOMMAND} && {job}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert wrapped == f"{slurm_batch.PRECOMMAND} && {job}"
     script = tmp_path / "slurm_script"
-    script.write_text(f"#!/bin/sh\n{slurm_batch.PRECOMMAND} && {job}\n")
+    script.write_text(f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{wrapped}\n")
     script.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
     return script
 
 
 def start(script: Path) -> subprocess.Popen:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    path = f"{script.parent / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
+    env = {
+        **os.environ,
+        "PATH": path + os.environ["PATH"],
+        "SLURM_JOB_ID": "4242",
+        "STORED_SCRIPT": str(script),
+    }
     env.pop(slurm_batch.MARK, None)
     # slurmstepd execs the script itself: its process is the one `B:` signals
     return subprocess.Popen([str(script)], env=env, cwd=REPO, start_new_session=True)

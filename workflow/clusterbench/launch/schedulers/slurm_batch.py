@@ -7,10 +7,10 @@ the command here is the job's own Snakemake, which runs the training to its end:
 would come too late, or kill the shell and with it the job.
 
 So the Slurm profile's ``precommand`` replaces the batch shell, at the same pid, by this
-program (``exec``, see :data:`PRECOMMAND`). It runs the batch script again as its child, in a
-process group of its own, marked with ``CLUSTERBENCH_BATCH_SHELL=1`` so that the script's second
-pass goes straight on to its command, and passes every warning (SIGUSR1, SIGUSR2) it receives
-on to that process group:
+program (``exec``, see :data:`PRECOMMAND`). It runs the batch script again (as Slurm stored it:
+``scontrol write batch_script <job> -``) as its child, in a process group of its own, marked
+with ``CLUSTERBENCH_BATCH_SHELL=1`` so that the script's second pass goes straight on to its
+command, and passes every warning (SIGUSR1, SIGUSR2) it receives on to that process group:
 
 - the shell, the job's Snakemake and the rule's shell ignore the warnings
   (:data:`clusterbench.preemption.IGNORE_IN_SHELL`, :func:`clusterbench.preemption.ignore`);
@@ -39,9 +39,11 @@ import sys
 #: Marks the batch script's second pass, run by this program.
 MARK = "CLUSTERBENCH_BATCH_SHELL"
 #: The Slurm profile's ``precommand``: the first pass becomes this program; the second one
-#: ignores the warnings (like every shell between the scheduler and a rank) and goes on.
+#: ignores the warnings (like every shell between the scheduler and a rank) and goes on. No
+#: ``$`` and no ``"``: the executor plugin puts the job's command in ``sbatch --wrap="..."``
+#: through a shell, which would expand a ``$`` on the submit host.
 PRECOMMAND = (
-    f'[ -n "${{{MARK}}}" ] || exec python -m clusterbench.launch.schedulers.slurm_batch "$0"; '
+    f"env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.schedulers.slurm_batch; "
     "trap '' USR1 USR2"
 )
 #: The warnings passed on (as clusterbench.preemption.WARNING_SIGNALS, without importing it).
@@ -90,12 +92,35 @@ class Relay:
         return status
 
 
+def batch_script(job: str) -> str:
+    """The job's batch script as Slurm stored it."""
+    proc = subprocess.run(
+        ["scontrol", "write", "batch_script", job, "-"], capture_output=True, text=True
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(
+            f"scontrol write batch_script {job} - failed (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout).strip()}"
+        )
+    return proc.stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m clusterbench.launch.schedulers.slurm_batch SCRIPT", file=sys.stderr)
+    job = os.environ.get("SLURM_JOB_ID")
+    if args or not job:
+        print(
+            "usage: python -m clusterbench.launch.schedulers.slurm_batch (in a Slurm batch "
+            "script, with SLURM_JOB_ID set: the Slurm profile's precommand)",
+            file=sys.stderr,
+        )
         return 2
-    return Relay().run(["/bin/sh", args[0]], {**os.environ, MARK: "1"})
+    try:
+        script = batch_script(job)
+    except (OSError, RuntimeError) as exc:
+        print(f"clusterbench slurm_batch: {exc}", file=sys.stderr)
+        return 1
+    return Relay().run(["/bin/sh", "-c", script, "slurm_script"], {**os.environ, MARK: "1"})
 
 
 if __name__ == "__main__":
