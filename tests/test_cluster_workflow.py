@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
 pytestmark = pytest.mark.slow
@@ -236,6 +235,30 @@ def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_f
 
 
 @pytest.mark.slurm
+def test_slurm_job_larger_than_every_partition_is_skipped_and_the_rest_goes_on(
+    slurm_cluster, slurm_finished, tmp_path
+):
+    """A run that no partition can hold is skipped before any job (the pre-flight against
+    `sinfo`), named with its reason in the dry run and in skipped.csv; the other run trains on
+    the cluster and the report and the best run are made."""
+    workdir = tmp_path / "w"
+    train_next_to(slurm_finished, workdir, [{"name": "fits"}, dict(TOO_BIG, nodes=2)], nodes=2)
+    dry = snakemake(
+        workdir, "-n", env={**slurm_cluster.environ(), "CLUSTERBENCH_EXECUTOR": "slurm"}
+    )
+    said = dry.stdout + dry.stderr
+    assert "skipping run 'too-big'" in said and "asks for 64 workers" in said, said
+    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL)
+    skipped = (workdir / "results" / "report" / "skipped.csv").read_text()
+    assert skipped.startswith("run,experiment,environment,reason\ntoo-big,"), skipped
+    assert "asks for 64 workers" in skipped, skipped
+    assert (workdir / "results" / "runs" / "fits" / "model.pt").is_file()
+    assert not (workdir / "results" / "runs" / "too-big").exists()
+    assert json.loads((workdir / "results" / "best" / "summary.json").read_text())["run"] == "fits"
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+@pytest.mark.slurm
 def test_local_and_slurm_results_in_one_comparative_pdf(slurm_cluster, slurm_finished, tmp_path):
     """The same config run locally and on the Slurm test cluster: clusterbench-compare merges
     both results trees into one PDF, every run matched across the two sites."""
@@ -414,41 +437,42 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
 
 
 @pytest.mark.slurm
-def test_slurms_own_warning_before_the_time_limit_checkpoints_and_the_next_run_continues(
-    slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path
+def test_slurms_own_warning_before_the_time_limit_reaches_the_ranks(
+    slurm_cluster, slurm_finished, tmp_path
 ):
-    """Slurm itself sends the warning: a job whose time limit (2 min) is nearer than its
-    `warning_seconds` (119) gets `--signal=B:USR1@119` at Slurm's first time-limit check (at
-    most 30 s in), on 2 nodes; the ranks checkpoint and the job exits 75. With no retry left
-    the workflow stops; `snakemake` again, given more time (`runtime` is no training setting:
-    the checkpoint stays valid), continues from that step and ends as if never stopped."""
-    from test_resume import assert_same_training
-
-    run = PREEMPTED["2w"]
+    """Slurm itself sends the warning: a 2-node training far longer than its job's time limit
+    (2 min) with `warning_seconds: 119` gets `--signal=B:USR1@119` at Slurm's first time-limit
+    check (at most 30 s in), through the batch script's stand-in to the launcher and on to the
+    ranks; they checkpoint and the job exits 75 (sacct), long before the limit. (That the next
+    attempt continues from such a checkpoint as if never stopped is the test above.)"""
+    run = {**PREEMPTED["2w"], "name": "time-limited", "epochs": 300, "runtime": 2}
     workdir = tmp_path / "w"
-    (target,) = train_next_to(
-        slurm_finished, workdir, [{**run, "runtime": 2, "warning_seconds": 119}], nodes=2
-    )
+    (target,) = train_next_to(slurm_finished, workdir, [{**run, "warning_seconds": 119}], nodes=2)
     log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
+    started = time.time()
     proc = run_on(
         slurm_cluster, workdir, "slurm", *SLURM_POLL, "--retries", "0", target, check=False
     )
-    assert proc.returncode != 0, proc.stdout[-3000:]
+    took = time.time() - started
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0, said[-3000:]
     first = log.read_text()
-    job = re.search(r"Job \S+ has been submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
-    assert job, (proc.stdout + proc.stderr)[-3000:]
+    job = re.search(r"Job \S+ has been submitted with SLURM jobid (\d+)", said)
+    assert job, said[-3000:]
     state = slurm_cluster.run(
         ["sacct", "-X", "-n", "-P", "-j", job[1], "-o", "State,ExitCode"]
     ).stdout.split()[0]
     assert state == "FAILED|75:0", (state, first[-3000:])
-    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
-    cfg["runs"][0]["runtime"] = 15
-    write_config(workdir, cfg)
-    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL, target)
-    where = _assert_preempted_then_resumed(first, log.read_text())
-    print(f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {where}, job exit 75")
-    assert_same_training(
-        workdir / "results" / "runs" / run["name"], slurm_uninterrupted / run["name"]
+    written = re.search(
+        r"rank 0 preempted: checkpoint written (epoch \d+, after step \d+|after epoch \d+)", first
+    )
+    assert written, first[-3000:]
+    assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+    out = workdir / "results" / "runs" / run["name"]
+    assert list((out / "checkpoints").glob("*/epoch-*.pt")) and not (out / "model.pt").exists()
+    print(
+        f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {written[1]}, job exit 75, "
+        f"workflow ended {took:.0f} s after it started (time limit 120 s)"
     )
 
 
@@ -589,7 +613,8 @@ def test_sge_runs_the_pipeline_with_a_two_slot_training_job(sge_cluster, sge_fin
 def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp_path):
     """A run's priority P is its train job's `qsub -p P`, seen with `qstat -j` while the job is
     queued or runs, for two jobs ready at once (the profile's `sge-array-limit: 1` keeps the
-    plugin from giving both the first one's resources in one array job)."""
+    plugin from giving both the first one's resources in one array job). The profile is used as
+    shipped."""
     workdir = tmp_path / "w"
     runs = [{"name": "patient", "priority": -3}, {"name": "urgent", "priority": 5}]
     targets = train_next_to(sge_finished, workdir, runs, nodes=1)
@@ -612,9 +637,8 @@ def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        # targets after a one-value option (--set-resources would take them for its own)
-        extra = ["--set-resources", "train:sge_export_env=True", *SGE_POLL, *targets]
-        run_on(sge_cluster, workdir, "sge", *extra)
+        # the profile exactly as shipped (no sge_export_env: nothing of this environment needed)
+        run_on(sge_cluster, workdir, "sge", *SGE_POLL, *targets)
     finally:
         done.set()
         watcher.join(timeout=30)
