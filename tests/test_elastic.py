@@ -251,6 +251,14 @@ def test_a_killed_rank_leaves_and_training_finishes_on_the_others(data, tmp_path
     assert info["world"]["elastic"]["sizes"][0] == 3
     assert info["world"]["elastic"]["sizes"][-1] == 2
     assert info["epochs_completed"] == 4
+    # what the report reads of it: the world size of each epoch, and the sizes the run had
+    from clusterbench.report.inputs import read_epochs
+    from clusterbench.report.tables import experiment_columns
+
+    epochs = read_epochs(out / "metrics.jsonl")
+    assert epochs["world_size"].tolist()[0] == 3 and epochs["world_size"].tolist()[2:] == [2, 2]
+    columns = experiment_columns(info)
+    assert columns["elastic"] and columns["world_sizes"] == "3 2" and columns["resets"] == 1
     print(
         f"FIGURE elastic reset after a rank's death: {resets[0]['seconds']:.2f} s reset, "
         f"{resets[0]['stalled_seconds']:.2f} s stalled since the last commit "
