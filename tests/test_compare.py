@@ -64,6 +64,7 @@ def label_site(root: Path, site: str | None) -> None:
         run_json.write_text(json.dumps(info))
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_two_sites_in_one_comparative_pdf(tmp_path):
     east, west = tmp_path / "east-copy", tmp_path / "west-copy"
     make_fake_results(east)
@@ -132,6 +133,7 @@ def site_tree(root: Path, site: str) -> Path:
     return tree
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_three_sites_are_a_dimension_of_every_page(tmp_path):
     trees = [site_tree(tmp_path, site) for site in SITE_SPEED]
     north = trees[2] / "results"

@@ -461,6 +461,7 @@ def test_make_plan_shows_what_the_slurm_profile_would_submit(tmp_path: Path):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path):
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(dataset_cache)

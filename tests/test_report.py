@@ -676,6 +676,7 @@ def test_backend_comparison_pairs_only_identical_configs():
     assert tables.backend_comparison(df).empty
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_realistic_backends_and_baselines(tmp_path: Path):
     """Two backends on 1, 2 and 4 workers, a per-worker batch run without a baseline, and a run
     whose only epoch is the warm-up."""
@@ -705,6 +706,7 @@ def test_realistic_backends_and_baselines(tmp_path: Path):
     assert "per worker" in pages[PAGE["runs"]]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_more_than_eight_node_counts(tmp_path: Path):
     specs = [
         {"name": f"n{n:02d}", "dataset": "digits", "workers": n, "nodes": n, "ips": 900 * n,
@@ -722,6 +724,7 @@ def test_more_than_eight_node_counts(tmp_path: Path):
     assert len({(s["marker"], s["hollow"]) for s in styles[:16]}) == 16
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_many_runs_split_table_and_benchmarks(tmp_path: Path):
     specs = [
         {"name": f"digits-run-{i:02d}", "dataset": "digits", "workers": 1 + i % 4, "nodes": 1,
@@ -854,6 +857,7 @@ def test_corrupt_benchmark_file(fake: dict, tmp_path: Path):
         run_report(fake, tmp_path / "report")
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_script_entry_point_with_benchmark_dir(fake: dict, tmp_path: Path):
     """The thin script; --benchmarks given a directory (searched) and a file that is missing."""
     out = tmp_path / "report"
@@ -1364,6 +1368,7 @@ def test_run_json_epochs_completed_is_checked(fake: dict, tmp_path: Path, value,
 # --skipped: the runs skipped where the workflow ran (rules/common.smk) -> skipped.csv
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_skipped_runs_are_written_to_skipped_csv(fake, tmp_path: Path):
     import csv
 

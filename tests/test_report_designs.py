@@ -135,6 +135,7 @@ def page_texts(designs) -> list[str]:
     return [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")[:-1]]
 
 
+@pytest.mark.slow  # the 134-run report (about 16 s)
 def test_every_design_page_renders_with_its_parts(designs):
     _, out = designs
     pages = page_texts(designs)
@@ -174,6 +175,7 @@ def test_every_design_page_renders_with_its_parts(designs):
         assert (out / "figures" / f"{png}.png").is_file(), png
 
 
+@pytest.mark.slow  # the 134-run report (about 16 s)
 def test_results_csv_is_sorted_on_validation_and_names_the_origin(designs):
     _, out = designs
     results = pd.read_csv(out / "results.csv", keep_default_na=False)
@@ -194,6 +196,7 @@ def test_results_csv_is_sorted_on_validation_and_names_the_origin(designs):
     assert pd.read_csv(out / "skipped.csv")["run"].tolist() == [s["run"] for s in SKIPPED]
 
 
+@pytest.mark.slow  # the 134-run report (about 16 s)
 def test_design_tables_count_points_repeats_and_sites(design_runs):
     sweep = point_table(design_runs, "sweep")
     assert len(sweep) == 100 and (sweep["repeats"] == 1).all()
@@ -217,6 +220,7 @@ def test_design_tables_count_points_repeats_and_sites(design_runs):
             assert r["baseline_run"] == f"scale-1w-{r['site']}", name
 
 
+@pytest.mark.slow  # the 134-run report (about 16 s)
 def test_environment_bars_beyond_the_cap_are_announced(design_runs, monkeypatch):
     monkeypatch.setattr(experiment_pages, "MAX_BARS", 2)
     texts = draw(lambda pages: experiment_pages.environment_pages(pages, design_runs, SKIPPED))
@@ -365,6 +369,7 @@ def test_a_sweep_page_without_any_time_says_so():
     assert "validation accuracy (%)" in texts  # the accuracy heatmap is still drawn
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_a_sweep_without_timed_epochs_renders(tmp_path: Path):
     """epochs: 1 with timing_warmup_epochs: 1: no time per epoch anywhere; the report is made
     and its pages say so."""
@@ -409,6 +414,7 @@ def test_the_best_run_is_chosen_on_validation_never_on_test():
     assert list(sort_by_validation(df)["run"]) == ["val-best", "tie-a", "tie-b", "test-best"]
 
 
+@pytest.mark.slow  # the 134-run report (about 16 s)
 def test_the_best_stage_keeps_rank_one(designs, tmp_path):
     fake, out = designs
     kept = tmp_path / "best"

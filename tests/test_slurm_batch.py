@@ -127,6 +127,7 @@ def test_a_warning_to_the_batch_shell_alone_reaches_the_job_which_exits_75(tmp_p
     assert int(pgrp) != proc.pid  # the job runs in a process group of its own
 
 
+@pytest.mark.slow  # waits for the repeat (10 s)
 def test_a_warning_before_the_job_listens_is_sent_again(tmp_path, monkeypatch):
     """A warning that comes while nothing handles it yet (the ranks are still starting) is not
     lost: the stand-in repeats it until the job ends."""
