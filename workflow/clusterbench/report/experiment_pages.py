@@ -111,7 +111,7 @@ def skipped_pages(pages: Pages, skipped: Sequence[dict[str, Any]]) -> None:
     if table.empty:
         return
     sites = bool(table["site"].str.len().any())
-    widths = (0.26, 0.1, 0.14, 0.16, 0.34) if sites else (0.3, 0, 0.14, 0.16, 0.4)
+    widths = (0.22, 0.1, 0.12, 0.14, 0.42) if sites else (0.24, 0, 0.12, 0.14, 0.5)
     columns = [("Run", widths[0], False)]
     columns += [("Site", widths[1], False)] if sites else []
     columns += [
@@ -128,7 +128,7 @@ def skipped_pages(pages: Pages, skipped: Sequence[dict[str, Any]]) -> None:
             + [
                 cell_text(origin, widths[2]),
                 cell_text(r.point, widths[3]) or "-",
-                cell_text(r.reason, widths[4], max_lines=4),
+                cell_text(r.reason, widths[4], max_lines=8),  # the whole reason, as a rule
             ]
         )
     header = [c[0] for c in columns]

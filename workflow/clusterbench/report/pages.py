@@ -727,8 +727,8 @@ def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
                     linewidth=1.2 if style["hollow"] else 0.8,
                 )
             label = {"speedup": "{:.2f}x", "efficiency": "{:.0%}"}.get(col)
-            if label and annotate:
-                for w, v in zip(group["workers"], group[col], strict=True):
+            if label and annotate:  # the line's values (a mean where runs share a count)
+                for w, v in line.items():
                     if math.isfinite(v):
                         ax.annotate(
                             label.format(v),
