@@ -461,3 +461,12 @@ def test_the_best_stage_names_a_results_file_without_rank_one(tmp_path, capsys):
     assert code == 1
     assert f"{results}: no row with rank 1" in capsys.readouterr().err
     assert not (tmp_path / "best").exists()
+
+
+@pytest.mark.slow  # the 134-run report (about 16 s)
+def test_an_elastic_runs_resets_and_their_time_are_on_its_page(designs, design_runs):
+    row = design_runs.loc[design_runs["run"] == "elastic"].iloc[0]
+    assert row["elastic"] and row["world_sizes"] == "3 2"
+    assert row["resets"] == 1 and row["reset_seconds"] == 1.5
+    (page,) = [p for p in page_texts(designs) if p.startswith("Elastic runs: world size")]
+    assert "elastic (1 reset(s), 1.5 s in all)" in page

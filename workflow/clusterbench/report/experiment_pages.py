@@ -485,8 +485,9 @@ def world_size_pages(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFram
     ax = fig.add_subplot()
     for name in shown:
         ep = epochs_df[epochs_df["run"] == name]
-        resets = runs_df.loc[runs_df["run"] == name, "resets"].iloc[0]
-        label = f"{name} ({resets} reset(s))"
+        row = runs_df.loc[runs_df["run"] == name].iloc[0]
+        took = f", {row['reset_seconds']:.1f} s in all" if row["resets"] else ""
+        label = f"{name} ({row['resets']} reset(s){took})"
         ax.step(ep["epoch"], ep["world_size"], where="post", color=pages.colors[name], label=label)
         if "world_sizes" in ep.columns:
             changed = ep[[isinstance(w, list) and len(w) > 1 for w in ep["world_sizes"]]]
@@ -494,4 +495,5 @@ def world_size_pages(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFram
     ax.set_xlabel("epoch")
     ax.set_ylabel("ranks (world size)")
     ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # epochs are whole
     ax.legend(frameon=False)

@@ -314,6 +314,14 @@ def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
         "elastic": bool(elastic),
         "world_sizes": " ".join(map(str, dict.fromkeys(sizes))),
         "resets": len(elastic.get("resets") or []),
+        # the time the resets took, in all (seconds; 0 without resets)
+        "reset_seconds": float(
+            sum(
+                r.get("seconds") or 0.0
+                for r in elastic.get("resets") or []
+                if isinstance(r, dict) and isinstance(r.get("seconds"), int | float)
+            )
+        ),
     }
 
 
