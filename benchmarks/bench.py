@@ -145,6 +145,8 @@ def run_config(case: Case, spec: Spec) -> dict[str, Any]:
         "deterministic": False,
         "precision": case.precision,
         "channels_last": case.channels_last,
+        "min_workers": None,  # a fixed world (no Horovod elastic)
+        "max_workers": None,
     }
 
 

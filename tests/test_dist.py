@@ -267,3 +267,71 @@ def two_start_weights() -> dict[str, torch.Tensor]:
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
     {"aggregate": aggregate_worker}[mode](*rest)
+
+
+# --------------------------------------------------------------------------------------------
+# a world of one
+
+
+def test_a_world_of_one_answers_collectives_without_the_backend():
+    """One rank has nothing to exchange: the runtime answers every collective itself (a
+    Horovod collective would still wait for its background cycle, about 2 ms, every epoch)."""
+    from clusterbench.dist.base import Identity, Runtime
+
+    calls: list[str] = []
+
+    class Counting(Runtime):
+        name = "counting"
+
+        @classmethod
+        def start(cls, device_type):
+            return cls(Identity(0, size, 0, size, 0, 1), device_type)
+
+        def shutdown(self):
+            pass
+
+        def sync_batchnorm(self, device):
+            raise NotImplementedError
+
+        def wrap(self, model, optimizer, bn):
+            raise NotImplementedError
+
+        def _allreduce_sum(self, tensor, name):
+            calls.append(name)
+            return tensor * self.size
+
+        def _allreduce_sum_autograd(self, tensor, name):
+            calls.append(name)
+            return tensor * self.size
+
+        def _broadcast_tensors_(self, tensors, root):
+            calls.append("broadcast")
+
+        def _broadcast_object(self, obj, root, name):
+            calls.append(name)
+            return obj
+
+        def _allgather_object(self, obj, name):
+            calls.append(name)
+            return [obj] * self.size
+
+    size = 1
+    one = Counting.start("cpu")
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    summed = one.allreduce_sum(x, "a")
+    assert torch.equal(summed, x.detach()) and summed is not x and not summed.requires_grad
+    grad_through = one.allreduce_sum_autograd(x, "b")
+    grad_through.sum().backward()
+    assert torch.equal(x.grad, torch.ones(2))
+    one.broadcast_tensors_({"w": x})
+    assert one.broadcast_object({"k": 1}, name="c") == {"k": 1}
+    assert one.allgather_object(7, name="d") == [7]
+    assert calls == []
+    size = 2  # a world of two goes through the backend, every time
+    two = Counting.start("cpu")
+    assert torch.equal(two.allreduce_sum(torch.ones(1), "a"), torch.full((1,), 2.0))
+    two.allreduce_sum_autograd(torch.ones(1), "b")
+    two.broadcast_tensors_({})
+    two.broadcast_object(1, name="c")
+    assert two.allgather_object(7, name="d") == [7, 7]
+    assert calls == ["a", "b", "broadcast", "c", "d"]

@@ -64,7 +64,8 @@ def slice_checkpoints(out: Path, run: dict) -> list[checkpoints.Position]:
 
 def signal_when(path: Path, lines: int, send, delay: float = 0.3) -> threading.Thread:
     """A thread that calls ``send()`` ``delay`` seconds after ``path`` has ``lines`` lines (an
-    epoch of these tests takes about a second: by then the next one is under way)."""
+    epoch of these tests takes about a second: by then the next one is under way; see
+    :func:`long_epochs`)."""
 
     def watch() -> None:
         deadline = time.monotonic() + 120
@@ -82,9 +83,11 @@ def signal_when(path: Path, lines: int, send, delay: float = 0.3) -> threading.T
 
 @pytest.fixture
 def long_epochs(tmp_path, monkeypatch):
-    """A data set with 250 steps per epoch at batch 4, and a preemption check every 2 steps."""
+    """A data set with 1000 steps per epoch at batch 4 (about a second an epoch: a warning sent
+    0.3 s after an epoch's end lands well within the next), and a preemption check every 2
+    steps."""
     monkeypatch.setenv(CHECKPOINTS_ENV, json.dumps({"keep": 2, "preemption_check_steps": 2}))
-    return make_dataset(tmp_path / "data", n_train=1000)
+    return make_dataset(tmp_path / "data", n_train=4000)
 
 
 def train_here(data: Path, run: dict, out: Path) -> int:
@@ -105,7 +108,7 @@ def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(long_epochs
     watcher.join()
     assert not (out / "model.pt").exists()
     stopped_at = slice_checkpoints(out, run)[-1]
-    assert stopped_at.epoch >= 1 and 0 < stopped_at.step < 250, stopped_at  # mid-epoch
+    assert stopped_at.epoch >= 1 and 0 < stopped_at.step < 1000, stopped_at  # mid-epoch
     assert stopped_at.step % 2 == 0  # at a check
     assert len(read_metrics(out)) == stopped_at.epoch
 
@@ -191,6 +194,9 @@ def rank_pids(out: Path) -> list[int]:
 def test_two_horovod_ranks_agree_on_a_warning_one_of_them_got(long_epochs, tmp_path):
     """Only rank 1 is warned: both stop at the same step (one collective), rank 0 writes the
     checkpoint, and the next attempt ends as an uninterrupted run does."""
+    # two ranks take about a second for an epoch of a quarter of the data (a real collective
+    # every 2 steps)
+    long_epochs = make_dataset(tmp_path / "data-2", n_train=1000)
     run = run_config(workers=2, epochs=2, batch_size=4)
     ref = subprocess.run(
         train_cmd(long_epochs, run, tmp_path / "full"), capture_output=True, text=True, timeout=300

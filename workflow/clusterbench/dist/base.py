@@ -119,25 +119,49 @@ class Runtime(ABC):
         return self.identity.local_size
 
     # -- collectives ----------------------------------------------------------------------
-    @abstractmethod
+    # In a world of one rank a collective has nothing to exchange: it is answered here, without
+    # the backend (whose call would still cost a round trip, e.g. a Horovod background cycle:
+    # per epoch, a 1-worker run would pay for collectives a hand-written loop does not have).
+    # The backends implement the underscored methods.
     def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         """The element-wise sum over all ranks (a new tensor; not differentiable)."""
+        if self.size == 1:
+            return tensor.detach().clone()
+        return self._allreduce_sum(tensor, name)
 
-    @abstractmethod
     def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         """As :meth:`allreduce_sum`, differentiable: the backward is a sum of the gradients."""
+        if self.size == 1:
+            return tensor.clone()
+        return self._allreduce_sum_autograd(tensor, name)
 
-    @abstractmethod
     def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
         """Overwrite ``tensors`` in place with rank ``root``'s values."""
+        if self.size > 1:
+            self._broadcast_tensors_(tensors, root)
 
-    @abstractmethod
     def broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
         """Rank ``root``'s picklable ``obj`` on every rank."""
+        return obj if self.size == 1 else self._broadcast_object(obj, root, name)
 
-    @abstractmethod
     def allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
         """Every rank's ``obj``, in rank order."""
+        return [obj] if self.size == 1 else self._allgather_object(obj, name)
+
+    @abstractmethod
+    def _allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int) -> None: ...
+
+    @abstractmethod
+    def _broadcast_object(self, obj: Any, root: int, name: str) -> Any: ...
+
+    @abstractmethod
+    def _allgather_object(self, obj: Any, name: str) -> list[Any]: ...
 
     # -- model and optimiser --------------------------------------------------------------
     @abstractmethod

@@ -98,31 +98,31 @@ class TorchRuntime(Runtime):
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+    def _allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         import torch.distributed as dist
 
         out = tensor.clone()
         dist.all_reduce(out)
         return out
 
-    def allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+    def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return _AllreduceSum.apply(tensor)
 
-    def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
+    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
         import torch.distributed as dist
 
         with torch.no_grad():
             for tensor in tensors.values():
                 dist.broadcast(tensor, src=root)
 
-    def broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
+    def _broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
         import torch.distributed as dist
 
         box = [obj]
         dist.broadcast_object_list(box, src=root)
         return box[0]
 
-    def allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
+    def _allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size
