@@ -191,9 +191,10 @@ if workflow.is_main_process:
 
 if workflow.remote_exec:
     # This Snakemake runs a job on a cluster node, in the job's processes with the ranks: a
-    # scheduler's preemption warning (Slurm --signal=USR1@N goes to every process of the job's
-    # steps; SGE's -notify to the job) must not kill it or the rule's shell, which inherits
-    # this; the launcher and the ranks install their own handlers for it.
+    # scheduler's preemption warning (Slurm's --signal=B:USR1@N, passed on to the job by the
+    # profile's batch-shell stand-in; srun passes it on to its step; SGE's -notify goes to the
+    # job) must not kill it or the rule's shell, which inherits this; the launcher and the
+    # ranks install their own handlers for it.
     preemption.ignore()
 
 #: The datasets whose raw files this process has checked (each once).
