@@ -235,30 +235,6 @@ def test_impossible_slurm_request_fails_before_submission(slurm_cluster, slurm_f
 
 
 @pytest.mark.slurm
-def test_slurm_job_larger_than_every_partition_is_skipped_and_the_rest_goes_on(
-    slurm_cluster, slurm_finished, tmp_path
-):
-    """A run that no partition can hold is skipped before any job (the pre-flight against
-    `sinfo`), named with its reason in the dry run and in skipped.csv; the other run trains on
-    the cluster and the report and the best run are made."""
-    workdir = tmp_path / "w"
-    train_next_to(slurm_finished, workdir, [{"name": "fits"}, dict(TOO_BIG, nodes=2)], nodes=2)
-    dry = snakemake(
-        workdir, "-n", env={**slurm_cluster.environ(), "CLUSTERBENCH_EXECUTOR": "slurm"}
-    )
-    said = dry.stdout + dry.stderr
-    assert "skipping run 'too-big'" in said and "asks for 64 workers" in said, said
-    run_on(slurm_cluster, workdir, "slurm", *SLURM_POLL)
-    skipped = (workdir / "results" / "report" / "skipped.csv").read_text()
-    assert skipped.startswith("run,experiment,environment,reason\ntoo-big,"), skipped
-    assert "asks for 64 workers" in skipped, skipped
-    assert (workdir / "results" / "runs" / "fits" / "model.pt").is_file()
-    assert not (workdir / "results" / "runs" / "too-big").exists()
-    assert json.loads((workdir / "results" / "best" / "summary.json").read_text())["run"] == "fits"
-    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
-
-
-@pytest.mark.slurm
 def test_local_and_slurm_results_in_one_comparative_pdf(slurm_cluster, slurm_finished, tmp_path):
     """The same config run locally and on the Slurm test cluster: clusterbench-compare merges
     both results trees into one PDF, every run matched across the two sites."""

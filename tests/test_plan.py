@@ -498,7 +498,8 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
 def test_the_slurm_plan_is_what_slurm_granted(slurm_cluster, tmp_path: Path):
     """`make plan` against the real cluster (its sinfo), then the same workflow run: each train
     job Slurm was given (`scontrol show job`) has the plan's nodes, ranks, CPUs and time limit,
-    and a run no partition holds is in the plan's skips and never submitted."""
+    and a run no partition holds is in the plan's skips, never submitted, and skipped while the
+    rest of the workflow goes on to the report (skipped.csv) and the best run."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(tmp_path / "cache")
@@ -522,7 +523,6 @@ def test_the_slurm_plan_is_what_slurm_granted(slurm_cluster, tmp_path: Path):
     assert planned == {"one": (1, 1, 1, 0, 11), "spread": (2, 2, 2, 0, 11)}, lines
     assert any(line.startswith("    too-big: run 'too-big' asks for 64") for line in lines)
 
-    targets = ["results/runs/one/run.json", "results/runs/spread/run.json"]
     run = snakemake(
         workdir,
         "--profile",
@@ -533,11 +533,16 @@ def test_the_slurm_plan_is_what_slurm_granted(slurm_cluster, tmp_path: Path):
         "5",
         "--slurm-init-seconds-before-status-checks",
         "3",
-        *targets,
         env=slurm_cluster.env,
         timeout=1500,
     )
     out = run.stdout + run.stderr
+    # the whole workflow went on without the run no partition holds, to the report and best
+    skipped = (workdir / "results" / "report" / "skipped.csv").read_text()
+    assert skipped.startswith("run,experiment,environment,reason\ntoo-big,"), skipped
+    assert "asks for 64 workers" in skipped, skipped
+    assert not (workdir / "results" / "runs" / "too-big").exists()
+    assert (workdir / "results" / "best" / "summary.json").is_file()
     submitted = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", out)
     job_of = {Path(log).parent.name: job for job, log in submitted if "rule_train" in log}
     assert set(job_of) == {"one", "spread"}, out
