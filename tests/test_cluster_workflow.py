@@ -569,7 +569,10 @@ def test_killing_a_rank_fails_the_slurm_job(slurm_cluster, tmp_path):
 @pytest.fixture(scope="module")
 def sge_finished(sge_cluster, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("sge-pipeline")
-    cluster_config(workdir, nodes=1)
+    cfg = cluster_config(workdir, nodes=1)
+    one = next(r for r in cfg["runs"] if r["workers"] == 1)
+    cfg["runs"].append({**one, **TOO_BIG})  # skipped (test_sge_job_no_queue_could_run_is...)
+    write_config(workdir, cfg)
     # the SGE plugin ignores --envvars: export the environment (qsub -V) to the training jobs
     run_on(sge_cluster, workdir, "sge", *SGE_POLL, "--set-resources", "train:sge_export_env=True")
     return workdir
@@ -632,25 +635,22 @@ def test_sge_train_jobs_carry_their_runs_priority(sge_cluster, sge_finished, tmp
 
 
 @pytest.mark.sge
-def test_sge_job_no_queue_could_run_is_skipped_and_the_rest_goes_on(
-    sge_cluster, sge_finished, tmp_path
-):
-    """A run whose job asks for more slots than the cell's PE offers is skipped before any job
-    (`qsub -w v`: what the profile's `qsub -w e` would refuse), named with SGE's reason in the
-    dry run and in skipped.csv; the other run trains and the report is made."""
-    workdir = tmp_path / "w"
-    train_next_to(sge_finished, workdir, [{"name": "fits"}, TOO_BIG], nodes=1)
-    env = {"CLUSTERBENCH_EXECUTOR": "sge"}
-    dry = snakemake(workdir, "-n", env={**sge_cluster.environ(), **env})
+def test_sge_job_no_queue_could_run_is_skipped_and_the_rest_goes_on(sge_cluster, sge_finished):
+    """A run whose job asks for more slots than the cell's PE offers (the SGE pipeline's
+    too-big run) is skipped before any job (`qsub -w v`: what the profile's `qsub -w e` would
+    refuse), named with SGE's reason in a dry run and in skipped.csv; the other runs trained and
+    the report and the best run were made."""
+    dry = snakemake(
+        sge_finished, "-n", env={**sge_cluster.environ(), "CLUSTERBENCH_EXECUTOR": "sge"}
+    )
     said = dry.stdout + dry.stderr
     assert "skipping run 'too-big'" in said and "`qsub -w v` says" in said, said
-    run_on(sge_cluster, workdir, "sge", "--set-resources", "train:sge_export_env=True", *SGE_POLL)
-    skipped = (workdir / "results" / "report" / "skipped.csv").read_text()
+    skipped = (sge_finished / "results" / "report" / "skipped.csv").read_text()
     assert skipped.startswith("run,experiment,environment,reason\ntoo-big,"), skipped
     assert "cannot run in PE" in skipped or "no suitable queues" in skipped, skipped
-    assert (workdir / "results" / "runs" / "fits" / "model.pt").is_file()
-    assert not (workdir / "results" / "runs" / "too-big").exists()
-    assert (workdir / "results" / "best" / "summary.json").is_file()
+    assert (sge_finished / "results" / "runs" / TWO / "model.pt").is_file()
+    assert not (sge_finished / "results" / "runs" / "too-big").exists()
+    assert (sge_finished / "results" / "best" / "summary.json").is_file()
 
 
 @pytest.fixture(scope="module")
