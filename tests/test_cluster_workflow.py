@@ -186,13 +186,18 @@ def submit_too_big(cluster, finished: Path, workdir: Path, profile: str, nodes: 
     return proc.stdout + proc.stderr
 
 
+def one_worker_run(cfg: dict) -> dict:
+    """The 1-worker run of a :func:`cluster_config`: the base the tests write their runs over."""
+    return next(r for r in cfg["runs"] if r["workers"] == 1)
+
+
 def train_next_to(finished: Path, workdir: Path, runs: list[dict], nodes: int) -> list[str]:
     """A config of tiny 1-epoch digits ``runs`` (over the 1-worker run) in ``workdir``, next to a
     finished pipeline's data (copied, mtimes kept); the targets: their run.json files."""
     shutil.copytree(finished / "results" / "raw", workdir / "results" / "raw")
     shutil.copytree(finished / "results" / "data", workdir / "results" / "data")
     cfg = cluster_config(workdir, nodes=nodes)
-    one = dict(next(r for r in cfg["runs"] if r["workers"] == 1), epochs=1)
+    one = dict(one_worker_run(cfg), epochs=1)
     cfg["runs"] = [{**one, **run} for run in runs]
     write_config(workdir, cfg)
     return [f"results/runs/{run['name']}/run.json" for run in runs]
@@ -297,14 +302,12 @@ def _until_the_launcher_ends(log: Path, deadline: float) -> tuple[str, float]:
 def _assert_preempted_then_resumed(first: str, final: str) -> str:
     """The first attempt stopped at a checkpoint at a step boundary (mid-epoch, or the epoch's
     end when the warning came during its last steps); the last one continued from it."""
-    written = re.search(
-        r"rank 0 preempted: checkpoint written ((?:epoch \d+, )?after (?:step|epoch) \d+)", first
-    )
-    assert written, first[-3000:]
-    assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+    from test_resume import checkpoint_after_warning
+
+    where = checkpoint_after_warning(first)
     assert "exited with code" not in first, first[-3000:]
-    assert f"train: continuing from the checkpoint {written[1]}" in final, final[-3000:]
-    return written[1]
+    assert f"train: continuing from the checkpoint {where}" in final, final[-3000:]
+    return where
 
 
 def _popen_snakemake(cmd: list[str], env: dict) -> subprocess.Popen:
@@ -421,6 +424,8 @@ def test_slurms_own_warning_before_the_time_limit_reaches_the_ranks(
     check (at most 30 s in), through the batch script's stand-in to the launcher and on to the
     ranks; they checkpoint and the job exits 75 (sacct), long before the limit. (That the next
     attempt continues from such a checkpoint as if never stopped is the test above.)"""
+    from test_resume import checkpoint_after_warning
+
     run = {**PREEMPTED["2w"], "name": "time-limited", "epochs": 300, "runtime": 2}
     workdir = tmp_path / "w"
     (target,) = train_next_to(slurm_finished, workdir, [{**run, "warning_seconds": 119}], nodes=2)
@@ -441,17 +446,11 @@ def test_slurms_own_warning_before_the_time_limit_reaches_the_ranks(
     assert state == "FAILED|75:0", (state, first[-3000:])
     # Slurm's first time-limit check may come before the ranks' first step (it did on CI):
     # a checkpoint before any training is still the ranks acting on the warning
-    written = re.search(
-        r"rank 0 preempted: checkpoint written "
-        r"(before any training|epoch \d+, after step \d+|after epoch \d+)",
-        first,
-    )
-    assert written, first[-3000:]
-    assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+    where = checkpoint_after_warning(first, before_training_ok=True)
     out = workdir / "results" / "runs" / run["name"]
     assert list((out / "checkpoints").glob("*/epoch-*.pt")) and not (out / "model.pt").exists()
     print(
-        f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {written[1]}, job exit 75, "
+        f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {where}, job exit 75, "
         f"workflow ended {took:.0f} s after it started (time limit 120 s)"
     )
 
@@ -570,8 +569,8 @@ def test_killing_a_rank_fails_the_slurm_job(slurm_cluster, tmp_path):
 def sge_finished(sge_cluster, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("sge-pipeline")
     cfg = cluster_config(workdir, nodes=1)
-    one = next(r for r in cfg["runs"] if r["workers"] == 1)
-    cfg["runs"].append({**one, **TOO_BIG})  # skipped (test_sge_job_no_queue_could_run_is...)
+    # skipped (test_sge_job_no_queue_could_run_is_skipped_and_the_rest_goes_on)
+    cfg["runs"].append({**one_worker_run(cfg), **TOO_BIG})
     write_config(workdir, cfg)
     # the SGE plugin ignores --envvars: export the environment (qsub -V) to the training jobs
     run_on(sge_cluster, workdir, "sge", *SGE_POLL, "--set-resources", "train:sge_export_env=True")

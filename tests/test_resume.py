@@ -82,12 +82,30 @@ def signal_when(path: Path, lines: int, send, delay: float = 0.3) -> threading.T
 
 
 @pytest.fixture
-def long_epochs(tmp_path, monkeypatch):
-    """A data set with 1000 steps per epoch at batch 4 (about a second an epoch: a warning sent
-    0.3 s after an epoch's end lands well within the next), and a preemption check every 2
-    steps."""
+def frequent_checks(monkeypatch) -> None:
+    """A preemption check every 2 steps (and 2 checkpoints kept)."""
     monkeypatch.setenv(CHECKPOINTS_ENV, json.dumps({"keep": 2, "preemption_check_steps": 2}))
+
+
+@pytest.fixture
+def long_epochs(tmp_path, frequent_checks):
+    """A data set with 1000 steps per epoch at batch 4 (about a second an epoch for one worker:
+    a warning sent 0.3 s after an epoch's end lands well within the next), and a preemption
+    check every 2 steps."""
     return make_dataset(tmp_path / "data", n_train=4000)
+
+
+def checkpoint_after_warning(log: str, *, before_training_ok: bool = False) -> str:
+    """Where rank 0 said it checkpointed after a preemption warning, in the training ``log``
+    (a step boundary: mid-epoch, or an epoch's end when the warning came in its last steps;
+    with ``before_training_ok``, also before the first step), every rank having stopped there."""
+    where = r"epoch \d+, after step \d+|after epoch \d+"
+    if before_training_ok:
+        where += "|" + re.escape(checkpoints.Position(0).describe())
+    written = re.search(rf"rank 0 preempted: checkpoint written ({where})", log)
+    assert written, log[-3000:]
+    assert "[launch] preempted: every rank stopped at the checkpoint" in log, log[-3000:]
+    return written[1]
 
 
 def train_here(data: Path, run: dict, out: Path) -> int:
@@ -191,15 +209,15 @@ def rank_pids(out: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_horovod_ranks_agree_on_a_warning_one_of_them_got(long_epochs, tmp_path):
+def test_two_horovod_ranks_agree_on_a_warning_one_of_them_got(frequent_checks, tmp_path):
     """Only rank 1 is warned: both stop at the same step (one collective), rank 0 writes the
     checkpoint, and the next attempt ends as an uninterrupted run does."""
-    # two ranks take about a second for an epoch of a quarter of the data (a real collective
-    # every 2 steps)
-    long_epochs = make_dataset(tmp_path / "data-2", n_train=1000)
+    # two ranks take about a second for an epoch of a quarter of long_epochs' data (a real
+    # collective every 2 steps)
+    data = make_dataset(tmp_path / "data", n_train=1000)
     run = run_config(workers=2, epochs=2, batch_size=4)
     ref = subprocess.run(
-        train_cmd(long_epochs, run, tmp_path / "full"), capture_output=True, text=True, timeout=300
+        train_cmd(data, run, tmp_path / "full"), capture_output=True, text=True, timeout=300
     )
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
 
@@ -212,7 +230,7 @@ def test_two_horovod_ranks_agree_on_a_warning_one_of_them_got(long_epochs, tmp_p
                 os.kill(pid, preemption.WARNING_SIGNAL)
 
     watcher = signal_when(out / "metrics.jsonl", 1, warn_rank_1)
-    proc = subprocess.run(train_cmd(long_epochs, run, out), capture_output=True, text=True)
+    proc = subprocess.run(train_cmd(data, run, out), capture_output=True, text=True)
     watcher.join()
     assert proc.returncode != 0
     logs = proc.stdout + proc.stderr
@@ -220,7 +238,7 @@ def test_two_horovod_ranks_agree_on_a_warning_one_of_them_got(long_epochs, tmp_p
     assert "rank 1 preempted" in logs
     assert slice_checkpoints(out, run)[-1].step > 0
 
-    again = subprocess.run(train_cmd(long_epochs, run, out), capture_output=True, text=True)
+    again = subprocess.run(train_cmd(data, run, out), capture_output=True, text=True)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "continuing from the checkpoint epoch 2, after step" in again.stdout + again.stderr
     assert_same_training(out, tmp_path / "full")
@@ -319,16 +337,9 @@ def test_a_killed_workflow_reruns_from_the_last_checkpoint(uninterrupted, tmp_pa
     resumed_at = "after epoch"
     if how == "usr1-to-the-launcher":
         first = log.read_text()
-        # mid-epoch, or at an epoch's end when the warning came in its last steps (the
-        # mid-epoch case is pinned down by test_a_preempted_run_checkpoints_mid_epoch...)
-        written = re.search(
-            r"rank 0 preempted: checkpoint written (epoch \d+, after step \d+|after epoch \d+)",
-            first,
-        )
-        assert written, first[-3000:]
-        assert "[launch] preempted: every rank stopped at the checkpoint" in first, first[-3000:]
+        # (the mid-epoch case is pinned down by test_a_preempted_run_checkpoints_mid_epoch...)
+        resumed_at = checkpoint_after_warning(first)
         assert "exited with code" not in first, first[-3000:]
-        resumed_at = written.group(1)
     if how == "sigkill-all":
         snakemake(tmp_path, *profile, "--unlock", target)
     snakemake(tmp_path, *profile, target)

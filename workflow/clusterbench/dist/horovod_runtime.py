@@ -122,13 +122,13 @@ class HorovodRuntime(Runtime):
     def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return self._autograd.apply(tensor, name)
 
-    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
+    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int) -> None:
         self.hvd.broadcast_parameters(dict(tensors), root_rank=root)
 
-    def _broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
+    def _broadcast_object(self, obj: Any, root: int, name: str) -> Any:
         return self.hvd.broadcast_object(obj, root_rank=root, name=name)
 
-    def _allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
+    def _allgather_object(self, obj: Any, name: str) -> list[Any]:
         return list(self.hvd.allgather_object(obj, name=name))
 
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:

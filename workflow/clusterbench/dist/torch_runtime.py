@@ -108,21 +108,21 @@ class TorchRuntime(Runtime):
     def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return _AllreduceSum.apply(tensor)
 
-    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
+    def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int) -> None:
         import torch.distributed as dist
 
         with torch.no_grad():
             for tensor in tensors.values():
                 dist.broadcast(tensor, src=root)
 
-    def _broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
+    def _broadcast_object(self, obj: Any, root: int, name: str) -> Any:
         import torch.distributed as dist
 
         box = [obj]
         dist.broadcast_object_list(box, src=root)
         return box[0]
 
-    def _allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
+    def _allgather_object(self, obj: Any, name: str) -> list[Any]:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size

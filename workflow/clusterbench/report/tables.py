@@ -304,6 +304,7 @@ def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
     origin = info.get("experiment") or {}
     elastic = (info.get("world") or {}).get("elastic") or {}
     sizes = [s for s in elastic.get("sizes") or [] if s is not None]
+    resets = elastic.get("resets") or []
     return {
         "experiment": origin.get("name") or "",
         "environment": origin.get("environment") or "",
@@ -313,12 +314,12 @@ def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
         "minutes": _minutes(info["run"].get("minutes")),
         "elastic": bool(elastic),
         "world_sizes": " ".join(map(str, dict.fromkeys(sizes))),
-        "resets": len(elastic.get("resets") or []),
+        "resets": len(resets),
         # the time the resets took, in all (seconds; 0 without resets)
         "reset_seconds": float(
             sum(
-                r.get("seconds") or 0.0
-                for r in elastic.get("resets") or []
+                r["seconds"]
+                for r in resets
                 if isinstance(r, dict) and isinstance(r.get("seconds"), int | float)
             )
         ),
