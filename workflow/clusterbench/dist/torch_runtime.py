@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -25,6 +27,35 @@ from torch import nn
 from clusterbench.dist.base import DistributedOptimizer, Identity, Runtime, env_int
 from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
 
+#: The tensors of the last collectives this module handed to Gloo (one per Gloo worker thread).
+#: A Gloo worker lets go of a collective's tensors a moment after the collective has completed;
+#: if by then Python no longer holds them, letting go needs the GIL, and a worker that asks for
+#: it while the interpreter is finalizing is ended by Python, in a destructor: std::terminate,
+#: the rank aborts (exit 134) after a successful training. Held here, they are released without
+#: Python; :meth:`TorchRuntime.shutdown` waits for Gloo to let go of them before the rank exits.
+_HANDED: deque[torch.Tensor] = deque(maxlen=2)
+#: How long shutdown waits for Gloo to let go (it takes microseconds to milliseconds).
+RELEASE_TIMEOUT_S = 5.0
+
+
+def _all_reduce(tensor: torch.Tensor) -> None:
+    """``dist.all_reduce`` (a sum, in place), its tensor kept in :data:`_HANDED`."""
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor)
+    _HANDED.append(tensor)
+
+
+def released(tensors: Iterable[torch.Tensor], timeout: float) -> bool:
+    """Wait until no one but Python holds ``tensors`` (a collective's worker has let go);
+    False if one is still held after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(t._use_count() > 1 for t in tensors):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
 
 class _AllreduceSum(torch.autograd.Function):
     """Sum over the ranks, differentiable: the gradient is the sum of the ranks' gradients.
@@ -32,10 +63,8 @@ class _AllreduceSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
         out = tensor.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(out)
+        _all_reduce(out)
         return out
 
     @staticmethod
@@ -56,10 +85,8 @@ class AggregatingOptimizer(DistributedOptimizer):
     def step(self) -> None:
         self.inner.step()
         if self.aggregator is not None:
-            import torch.distributed as dist
-
             buf = self.aggregator.contribution()
-            dist.all_reduce(buf)
+            _all_reduce(buf)
             self.aggregator.apply(buf)
 
 
@@ -95,14 +122,15 @@ class TorchRuntime(Runtime):
     def shutdown(self) -> None:
         import torch.distributed as dist
 
+        # (destroy_process_group does not end Gloo's workers while DDP still holds the group:
+        # they outlive it, to the interpreter's end)
+        released(list(_HANDED), RELEASE_TIMEOUT_S)
         if dist.is_initialized():
             dist.destroy_process_group()
 
     def _allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
-        import torch.distributed as dist
-
         out = tensor.clone()
-        dist.all_reduce(out)
+        _all_reduce(out)
         return out
 
     def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
