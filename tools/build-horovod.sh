@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install horovod into the environment of $PYTHON (default: python3 on PATH), with PyTorch + Gloo,
-# and NCCL when nvcc is present and torch is a CUDA build.
+# and NCCL when this machine has an NVIDIA GPU, nvcc, and torch is a CUDA build. (torch is
+# PyPI's CUDA build everywhere, the CPU-only machines included: torchvision needs it. Without a
+# GPU horovod is built for the CPU: Gloo only.)
 #
 # Horovod 0.28.1 (newest release) does not build against torch >= 2.1 as shipped: both of its
 # CMakeLists.txt pin CMAKE_CXX_STANDARD 14 while torch's headers need C++17. We patch that in a
@@ -22,18 +24,33 @@ TORCH_VERSION=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
 pyver=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 torch_cuda=$("$py" -c 'import torch; print(torch.version.cuda or "")')
 gpu_ops=""
-if command -v nvcc >/dev/null 2>&1; then
+has_gpu=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    has_gpu=1
+fi
+if [ -n "$has_gpu" ] && command -v nvcc >/dev/null 2>&1; then
     if [ -n "$torch_cuda" ]; then
         gpu_ops=NCCL
-        say "nvcc found and torch is built for CUDA $torch_cuda: horovod gets NCCL"
+        say "a GPU, nvcc, and torch built for CUDA $torch_cuda: horovod gets NCCL"
     else
-        say "nvcc found but torch is a CPU build: building horovod without NCCL"
+        say "a GPU and nvcc, but torch is a CPU build: building horovod without NCCL"
     fi
 fi
-key="horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
+# the build of torch too (2.13.0+cpu and 2.13.0+cu130 are other libraries to link against)
+torch_build=$("$py" -c 'import torch; print(torch.__version__.replace("+", "-"))')
+key="horovod-$HOROVOD_VERSION-torch$torch_build-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
 wheel_dir="$WHEELS/$key"
 
-if "$py" -c "import horovod, horovod.torch, sys; sys.exit(horovod.__version__ != '$HOROVOD_VERSION')" 2>/dev/null; then
+# installed, and built against this very torch (horovod/metadata.json records the torch it was
+# built with: a horovod built for 2.13.0+cpu must not stay beside 2.13.0+cu130)
+if "$py" - "$HOROVOD_VERSION" <<'PY' 2>/dev/null
+import json, os, sys
+import horovod, horovod.torch, torch
+with open(os.path.join(os.path.dirname(horovod.__file__), "metadata.json")) as fh:
+    built_for = json.load(fh).get("pytorch")
+sys.exit(horovod.__version__ != sys.argv[1] or built_for != torch.__version__)
+PY
+then
     say "horovod $HOROVOD_VERSION with PyTorch already installed"
 else
     if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
@@ -47,6 +64,14 @@ else
             grep -q 'CMAKE_CXX_STANDARD 14' "$f" || { echo "unexpected $f: no C++14 pin to patch" >&2; exit 1; }
             sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$f"
         done
+        if [ -z "$gpu_ops" ]; then
+            # Without a GPU: PyTorch's CUDA build would make horovod compile its CUDA ops (it asks
+            # torch.version.cuda and finds nvcc); a CPU build of horovod is what is wanted.
+            f="$src/cmake/Modules/FindPytorch.cmake"
+            grep -q '(torch.version.cuda is not None) and (CUDA_HOME is not None)' "$f" \
+                || { echo "unexpected $f: no CUDA test to patch" >&2; exit 1; }
+            sed -i 's/(torch.version.cuda is not None) and (CUDA_HOME is not None)/False/' "$f"
+        fi
         pip install -q "cloudpickle" "psutil" "pyyaml" "packaging" "wheel" "setuptools<81"
         nccl_env=()
         if [ -n "$gpu_ops" ]; then

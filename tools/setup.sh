@@ -27,21 +27,35 @@ fi
 py="$VENV/bin/python"
 pip() { "$py" -m pip --disable-pip-version-check "$@"; }
 
-if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    say "installing torch==$TORCH_VERSION"
-    pip install -q "torch==$TORCH_VERSION"
+# torch and torchvision: PyPI's builds, a pair (torchvision's C++ operators are built against
+# that very torch). PyPI's Linux x86_64 torch is a CUDA build, which also trains on the CPU; a
+# CPU-only torch from a local wheel house or a pip configuration cannot load PyPI's torchvision
+# ("operator torchvision::nms does not exist"), so pip runs --isolated: PyPI's index alone.
+TORCHVISION_VERSION=$("$PYTHON" tools/deps.py pin torchvision)
+have_pair() {
+    "$py" - "$TORCH_VERSION" "$TORCHVISION_VERSION" <<'PY' 2>/dev/null
+import sys
+import torch, torchvision
+want_torch, want_vision = sys.argv[1:]
+ok = (
+    torch.__version__.split("+")[0] == want_torch
+    and torchvision.__version__.split("+")[0] == want_vision
+)
+torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)  # its C++ operators load
+sys.exit(not ok)
+PY
+}
+if ! have_pair; then
+    say "installing PyPI's torch==$TORCH_VERSION and torchvision==$TORCHVISION_VERSION (a few GB)"
+    pip uninstall -q -y torch torchvision 2>/dev/null || true   # e.g. a +cpu build of the same version
+    pip install -q --isolated "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    have_pair || { echo "set-up: torch $TORCH_VERSION + torchvision $TORCHVISION_VERSION do not load" >&2; exit 1; }
 else
-    say "torch $TORCH_VERSION already installed"
+    say "torch $TORCH_VERSION and torchvision $TORCHVISION_VERSION already installed"
 fi
-# A machine with an NVIDIA GPU gets a CUDA build of torch: a CPU build found in a local wheel
-# house or pip configuration is replaced by PyPI's own wheel (a CUDA build on Linux x86_64).
 has_gpu=""
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     has_gpu=1
-    if [ -z "$("$py" -c 'import torch; print(torch.version.cuda or "")')" ]; then
-        say "an NVIDIA GPU is present but torch is a CPU build: installing PyPI's CUDA build"
-        pip install -q --isolated --force-reinstall "torch==$TORCH_VERSION"
-    fi
 fi
 
 # ---------------------------------------------------------------------------------------------
