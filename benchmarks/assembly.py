@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from bench_data import cpu_cores, load_arrays, write_metrics
-from clusterbench.models import normalize_images
+from clusterbench.data.images import normalize_images
 
 
 def measure(

@@ -40,7 +40,8 @@ from bench_data import (
     settings_cli,
     write_metrics,
 )
-from clusterbench.models import build_model, normalize_images
+from clusterbench.data.images import normalize_images
+from clusterbench.models import build_model
 
 DEFAULTS = {**TRAINING_DEFAULTS, "precision": "fp32", "channels_last": False}
 
@@ -63,7 +64,7 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
     std = torch.tensor(meta["std"], dtype=torch.float32, device=device)
 
     torch.manual_seed(s["seed"])
-    model = build_model(s["model"], channels, meta["num_classes"], [height, width])
+    model = build_model(s["model"], meta["num_classes"], [channels, height, width])
     model = model.to(device, memory_format=memory_format)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"]

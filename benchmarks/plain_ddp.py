@@ -44,7 +44,8 @@ from bench_data import (
     settings_cli,
     write_metrics,
 )
-from clusterbench.models import build_model, normalize_images
+from clusterbench.data.images import normalize_images
+from clusterbench.models import build_model
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 DEFAULTS = TRAINING_DEFAULTS
@@ -82,7 +83,7 @@ def _train(rank: int, nproc: int, data_dir: Path, out_dir: Path | None, s: dict,
     std = torch.tensor(meta["std"], dtype=torch.float32, device=device)
 
     torch.manual_seed(s["seed"])
-    model = build_model(s["model"], channels, meta["num_classes"], [height, width]).to(device)
+    model = build_model(s["model"], meta["num_classes"], [channels, height, width]).to(device)
     model = DDP(model, device_ids=[device.index] if cuda else None)  # broadcasts rank 0's
     optimizer = torch.optim.SGD(
         model.parameters(), lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"]

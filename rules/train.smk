@@ -9,6 +9,7 @@ rule train:
     input:
         script=script("train"),
         code=stage_module("train"),
+        loop=stage_module("training"),  # the training loop is the stage's code too
         data=lambda wc: data_files(run_of(wc)["dataset"]),
         preflight=preflight,  # no file: refuses a job this executor could never run as asked
     output:

@@ -1,4 +1,5 @@
-"""The distributed runtime (clusterbench.dist) with real ranks of both backends.
+"""The distributed runtime (clusterbench.runtime, clusterbench.backends) with real ranks of both
+backends.
 
 Run as a script (by ``clusterbench.launch`` in the tests below) this file is the worker.
 """
@@ -68,10 +69,10 @@ def bn_stats(model: nn.Module) -> dict[str, np.ndarray]:
 def aggregate_worker(backend: str, out_dir: str) -> None:
     """Two optimiser steps with ``bn: aggregate``; saves, per step, the aggregated running
     statistics and the ones this rank alone would have had (same weights, own shard)."""
-    from clusterbench import dist
+    from clusterbench import backends
 
     torch.set_num_threads(1)
-    rt = dist.init(backend, "cpu")
+    rt = backends.init(backend, "cpu")
     model = two_bn_net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     rt.broadcast_state(model, optimizer)
@@ -263,7 +264,7 @@ def two_start_weights() -> dict[str, torch.Tensor]:
     from clusterbench.models import build_model
 
     torch.manual_seed(3)
-    return build_model("small_cnn", 1, 4, [8, 8]).state_dict()
+    return build_model("small_cnn", 4, [1, 8, 8]).state_dict()
 
 
 if __name__ == "__main__":
@@ -278,7 +279,7 @@ if __name__ == "__main__":
 def test_a_world_of_one_answers_collectives_without_the_backend():
     """One rank has nothing to exchange: the runtime answers every collective itself (a
     Horovod collective would still wait for its background cycle, about 2 ms, every epoch)."""
-    from clusterbench.dist.base import Identity, Runtime
+    from clusterbench.runtime import Identity, Runtime
 
     calls: list[str] = []
 
@@ -349,7 +350,7 @@ def test_shutdown_waits_until_gloo_has_let_go_of_the_last_collectives_tensors():
     interpreter finalizes aborts the rank: exit 134 after a successful DDP training, seen once
     in about 20 2-rank runs). `released` waits for that moment, and gives up after its timeout.
     Another holder stands in for the worker here: an autograd graph that saved the tensor."""
-    from clusterbench.dist import torch_runtime
+    from clusterbench.backends import ddp as torch_runtime
 
     tensor = torch.ones(2)
     weight = torch.ones(2, requires_grad=True)
@@ -369,7 +370,7 @@ def test_the_tensors_handed_to_gloo_are_kept_for_shutdown(monkeypatch):
     """Every all_reduce of the ddp runtime (a sum, the differentiable sum, the BatchNorm
     aggregation) keeps its tensor, the last two of them, for shutdown to wait on."""
     import torch.distributed as dist
-    from clusterbench.dist import torch_runtime
+    from clusterbench.backends import ddp as torch_runtime
 
     monkeypatch.setattr(dist, "all_reduce", lambda tensor: tensor.mul_(2))
     monkeypatch.setattr(torch_runtime, "_HANDED", torch_runtime.deque(maxlen=2))

@@ -94,7 +94,8 @@ def test_elastic_combinations_that_cannot_work_are_refused_naming_the_key():
     assert cbconfig.elastic_problems(run) == []
     bad = {**run, "backend": "ddp", "bn": "sync", "batch_size": 2}
     problems = "\n".join(cbconfig.elastic_problems(bad, "runs[0]"))
-    assert "runs[0].min_workers/max_workers: elastic training is Horovod's" in problems
+    assert "runs[0].min_workers/max_workers: backend 'ddp' has no elastic mode" in problems
+    assert "use backend: horovod" in problems
     assert "runs[0].bn: 'sync'" in problems
     assert "runs[0].batch_size: global batch 2 is smaller than max_workers=3" in problems
 

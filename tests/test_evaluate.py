@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 CLASSES = ["circle", "square", "triangle"]
 SHAPE = (8, 8, 1)
 MEAN, STD = [0.4], [0.25]
-ARCH = {"model": "small_cnn", "in_channels": 1, "num_classes": 3, "image_size": 8}
+ARCH = {"model": "small_cnn", "num_classes": 3, "input_shape": [1, 8, 8]}
 PARAMS = json.dumps({"batch_size": 16, "split": "test"})
 
 
@@ -300,14 +300,21 @@ def test_missing_model_file(data_dir: Path, tmp_path: Path):
     ("arch_change", "message"),
     [
         ({"num_classes": 4}, "num_classes 4 != data's 3"),
-        ({"in_channels": 3}, "in_channels 3 != data's 1 channels"),
-        ({"image_size": 28}, "image_size 28 != data's 8x8"),
+        ({"input_shape": [3, 8, 8]}, r"input_shape \[3, 8, 8\] != data's \[1, 8, 8\]"),
+        ({"input_shape": [1, 28, 28]}, r"input_shape \[1, 28, 28\] != data's \[1, 8, 8\]"),
+        # an older model.pt's arch: the same check
+        (
+            {"input_shape": None, "in_channels": 3, "image_size": 8},
+            r"input_shape \[3, 8, 8\] != data's \[1, 8, 8\]",
+        ),
     ],
 )
 def test_arch_does_not_fit_data(data_dir: Path, tmp_path: Path, arch_change, message):
-    arch = {**ARCH, **arch_change}
-    channels = arch["in_channels"]
-    net = build_model(**arch)
+    arch = {k: v for k, v in {**ARCH, **arch_change}.items() if v is not None}
+    from clusterbench.models import arch_from
+
+    channels = arch_from(arch)["input_shape"][0]
+    net = build_model(**arch_from(arch))
     path = save_model(
         tmp_path / "model.pt", net, arch=arch, mean=MEAN * channels, std=STD * channels
     )

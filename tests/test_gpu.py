@@ -46,12 +46,13 @@ def test_bf16_autocast_with_channels_last(tmp_path):
 def test_training_data_stays_on_the_gpu(tmp_path):
     """No per-step host-to-device copy of the data set: the copies are counted by the profiler
     over an epoch of 200 steps; only the per-epoch permutation (and similar) may cross."""
-    from clusterbench.train import load_data, train
+    from clusterbench.data.arrays import load_training
+    from clusterbench.train import train
     from torch.profiler import ProfilerActivity, profile
 
     data_dir = make_dataset(tmp_path / "data", n_train=2000)
     run = gpu_run(backend="ddp", batch_size=10, epochs=1)
-    data = load_data(data_dir, run)
+    data = load_training(data_dir, run)
     train(run, data, tmp_path / "warm")  # CUDA start-up outside the profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         train(run, data, tmp_path / "out")

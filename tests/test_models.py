@@ -1,4 +1,5 @@
-"""Model zoo: shapes on every supported input size, input normalisation, model.pt round trip."""
+"""Models by name (clusterbench.models): shapes on every supported input size, input
+normalisation, model.pt round trip (an older model.pt's arch too)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 from clusterbench.atomic import atomic_path
+from clusterbench.data.images import normalize_images
 from clusterbench.evaluate import build, load_model_file
-from clusterbench.models import MODELS, build_model, normalize_images
+from clusterbench.models import ModelError, build_model, builtin_models
 from torch import nn
 
 
@@ -17,7 +19,7 @@ from torch import nn
 )
 def test_models_give_logits_per_class_and_contain_batchnorm(model, channels, size):
     torch.manual_seed(0)
-    net = build_model(model, in_channels=channels, num_classes=10, image_size=size)
+    net = build_model(model, num_classes=10, input_shape=[channels, size, size])
     out = net(torch.randn(5, channels, size, size))
     assert out.shape == (5, 10)
     assert any(isinstance(m, nn.BatchNorm2d) for m in net.modules())
@@ -26,7 +28,7 @@ def test_models_give_logits_per_class_and_contain_batchnorm(model, channels, siz
 
 
 def test_resnet_has_residual_blocks():
-    net = build_model("resnet", 3, 10, [32, 32])
+    net = build_model("resnet", 10, [3, 32, 32])
     blocks = [m for m in net.modules() if type(m).__name__ == "BasicBlock"]
     assert len(blocks) == 9  # ResNet-20: 3 stages x 3 blocks
 
@@ -34,7 +36,7 @@ def test_resnet_has_residual_blocks():
 def test_same_seed_same_initial_weights():
     def weights():
         torch.manual_seed(7)
-        return build_model("small_cnn", 1, 10, 8).state_dict()
+        return build_model("small_cnn", 10, [1, 8, 8]).state_dict()
 
     a, b = weights(), weights()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -43,15 +45,16 @@ def test_same_seed_same_initial_weights():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"model": "vgg"}, "unknown model 'vgg'.*small_cnn, resnet"),
-        ({"image_size": 3}, "too small"),
-        ({"image_size": [8, 8, 1]}, "image_size"),
+        ({"model": "vgg"}, "unknown model 'vgg'.*resnet, small_cnn"),
+        ({"model": "small_cnnn"}, r"unknown model 'small_cnnn' \(closest: small_cnn;"),
+        ({"input_shape": [1, 3, 3]}, "too small"),
+        ({"input_shape": [8, 8]}, r"takes images \[C, H, W\]"),
         ({"num_classes": 1}, "num_classes"),
     ],
 )
 def test_build_model_rejects_bad_arguments(kwargs, match):
-    args = {"model": "small_cnn", "in_channels": 1, "num_classes": 10, "image_size": 8, **kwargs}
-    with pytest.raises(ValueError, match=match):
+    args = {"model": "small_cnn", "num_classes": 10, "input_shape": [1, 8, 8], **kwargs}
+    with pytest.raises(ModelError, match=match):
         build_model(**args)
 
 
@@ -71,11 +74,19 @@ def test_normalize_images_rejects_wrong_rank():
         normalize_images(np.zeros((8, 8), dtype=np.uint8), [0.5], [0.5])
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_file_round_trip(tmp_path, name):
-    arch = {"model": name, "in_channels": 1, "num_classes": 4, "image_size": [8, 8]}
+@pytest.mark.parametrize("name", sorted(builtin_models()))
+@pytest.mark.parametrize(
+    "arch",
+    [
+        {"num_classes": 4, "input_shape": [1, 8, 8]},
+        # written by an older clusterbench: the same network
+        {"in_channels": 1, "num_classes": 4, "image_size": [8, 8]},
+    ],
+)
+def test_model_file_round_trip(tmp_path, name, arch):
+    arch = {"model": name, **arch}
     torch.manual_seed(1)
-    net = build_model(**arch).train()
+    net = build_model(name, 4, [1, 8, 8]).train()
     net(torch.randn(16, 1, 8, 8))  # move the BatchNorm running statistics
     net.eval()
     with atomic_path(tmp_path / "model.pt") as tmp:

@@ -67,9 +67,9 @@ def step(bn: nn.BatchNorm2d, x: torch.Tensor, w: torch.Tensor) -> dict[str, np.n
 
 
 def worker(backend: str, out_dir: str, sizes: str) -> None:
-    from clusterbench import dist
+    from clusterbench import backends
 
-    rt = dist.init(backend, "cpu")
+    rt = backends.init(backend, "cpu")
     shard = [int(s) for s in sizes.split(",")]
     assert len(shard) == rt.size, (shard, rt.size)
     x, w = fixed_batch(sum(shard))
@@ -140,7 +140,7 @@ def test_convert_batchnorm_swaps_every_batchnorm_and_keeps_state(factory):
             return nn.SyncBatchNorm(bn.num_features, bn.eps, bn.momentum)
 
     torch.manual_seed(0)
-    model = build_model("resnet", 3, 10, 8)
+    model = build_model("resnet", 10, [3, 8, 8])
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
@@ -209,12 +209,12 @@ def test_cpu_sync_batchnorm_matches_full_batch(tmp_path, backend, sizes):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_conversion_uses_horovod_syncbatchnorm():
     import horovod.torch as hvd
-    from clusterbench import dist
+    from clusterbench import backends
 
-    rt = dist.init("horovod", "cuda")  # one process: size 1
+    rt = backends.init("horovod", "cuda")  # one process: size 1
     try:
         model = convert_batchnorm(
-            build_model("small_cnn", 1, 10, 8).cuda(), rt.sync_batchnorm(torch.device("cuda"))
+            build_model("small_cnn", 10, [1, 8, 8]).cuda(), rt.sync_batchnorm(torch.device("cuda"))
         )
         bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
         assert bns and all(type(m) is hvd.SyncBatchNorm and m.weight.is_cuda for m in bns)

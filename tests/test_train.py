@@ -18,22 +18,19 @@ import pytest
 import torch
 from clusterbench.config import EXIT_BAD_SETTINGS, ConfigError
 from clusterbench.models import build_model
-from clusterbench.train import (
+from clusterbench.train import main, validate_run
+from clusterbench.training.device import DeviceError, check_device
+from clusterbench.training.schedule import (
     PROGRESS_INTERVAL,
-    DeviceError,
-    NonFiniteLossError,
-    check_device,
     epoch_permutation,
     global_batches,
     learning_rate,
-    main,
-    non_finite_message,
     progress_due,
     progress_line,
     shard_bounds,
     shard_sizes,
-    validate_run,
 )
+from clusterbench.training.steps import NonFiniteLossError, non_finite_message
 
 REPO = Path(__file__).resolve().parent.parent
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
@@ -260,7 +257,7 @@ def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
     ],
 )
 def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
-    from clusterbench.train import effective_settings, global_batch_size, lr_scale
+    from clusterbench.training.schedule import effective_settings, global_batch_size, lr_scale
 
     run = run_config(batch_scaling=scaling, workers=workers, batch_size=128, lr=0.05)
     assert global_batch_size(run) == global_batch
@@ -447,12 +444,7 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     assert_provenance(info, ranks=[0, 1])
 
     model_file = torch.load(out / "model.pt", weights_only=True)
-    assert model_file["arch"] == {
-        "model": "small_cnn",
-        "in_channels": 1,
-        "num_classes": 4,
-        "image_size": [8, 8],
-    }
+    assert model_file["arch"] == {"model": "small_cnn", "num_classes": 4, "input_shape": [1, 8, 8]}
     net = build_model(**model_file["arch"])
     net.load_state_dict(model_file["state_dict"])  # strict: same keys as a plain model
 
@@ -497,7 +489,7 @@ def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_pat
 
 
 def test_cpu_threads_share_the_node_and_treat_omp_as_the_job_total(monkeypatch):
-    from clusterbench.train import cpu_threads
+    from clusterbench.training.device import cpu_threads
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert cpu_threads(2, {}) == 2

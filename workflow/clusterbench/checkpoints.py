@@ -39,7 +39,7 @@ from clusterbench.config import canonical_json, stage_params
 #: preemption, change no result, so they are no rerun trigger.
 CHECKPOINTS_ENV = "CLUSTERBENCH_CHECKPOINTS"
 #: Layout of the checkpoint dict; a checkpoint of another layout is passed over.
-FORMAT = 2
+FORMAT = 3
 #: Hex digits of the slice hash (directory) and of the content hash (file name).
 HASH_DIGITS = 16
 

@@ -27,9 +27,13 @@ import jsonschema
 import yaml
 
 from clusterbench import experiments as expansion
+from clusterbench import models
+from clusterbench.backends import BACKENDS
+from clusterbench.backends import is_elastic as backend_is_elastic
+from clusterbench.bn import BN_MODES
+from clusterbench.bn import mode as bn_mode
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
-from clusterbench.model_registry import MODEL_CLASSES
 from clusterbench.params import json_object
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
@@ -89,7 +93,9 @@ def load_schema() -> dict[str, Any]:
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = yaml.safe_load(fh)
     run_props = schema["$defs"]["run_settings"]["properties"]
-    run_props["model"]["enum"] = list(MODEL_CLASSES)
+    # the choices of the extension points: their registries' plugins (clusterbench.registry)
+    run_props["backend"]["enum"] = list(BACKENDS.names())
+    run_props["bn"]["enum"] = list(BN_MODES.names())
     # an experiment's base settings: any run key but the name, without defaults (the runs it
     # expands to are merged over run_defaults, as hand-written runs are)
     schema["$defs"]["experiment"]["properties"].update(
@@ -503,6 +509,7 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
         problems.append(
             f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
         )
+    problems += models.problems(run["model"], f"{where}.model")
     return problems + elastic_problems(run, where)
 
 
@@ -536,18 +543,15 @@ def elastic_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
             f"{where}.workers: an elastic run starts with workers={run['workers']}, which must "
             f"lie between min_workers={low} and max_workers={high}"
         )
-    if run["backend"] != "horovod":
+    if not backend_is_elastic(run["backend"]):
+        elastic = [name for name in BACKENDS.names() if backend_is_elastic(name)]
         problems.append(
-            f"{where}.min_workers/max_workers: elastic training is Horovod's (hvd.elastic); "
-            f"backend {run['backend']!r} has no elastic mode: use backend: horovod, or drop "
-            "min_workers and max_workers"
+            f"{where}.min_workers/max_workers: backend {run['backend']!r} has no elastic mode "
+            f"(its world cannot change while it trains): use backend: {' or '.join(elastic)}, "
+            "or drop min_workers and max_workers"
         )
-    if run["bn"] == "sync":
-        problems.append(
-            f"{where}.bn: 'sync' replaces the BatchNorm layers for the starting world size, "
-            "which an elastic run changes; use bn: aggregate (running statistics combined over "
-            "whatever ranks there are) or local"
-        )
+    if bn_mode(run["bn"]).ELASTIC is not None:
+        problems.append(f"{where}.bn: {bn_mode(run['bn']).ELASTIC}")
     if run["batch_scaling"] == "global" and run["batch_size"] < high:
         problems.append(
             f"{where}.batch_size: global batch {run['batch_size']} is smaller than "

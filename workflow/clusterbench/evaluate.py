@@ -25,13 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.data.arrays import SplitData, load_split
+from clusterbench.data.images import input_shape
 from clusterbench.integrity import forcerun_command
-from clusterbench.params import read_json_object
 
-ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
+#: ``model.pt``'s ``arch`` (clusterbench.models.architecture); an older file's has
+#: ``in_channels`` and ``image_size`` instead of ``input_shape`` (read as the same network).
+ARCH_KEYS = ("model", "num_classes", "input_shape")
+OLD_ARCH_KEYS = ("model", "in_channels", "num_classes", "image_size")
 
 
 @dataclass(frozen=True)
@@ -40,65 +43,9 @@ class EvalParams:
     split: str
 
 
-@dataclass(frozen=True)
-class SplitData:
-    x: np.ndarray  # uint8 (N, H, W, C)
-    y: np.ndarray  # int64 (N,)
-    meta: dict[str, Any]
-
-
 def parse_params(text: str) -> EvalParams:
     """The ``--params`` JSON, checked against the config schema's ``evaluate`` settings."""
     return EvalParams(**stage_params("evaluate", text))
-
-
-def load_split(data_dir: Path, split: str) -> SplitData:
-    """Read ``meta.json`` and ``{split}_x.npy`` / ``{split}_y.npy``, checked against each other."""
-    meta_path = data_dir / "meta.json"
-    meta = read_json_object(meta_path, f"is {data_dir} a preprocessed data dir?")
-    missing = [k for k in ("image_shape", "num_classes", "class_names") if k not in meta]
-    if missing:
-        raise ValueError(f"{meta_path}: missing field(s) {missing}")
-    if len(meta["image_shape"]) != 3:
-        raise ValueError(f"{meta_path}: image_shape must be [H, W, C], got {meta['image_shape']}")
-    num_classes = meta["num_classes"]
-    if len(meta["class_names"]) != num_classes:
-        raise ValueError(
-            f"{meta_path}: {len(meta['class_names'])} class_names for num_classes={num_classes}"
-        )
-
-    # the arrays must be what preprocess wrote (meta.json's checksums): a damaged one is named
-    # with the command that makes it again, never used
-    integrity.check(meta_path, "files", integrity.remake_command(meta_path), prefix=f"{split}_")
-    arrays = {}
-    for part in ("x", "y"):
-        path = data_dir / f"{split}_{part}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
-        try:
-            arrays[part] = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
-    x, y = arrays["x"], arrays["y"]
-    shape = tuple(meta["image_shape"])
-    if x.ndim != 4 or x.shape[1:] != shape:
-        raise ValueError(
-            f"{data_dir / f'{split}_x.npy'}: shape {x.shape}, expected (N, *{list(shape)}) "
-            "from meta.json image_shape"
-        )
-    if y.ndim != 1 or len(y) != len(x):
-        raise ValueError(
-            f"{data_dir / f'{split}_y.npy'}: shape {y.shape}, expected ({len(x)},) to match "
-            f"{split}_x.npy"
-        )
-    if len(y) == 0:
-        raise ValueError(f"{data_dir / f'{split}_y.npy'}: split {split!r} is empty")
-    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes:
-        raise ValueError(
-            f"{data_dir / f'{split}_y.npy'}: labels must be integers in [0, {num_classes}), "
-            f"got dtype {y.dtype}, range [{y.min()}, {y.max()}]"
-        )
-    return SplitData(x=x, y=y.astype(np.int64), meta=meta)
 
 
 def torch_load_reason(exc: BaseException) -> str:
@@ -168,26 +115,27 @@ def load_model_file(path: Path) -> dict[str, Any]:
             f"{path}: checkpoint lacks key(s) {missing} (is it a training checkpoint?). {retrain}"
         )
     arch = ckpt["arch"]
-    if not isinstance(arch, dict) or any(k not in arch for k in ARCH_KEYS):
+    if not isinstance(arch, dict) or not (
+        all(k in arch for k in ARCH_KEYS) or all(k in arch for k in OLD_ARCH_KEYS)
+    ):
         raise ValueError(
             f"{path}: 'arch' must be a dict with keys {list(ARCH_KEYS)}, got {arch!r}. {retrain}"
         )
-    return ckpt
+    from clusterbench.models import arch_from
+
+    return {**ckpt, "arch": arch_from(arch)}
 
 
 def check_compatible(ckpt: dict[str, Any], meta: dict[str, Any], model_path: Path) -> None:
     """Reject a model whose architecture does not fit the data described by ``meta``."""
     arch = ckpt["arch"]
-    height, width, channels = meta["image_shape"]
+    channels = meta["image_shape"][2]
     problems = []
     if arch["num_classes"] != meta["num_classes"]:
         problems.append(f"num_classes {arch['num_classes']} != data's {meta['num_classes']}")
-    if arch["in_channels"] != channels:
-        problems.append(f"in_channels {arch['in_channels']} != data's {channels} channels")
-    size = arch["image_size"]
-    sizes = list(size) if isinstance(size, list | tuple) else [size, size]
-    if sizes != [height, width]:
-        problems.append(f"image_size {size} != data's {height}x{width} images")
+    data_shape = input_shape(meta["image_shape"])
+    if list(arch["input_shape"]) != data_shape:
+        problems.append(f"input_shape {list(arch['input_shape'])} != data's {data_shape} [C, H, W]")
     for key in ("mean", "std"):
         if len(ckpt[key]) != channels:
             problems.append(f"{key} has {len(ckpt[key])} values for {channels} channels")
@@ -217,7 +165,7 @@ def predict(model, data: SplitData, mean, std, batch_size: int, device) -> tuple
     import torch
     import torch.nn.functional as F
 
-    from clusterbench.models import normalize_images
+    from clusterbench.data.images import normalize_images
 
     model.to(device).eval()
     preds, loss_sum = [], 0.0

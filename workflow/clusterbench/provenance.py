@@ -44,7 +44,12 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def package_version(dist: str) -> str:
-    """The installed version of distribution ``dist``, or ``"not installed"``."""
+    """The installed version of distribution ``dist``, or ``"not installed"``; that of the
+    module itself where this process has imported it (torch's ``2.13.0+cu130`` names its build,
+    which the distribution's ``2.13.0`` does not)."""
+    module = sys.modules.get(dist)
+    if isinstance(getattr(module, "__version__", None), str):
+        return str(module.__version__)
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:

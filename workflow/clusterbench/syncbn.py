@@ -1,4 +1,5 @@
-"""BatchNorm across workers, backend-neutral: the three ``bn`` modes' building blocks.
+"""BatchNorm across workers, backend-neutral: the building blocks of the ``bn`` modes
+(:mod:`clusterbench.bn`).
 
 ``bn: local``     every worker normalises with, and keeps running statistics of, its own shard.
 ``bn: aggregate`` (default) as ``local`` in forward and backward, but after every optimiser step
@@ -13,7 +14,7 @@
 ``bn: sync``      exact full-batch statistics in forward and backward (:class:`CPUSyncBatchNorm`
                   on the CPU; the backend's own CUDA implementation on GPUs).
 
-Collectives come from the runtime (:class:`clusterbench.dist.base.Runtime`): this module never
+Collectives come from the runtime (:class:`clusterbench.runtime.Runtime`): this module never
 imports Horovod or ``torch.distributed``.
 
 :class:`CPUSyncBatchNorm`: each worker computes its shard's per-channel count ``n_i``, mean
@@ -34,8 +35,6 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
-
-BN_MODES = ("aggregate", "sync", "local")
 
 
 class SyncComm(Protocol):

@@ -1,34 +1,15 @@
-"""Network definitions: a small CNN (digits, MNIST) and a CIFAR-style ResNet.
+"""The convolutional networks of :mod:`clusterbench.models.cnn`: a small CNN (digits, MNIST)
+and a CIFAR-style ResNet.
 
-Both models take *normalised* NCHW float input: use :func:`normalize_images` to turn the uint8
-``(N, H, W, C)`` arrays of the preprocess stage into model input with the dataset's per-channel
-mean/std (``meta.json``, and repeated in ``model.pt``).
+Both take *normalised* NCHW float input (:func:`clusterbench.data.images.normalize_images`
+makes it from the preprocessed uint8 ``(N, H, W, C)`` arrays, with the dataset's per-channel
+mean/std: ``meta.json``, and repeated in ``model.pt``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-import numpy as np
 import torch
 from torch import nn
-
-from clusterbench.model_registry import MODEL_CLASSES
-
-#: Smallest image side the models accept (two 2x down-samplings must leave >= 2 pixels).
-MIN_IMAGE_SIZE = 4
-
-
-def _image_hw(image_size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(image_size, int):
-        hw = (image_size, image_size)
-    else:
-        hw = tuple(int(s) for s in image_size)
-        if len(hw) != 2:
-            raise ValueError(f"image_size must be an int or [height, width], got {image_size!r}")
-    if min(hw) < MIN_IMAGE_SIZE:
-        raise ValueError(f"image_size {list(hw)} is too small: both sides must be >= 4")
-    return hw  # type: ignore[return-value]
 
 
 def _conv_bn_relu(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
@@ -107,41 +88,3 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.layers(self.stem(x)))
-
-
-#: The built-in models by name (the names and their order come from the registry).
-MODELS: dict[str, Callable[[int, int], nn.Module]] = {
-    name: globals()[cls] for name, cls in MODEL_CLASSES.items()
-}
-
-
-def build_model(
-    model: str, in_channels: int, num_classes: int, image_size: int | Sequence[int]
-) -> nn.Module:
-    """Build an untrained network; ``model.pt``'s ``arch`` dict is exactly these arguments."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r} (choose from: {', '.join(MODELS)})")
-    if in_channels < 1 or num_classes < 2:
-        raise ValueError(
-            f"need in_channels >= 1 and num_classes >= 2, got {in_channels}, {num_classes}"
-        )
-    _image_hw(image_size)
-    return MODELS[model](in_channels, num_classes)
-
-
-def normalize_images(
-    images: np.ndarray | torch.Tensor,
-    mean: Sequence[float] | torch.Tensor,
-    std: Sequence[float] | torch.Tensor,
-) -> torch.Tensor:
-    """uint8 ``(N, H, W, C)`` images -> float32 NCHW ``(x / 255 - mean) / std`` per channel.
-
-    ``images`` may be a NumPy array or a tensor (on any device; the result stays there).
-    """
-    x = torch.as_tensor(images)
-    if x.ndim != 4:
-        raise ValueError(f"expected (N, H, W, C) images, got shape {tuple(x.shape)}")
-    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-    std_t = torch.as_tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-    x = x.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
-    return (x - mean_t) / std_t

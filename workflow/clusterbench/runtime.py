@@ -1,15 +1,24 @@
-"""The distributed-runtime interface, and what both backends share.
+"""The distributed-runtime interface, and what every backend shares.
 
 A :class:`Runtime` knows who this rank is (:class:`Identity`), offers the few collectives the
 trainer needs (allreduce, broadcast, gather of small objects) and turns a model and optimiser
 into a data-parallel pair with :meth:`Runtime.wrap`:
 
 * gradients are averaged over the workers once per step, in one fused collective;
-* BatchNorm follows the run's ``bn`` mode (:mod:`clusterbench.syncbn`): ``sync`` layers are
-  converted before training by :meth:`Runtime.prepare_model`; ``aggregate`` combines the
-  running statistics after every optimiser step in one collective;
+* BatchNorm follows the run's ``bn`` mode, a plugin of :mod:`clusterbench.bn`: the mode
+  prepares the model before training (``sync`` converts its layers) and may give an
+  aggregator that the optimiser's step feeds (``aggregate``: running statistics combined in
+  the step's collective);
 * ``optimizer.step()`` of the returned optimiser does all of it: the training loop is the same
   for every backend.
+
+A backend that can change its world while it trains (Horovod elastic) also implements
+:class:`ElasticRuntime`: the training loop (:mod:`clusterbench.training.loop`) gets its commit
+and reset hooks from it, and nothing else in the loop differs.
+
+The backends are plugins of :mod:`clusterbench.backends`, one module each. Nothing here imports
+torch at import time (the config check asks the backends what they support while the
+Snakefile is parsed); torch is imported where a method needs it.
 """
 
 from __future__ import annotations
@@ -17,12 +26,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-from clusterbench.syncbn import BN_MODES, RunningStatsAggregator, convert_batchnorm
+    from clusterbench.syncbn import RunningStatsAggregator
 
 
 @dataclass(frozen=True)
@@ -51,13 +61,20 @@ class DistributedOptimizer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def synchronize(self) -> None:
+        """Make this step's gradients (and BN statistics) equal on every worker. A backend
+        that already did it during backward (DDP) waits here for nothing."""
+
     def step(self) -> None:
-        raise NotImplementedError
+        self.synchronize()
+        self.inner.step()
 
 
 def flat_grads(params: list[nn.Parameter]) -> Iterator[torch.Tensor]:
-    """Every parameter's gradient, flattened; a missing one is created as zeros (every rank
-    must contribute the same layout)."""
+    """Every parameter's gradient, flattened (in logical order, whatever its memory format); a
+    missing one is created as zeros (every rank must contribute the same layout)."""
+    import torch
+
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
@@ -72,6 +89,24 @@ def unflatten_into(flat: torch.Tensor, params: list[nn.Parameter]) -> int:
         p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
         offset += n
     return offset
+
+
+def contiguous_state(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors as a backend's broadcast takes them: Horovod refuses any that is not
+    contiguous (a channels-last convolution's weight), so such a one is given as a contiguous
+    copy, to be copied back with :func:`copy_back`."""
+    return {k: t if t.is_contiguous() else t.contiguous() for k, t in tensors.items()}
+
+
+def copy_back(received: Mapping[str, torch.Tensor], tensors: Mapping[str, torch.Tensor]) -> None:
+    """Copy the broadcast's contiguous copies back into the tensors that were not
+    contiguous (see :func:`contiguous_state`)."""
+    import torch
+
+    with torch.no_grad():
+        for key, tensor in tensors.items():
+            if received[key] is not tensor:
+                tensor.copy_(received[key])
 
 
 class Runtime(ABC):
@@ -96,6 +131,8 @@ class Runtime(ABC):
     def finish(self) -> None:
         """Leave the world together after a success: no rank tears down while another still
         talks to it (Gloo can abort a rank whose peer closed its pairs mid-teardown)."""
+        import torch
+
         try:
             self.allreduce_sum(torch.zeros(1, device=self.device_type), name="finish")
         finally:
@@ -136,9 +173,11 @@ class Runtime(ABC):
         return self._allreduce_sum_autograd(tensor, name)
 
     def broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int = 0) -> None:
-        """Overwrite ``tensors`` in place with rank ``root``'s values."""
+        """Overwrite ``tensors`` in place with rank ``root``'s values (any memory format)."""
         if self.size > 1:
-            self._broadcast_tensors_(tensors, root)
+            dense = contiguous_state(tensors)
+            self._broadcast_tensors_(dense, root)
+            copy_back(dense, tensors)
 
     def broadcast_object(self, obj: Any, root: int = 0, name: str = "object") -> Any:
         """Rank ``root``'s picklable ``obj`` on every rank."""
@@ -147,6 +186,13 @@ class Runtime(ABC):
     def allgather_object(self, obj: Any, name: str = "gather") -> list[Any]:
         """Every rank's ``obj``, in rank order."""
         return [obj] if self.size == 1 else self._allgather_object(obj, name)
+
+    def any_rank(self, flag: bool, name: str) -> bool:
+        """Whether ``flag`` is true on any rank (a collective: every rank calls it)."""
+        import torch
+
+        local = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
+        return float(self.allreduce_sum(local, name=name)) > 0
 
     @abstractmethod
     def _allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor: ...
@@ -170,11 +216,9 @@ class Runtime(ABC):
 
     def prepare_model(self, model: nn.Module, bn: str, device: torch.device) -> nn.Module:
         """``model`` with its BatchNorm layers as the ``bn`` mode needs them (before ``wrap``)."""
-        if bn not in BN_MODES:
-            raise ValueError(f"unknown bn mode {bn!r} (choose from: {', '.join(BN_MODES)})")
-        if bn == "sync" and self.size > 1:
-            model = convert_batchnorm(model, self.sync_batchnorm(device))
-        return model
+        from clusterbench import bn as bn_modes
+
+        return bn_modes.mode(bn).prepare(model, self, device)
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Rank 0's weights, buffers and optimiser state on every rank."""
@@ -196,11 +240,43 @@ class Runtime(ABC):
         """
 
     def aggregator(self, model: nn.Module, bn: str) -> RunningStatsAggregator | None:
-        """The running-statistics aggregator for ``bn: aggregate`` with more than one rank."""
-        if bn != "aggregate" or self.size == 1:
-            return None
-        agg = RunningStatsAggregator(model)
-        return agg if agg.layers else None
+        """What the optimiser's step feeds for the ``bn`` mode (None: nothing)."""
+        from clusterbench import bn as bn_modes
+
+        return None if self.size == 1 else bn_modes.mode(bn).aggregator(model)
+
+
+class ElasticRuntime(Runtime):
+    """A runtime whose world may change while it trains: ranks fail and leave, others join.
+
+    The training loop runs its body under :meth:`elastic_run` with its state in
+    :meth:`elastic_state`; it commits that state every few steps, and after a reset
+    (:meth:`elastic_errors` interrupted a rank) the body runs again from the last commit in the
+    new world, after :meth:`refresh`.
+    """
+
+    @abstractmethod
+    def refresh(self) -> None:
+        """Read rank and size again after a reset of the world."""
+
+    @abstractmethod
+    def elastic_state(self, model: nn.Module, optimizer: Any, **values: Any) -> Any:
+        """An object holding ``model``, ``optimizer`` and ``values`` as attributes, with
+        ``commit()``: restored to the last commit after a failure, sent from rank 0 to every
+        rank at each (re)start."""
+
+    @abstractmethod
+    def elastic_run(self, func: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``func(state)``, run again after each reset of the world."""
+
+    @abstractmethod
+    def elastic_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions with which the backend interrupts a rank for a reset."""
+
+    @staticmethod
+    def reset_reason(exc: BaseException) -> str:
+        """Why the backend interrupted the rank: a rank failed, or the hosts changed."""
+        return "a rank failed"
 
 
 def env_int(env: Mapping[str, str], *names: str, default: int | None = None) -> int:

@@ -31,19 +31,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from clusterbench.dist.base import (
+from clusterbench.runtime import (
     DistributedOptimizer,
+    ElasticRuntime,
     Identity,
-    Runtime,
     flat_grads,
     unflatten_into,
 )
-from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from clusterbench.syncbn import RunningStatsAggregator
 
 #: Horovod background-cycle time (ms) of CPU runs unless HOROVOD_CYCLE_TIME is set (see above).
 CYCLE_TIME_MS = "2"
@@ -63,20 +65,22 @@ class FusedAllreduceOptimizer(DistributedOptimizer):
         self.aggregator = aggregator
         self.params = [p for group in inner.param_groups for p in group["params"]]
 
-    def step(self) -> None:
-        if self.runtime.size > 1:
-            parts = list(flat_grads(self.params))
-            if self.aggregator is not None:
-                parts.append(self.aggregator.contribution().to(parts[0]))
-            flat = torch.cat(parts)
-            self.runtime.hvd.allreduce_(flat, op=self.runtime.hvd.Average, name="step")
-            used = unflatten_into(flat, self.params)
-            if self.aggregator is not None:
-                self.aggregator.apply(flat[used:])
-        self.inner.step()
+    def synchronize(self) -> None:
+        if self.runtime.size == 1:
+            return
+        import torch
+
+        parts = list(flat_grads(self.params))
+        if self.aggregator is not None:
+            parts.append(self.aggregator.contribution().to(parts[0]))
+        flat = torch.cat(parts)
+        self.runtime.hvd.allreduce_(flat, op=self.runtime.hvd.Average, name="step")
+        used = unflatten_into(flat, self.params)
+        if self.aggregator is not None:
+            self.aggregator.apply(flat[used:])
 
 
-class HorovodRuntime(Runtime):
+class HorovodRuntime(ElasticRuntime):
     name = "horovod"
 
     def __init__(self, identity: Identity, device_type: str, hvd: Any) -> None:
@@ -93,17 +97,17 @@ class HorovodRuntime(Runtime):
         hvd.init()
         return cls(_identity(hvd), device_type, hvd)
 
-    # -- Horovod elastic (clusterbench.elastic) ----------------------------------------------
+    # -- Horovod elastic (ElasticRuntime) ----------------------------------------------------
     def refresh(self) -> None:
         """Read rank and size again: after an elastic reset (``hvd.init`` in a new world)."""
         self.identity = _identity(self.hvd)
 
-    def elastic_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, **values: Any):
+    def elastic_state(self, model: nn.Module, optimizer: Any, **values: Any) -> Any:
         """``hvd.elastic.TorchState`` of ``model``, ``optimizer`` and ``values``: committed,
         restored after a failure, and sent from rank 0 to every rank at each (re)start."""
         return self.hvd.elastic.TorchState(model=model, optimizer=optimizer, **values)
 
-    def elastic_run(self, func: Callable[..., Any]) -> Callable[..., Any]:
+    def elastic_run(self, func: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``hvd.elastic.run(func)``: ``func(state)`` again after each reset of the world."""
         return self.hvd.elastic.run(func)
 
@@ -113,6 +117,11 @@ class HorovodRuntime(Runtime):
 
         return (HorovodInternalError, HostsUpdatedInterrupt)
 
+    @staticmethod
+    def reset_reason(exc: BaseException) -> str:
+        return "hosts changed" if type(exc).__name__ == "HostsUpdatedInterrupt" else "a rank failed"
+
+    # -- collectives ----------------------------------------------------------------------
     def shutdown(self) -> None:
         self.hvd.shutdown()
 
@@ -131,7 +140,12 @@ class HorovodRuntime(Runtime):
     def _allgather_object(self, obj: Any, name: str) -> list[Any]:
         return list(self.hvd.allgather_object(obj, name=name))
 
+    # -- model and optimiser --------------------------------------------------------------
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+        import torch
+
+        from clusterbench.syncbn import batchnorm_factory, cpu_sync_factory
+
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # hvd.SyncBatchNorm refuses CPU tensors
         return batchnorm_factory(self.hvd.SyncBatchNorm)
@@ -140,6 +154,10 @@ class HorovodRuntime(Runtime):
         self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
     ) -> tuple[nn.Module, DistributedOptimizer]:
         return model, FusedAllreduceOptimizer(optimizer, self, self.aggregator(model, bn))
+
+
+#: The backend's runtime (clusterbench.backends).
+RUNTIME = HorovodRuntime
 
 
 def _identity(hvd: Any) -> Identity:
@@ -153,7 +171,9 @@ def _identity(hvd: Any) -> Identity:
     )
 
 
-def _autograd_allreduce(hvd: Any) -> type[torch.autograd.Function]:
+def _autograd_allreduce(hvd: Any) -> type:
+    import torch
+
     class AllreduceSum(torch.autograd.Function):
         """Sum over all workers, differentiable (backward: sum of the gradients), with stable
         names (``hvd.allreduce``'s own backward is anonymous, defeating the response cache)."""

@@ -19,13 +19,16 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+from clusterbench.runtime import DistributedOptimizer, Identity, Runtime, env_int
 
-from clusterbench.dist.base import DistributedOptimizer, Identity, Runtime, env_int
-from clusterbench.syncbn import RunningStatsAggregator, batchnorm_factory, cpu_sync_factory
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from clusterbench.syncbn import RunningStatsAggregator
 
 #: The tensors of the last collectives this module handed to Gloo (one per Gloo worker thread).
 #: A Gloo worker lets go of a collective's tensors a moment after the collective has completed;
@@ -38,7 +41,7 @@ _HANDED: deque[torch.Tensor] = deque(maxlen=2)
 RELEASE_TIMEOUT_S = 5.0
 
 
-def _all_reduce(tensor: torch.Tensor) -> None:
+def all_reduce(tensor: torch.Tensor) -> None:
     """``dist.all_reduce`` (a sum, in place), its tensor kept in :data:`_HANDED`."""
     import torch.distributed as dist
 
@@ -57,24 +60,29 @@ def released(tensors: Iterable[torch.Tensor], timeout: float) -> bool:
     return True
 
 
-class _AllreduceSum(torch.autograd.Function):
+@cache
+def allreduce_sum_function() -> type:
     """Sum over the ranks, differentiable: the gradient is the sum of the ranks' gradients.
     (torch.distributed.nn.functional.all_reduce does the same and is deprecated.)"""
+    import torch
 
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.clone(memory_format=torch.contiguous_format)
-        _all_reduce(out)
-        return out
+    class AllreduceSum(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+            out = tensor.clone(memory_format=torch.contiguous_format)
+            all_reduce(out)
+            return out
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return _AllreduceSum.apply(grad)
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return AllreduceSum.apply(grad)
+
+    return AllreduceSum
 
 
 class AggregatingOptimizer(DistributedOptimizer):
-    """``step()``: the optimiser step (DDP already averaged the gradients), then, with
-    ``bn: aggregate``, one all_reduce of the BatchNorm running statistics."""
+    """``step()``: DDP averaged the gradients during backward already; with ``bn: aggregate``
+    one all_reduce of the BatchNorm running statistics, then the optimiser step."""
 
     def __init__(
         self, inner: torch.optim.Optimizer, aggregator: RunningStatsAggregator | None
@@ -82,11 +90,10 @@ class AggregatingOptimizer(DistributedOptimizer):
         super().__init__(inner)
         self.aggregator = aggregator
 
-    def step(self) -> None:
-        self.inner.step()
+    def synchronize(self) -> None:
         if self.aggregator is not None:
             buf = self.aggregator.contribution()
-            _all_reduce(buf)
+            all_reduce(buf)
             self.aggregator.apply(buf)
 
 
@@ -130,13 +137,14 @@ class TorchRuntime(Runtime):
 
     def _allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         out = tensor.clone()
-        _all_reduce(out)
+        all_reduce(out)
         return out
 
     def _allreduce_sum_autograd(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
-        return _AllreduceSum.apply(tensor)
+        return allreduce_sum_function().apply(tensor)
 
     def _broadcast_tensors_(self, tensors: Mapping[str, torch.Tensor], root: int) -> None:
+        import torch
         import torch.distributed as dist
 
         with torch.no_grad():
@@ -158,6 +166,11 @@ class TorchRuntime(Runtime):
         return out
 
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
+        import torch
+        from torch import nn
+
+        from clusterbench.syncbn import batchnorm_factory, cpu_sync_factory
+
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # nn.SyncBatchNorm runs on GPUs only
         return batchnorm_factory(nn.SyncBatchNorm)
@@ -177,3 +190,7 @@ class TorchRuntime(Runtime):
                 gradient_as_bucket_view=True,
             )
         return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn))
+
+
+#: The backend's runtime (clusterbench.backends).
+RUNTIME = TorchRuntime

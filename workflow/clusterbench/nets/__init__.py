@@ -1,0 +1,1 @@
+"""Network definitions (torch modules) behind the model families of :mod:`clusterbench.models`."""

@@ -1,0 +1,146 @@
+"""Elastic training: the session of a run whose ranks may fail or join while it trains.
+
+A run with ``min_workers``/``max_workers`` is launched by Horovod's elastic driver
+(:mod:`clusterbench.launch.elastic`) and trains in the same loop as any run
+(:mod:`clusterbench.training.loop`); this session gives it what differs, through the
+backend's :class:`~clusterbench.runtime.ElasticRuntime`:
+
+* **State.** The model, the optimiser and the loop's values (:mod:`clusterbench.training.state`:
+  the epoch, the place in it, the records, the training time, the resets) live in the
+  backend's elastic state, committed every ``checkpoints.elastic_commit_steps`` steps and at
+  each epoch's end.
+* **A rank fails.** The others' next collective raises; the backend restores the last commit,
+  re-forms the world without the failed host and sends rank 0's state to every rank. The
+  steps since the commit are done again.
+* **A rank joins** (discovery found a slot): at the next commit every rank is interrupted, the
+  world re-forms with the new rank, which receives the state.
+* **After each reset** the loop's body starts again: the global batch is split over the new
+  number of ranks, the BatchNorm aggregation is made for the new world (``rt.wrap`` again),
+  and the LR convention (``batch_scaling``) is unchanged.
+* **Records.** Each epoch's metrics record its ``world_size`` at the end, every size it had
+  (``world_sizes``) and its ``resets``: when (epoch, step), from and to which size, why, and
+  how long the reset took, from the moment this rank was interrupted to training resumed in
+  the new world (``seconds``), and from its last commit (``stalled_seconds``: the steps done
+  again, the wait until the failure showed, which a failed peer's Gloo timeout bounds, and
+  the reset). That time counts in the epoch's time: it is what the run cost.
+* **Preemption** works as in a fixed run; a checkpoint's per-rank sums are added to the place
+  when it continues (the world may have another size by then).
+* Whichever process is rank 0 writes the outputs; if rank 0 fails, the new rank 0 takes over.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from clusterbench.runtime import ElasticRuntime, Runtime
+from clusterbench.training.state import Clock, Partial
+
+
+class ElasticSession:
+    """The elastic run's session (module docstring); ``commit_every`` steps between commits."""
+
+    def __init__(self, rt: Runtime, run: dict[str, Any], commit_every: int) -> None:
+        if not isinstance(rt, ElasticRuntime):
+            raise RuntimeError(
+                f"run {run['name']!r} is elastic (min_workers/max_workers), but backend "
+                f"{rt.name!r} cannot change its world while it trains"
+            )
+        self.rt: ElasticRuntime = rt
+        self.run_settings = run
+        self.commit_every = commit_every
+        self.committed = time.perf_counter()
+        self.size: int | None = None
+        self.interrupted: tuple[str, float] | None = None
+
+    def prepare(
+        self, values: dict[str, Any], saved_ranks: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """A checkpoint's per-rank sums added to its place: the world may differ now."""
+        partials = [r["partial"] for r in saved_ranks or () if r.get("partial")]
+        if partials:
+            place = values["place"]
+            extra = sum(p["loss_sum"] for p in partials)
+            values = {**values, "place": replace(place, loss_sum=place.loss_sum + extra)}
+        return values
+
+    def make_state(self, model: Any, optimizer: Any, values: dict[str, Any]) -> Any:
+        return self.rt.elastic_state(model, optimizer, **values)
+
+    def start(self, state: Any, saved_ranks: list[dict[str, Any]] | None) -> Partial | None:
+        return None  # the backend sends rank 0's state to every rank when the body starts
+
+    def run(self, body: Any, state: Any) -> Any:
+        errors = self.rt.elastic_errors()
+
+        @self.rt.elastic_run
+        def elastic_body(state: Any) -> Any:
+            self.entered(state)
+            try:
+                return body(state)
+            except errors as exc:
+                self.interrupted = (self.rt.reset_reason(exc), time.perf_counter())
+                raise
+
+        return elastic_body(state)
+
+    def entered(self, state: Any) -> None:
+        """At each (re)start of the body: the new world; after a reset, its record."""
+        now = time.perf_counter()
+        before = self.size
+        self.rt.refresh()
+        self.size = self.rt.size
+        if self.interrupted is None:
+            return
+        why, at = self.interrupted
+        self.interrupted = None
+        stalled = now - self.committed  # the steps done again, the wait, the reset
+        state.place = replace(state.place, seconds=state.place.seconds + stalled)
+        state.train_seconds += stalled
+        reset = {
+            "epoch": state.epoch + 1,
+            "step": state.place.step,
+            "from": before,
+            "to": self.rt.size,
+            "why": why,
+            "seconds": round(now - at, 3),
+            "stalled_seconds": round(stalled, 3),
+        }
+        state.resets = [*state.resets, reset]
+        print(
+            f"train: rank {self.rt.rank} of {self.rt.size}: the world was reset ({why}; "
+            f"{before} -> {self.rt.size} ranks) in {now - at:.2f} s; going on from epoch "
+            f"{state.epoch + 1}, step {state.place.step}",
+            flush=True,
+        )
+
+    def commit(self, state: Any, clock: Clock, within_epoch: bool) -> None:
+        """Commit the state (may raise the backend's interrupt: a rank joins)."""
+        now = time.perf_counter()
+        if within_epoch:
+            state.train_seconds += now - clock.train
+            state.place = replace(state.place, seconds=state.place.seconds + now - clock.epoch)
+            clock.train = clock.epoch = now
+        self.committed = now
+        state.commit()
+
+    def extend_record(self, record: dict[str, Any], state: Any) -> dict[str, Any]:
+        epoch = record["epoch"]
+        return {
+            **record,
+            "world_sizes": list(state.place.sizes),
+            "resets": [r for r in state.resets if r["epoch"] == epoch],
+        }
+
+    def extend_world(self, world: dict[str, Any], state: Any) -> dict[str, Any]:
+        run = self.run_settings
+        return {
+            **world,
+            "elastic": {
+                "min_workers": run["min_workers"],
+                "max_workers": run["max_workers"],
+                "sizes": [r.get("world_size") for r in state.records],
+                "resets": list(state.resets),
+            },
+        }

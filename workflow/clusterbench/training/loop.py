@@ -1,0 +1,374 @@
+"""The training loop: one loop for every run, fixed-size and elastic alike.
+
+:func:`fit` trains a run on every rank; rank 0 writes the outputs
+(:mod:`clusterbench.training.outputs`). What differs between a fixed-size run and an elastic one
+is a :class:`Session`: how the state is kept and started, how the body is run, how often the
+state is committed within an epoch, and what a reset of the world records
+(:mod:`clusterbench.training.elastic`). The loop itself is the same:
+
+* Continue from the newest intact checkpoint of the run's training slice, if there is one
+  (:func:`clusterbench.checkpoints.newest_valid`). The epoch-keyed shuffling and LR schedule,
+  and each rank's saved RNG and partial sums, make the result identical to an uninterrupted
+  run, weights and ``metrics.jsonl`` alike.
+* Each epoch: the training pass in stretches of steps (the whole epoch, or an elastic run's
+  commit interval), the loss summed over the ranks at each stretch's end, then validation,
+  the epoch's record, rank 0's checkpoint, metrics and events.
+* Timing: each epoch's clock starts after the device is synchronised, before its first step,
+  and stops after the device is synchronised at its last, before validation.
+* Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
+  comes first (rank 0 decides, every rank follows).
+* Preemption (:mod:`clusterbench.preemption`): on a warning signal the ranks agree at the next
+  check, rank 0 writes a checkpoint at that step (each rank's own sums and RNG in it), and
+  every rank raises :class:`~clusterbench.preemption.Preempted`; the same command continues.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from clusterbench import checkpoints, preemption
+from clusterbench.atomic import atomic_path
+from clusterbench.runtime import Runtime
+from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
+from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
+from clusterbench.training.record import (
+    epoch_line,
+    epoch_record,
+    rank_provenance,
+    run_provenance,
+    world_record,
+)
+from clusterbench.training.schedule import effective_settings
+from clusterbench.training.state import Clock, Partial, Place, values_of
+from clusterbench.training.steps import StepContext, Stretch, run_steps, summed_loss, validate
+
+
+class Session(Protocol):
+    """How a run keeps its state and runs the loop's body: fixed-size or elastic."""
+
+    #: Steps between two commits within an epoch (None: an epoch is one stretch).
+    commit_every: int | None
+
+    def prepare(
+        self, values: dict[str, Any], saved_ranks: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """The state's values to start from, given a checkpoint's (rank 0 only)."""
+
+    def make_state(self, model: Any, optimizer: Any, values: dict[str, Any]) -> Any: ...
+
+    def start(self, state: Any, saved_ranks: list[dict[str, Any]] | None) -> Partial | None:
+        """Make every rank's state rank 0's; return this rank's own sums to continue from."""
+
+    def run(self, body: Any, state: Any) -> Any: ...
+
+    def commit(self, state: Any, clock: Clock, within_epoch: bool) -> None:
+        """Commit the state: between two stretches of an epoch, or at the epoch's end."""
+
+    def extend_record(self, record: dict[str, Any], state: Any) -> dict[str, Any]: ...
+
+    def extend_world(self, world: dict[str, Any], state: Any) -> dict[str, Any]: ...
+
+
+class FixedSession:
+    """A run whose world keeps its size: the state is a plain object, made equal on every rank
+    by broadcasts at the start; an epoch is one stretch of steps."""
+
+    commit_every = None
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def prepare(
+        self, values: dict[str, Any], saved_ranks: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        return values
+
+    def make_state(self, model: Any, optimizer: Any, values: dict[str, Any]) -> Any:
+        from clusterbench.training.state import PlainState
+
+        return PlainState(model, optimizer, **values)
+
+    def start(self, state: Any, saved_ranks: list[dict[str, Any]] | None) -> Partial | None:
+        rt = self.rt
+        rt.broadcast_state(state.model, state.optimizer)
+        keys = ("epoch", "place", "records", "train_seconds", "resets")
+        values = rt.broadcast_object({k: getattr(state, k) for k in keys}, name="train.state")
+        for key in keys:
+            setattr(state, key, values[key])
+        saved = rt.broadcast_object(saved_ranks, name="train.ranks")
+        if saved is None or len(saved) != rt.size:
+            return None
+        set_rng_state(saved[rt.rank]["rng"])
+        mine = saved[rt.rank]["partial"]
+        return None if mine is None else Partial(**mine)
+
+    def run(self, body: Any, state: Any) -> Any:
+        return body(state)
+
+    def commit(self, state: Any, clock: Clock, within_epoch: bool) -> None:
+        pass
+
+    def extend_record(self, record: dict[str, Any], state: Any) -> dict[str, Any]:
+        return record
+
+    def extend_world(self, world: dict[str, Any], state: Any) -> dict[str, Any]:
+        return world
+
+
+def make_session(rt: Runtime, run: dict[str, Any], settings: dict[str, Any]) -> Session:
+    """The session of ``run``: elastic when it sets ``min_workers``/``max_workers``."""
+    from clusterbench.config import is_elastic
+
+    if not is_elastic(run):
+        if rt.size != run["workers"]:
+            raise RuntimeError(
+                f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
+                "process(es): launch with clusterbench-launch --np WORKERS"
+            )
+        return FixedSession(rt)
+    from clusterbench.training.elastic import ElasticSession
+
+    return ElasticSession(rt, run, settings["elastic_commit_steps"])
+
+
+def build(rt: Runtime, run: dict[str, Any], data: Any, device: Any) -> tuple[dict, Any, Any]:
+    """The run's architecture description, model (seeded: equal on every rank) and SGD."""
+    import torch
+
+    from clusterbench.models import architecture, build_model
+
+    arch = architecture(run["model"], data.num_classes, data.input_shape)
+    torch.manual_seed(run["seed"])
+    model = rt.prepare_model(build_model(**arch), run["bn"], device).to(device)
+    if run["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=run["lr"],
+        momentum=run["momentum"],
+        weight_decay=run["weight_decay"],
+    )
+    return arch, model, optimizer
+
+
+def fit(
+    rt: Runtime,
+    run: dict[str, Any],
+    make_data: Any,
+    out_dir: Path,
+    device_type: str,
+    dump_dir: Path | None = None,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """Train ``run`` on every rank; rank 0 writes the outputs. Returns the last epoch's record.
+
+    ``make_data(device)`` gives the data source (:mod:`clusterbench.data.resident`). Raises
+    :class:`~clusterbench.preemption.Preempted` on every rank after a preemption warning, once
+    rank 0 has written the checkpoint to continue from. ``dump_dir`` (debug): every rank saves
+    its final weights as ``<dump_dir>/<run>/rank-R.pt``. ``max_steps`` (debug): at most this many
+    optimiser steps per epoch. No collective before the session starts: an elastic run's
+    joining rank starts there too, while the others are resetting.
+    """
+    settings = checkpoints.checkpoint_settings()
+    session = make_session(rt, run, settings)
+    device = setup_device(run, device_type, rt.local_rank, rt.local_size)
+    data = make_data(device)
+    arch, model, optimizer = build(rt, run, data, device)
+    found = checkpoints.newest_valid(out_dir, run) if rt.rank == 0 else None
+    ckpt = found[1] if found else None
+    if found is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        print(f"train: continuing from the checkpoint {found[0].describe()}", flush=True)
+    saved_ranks = ckpt["ranks"] if ckpt else None
+    state = session.make_state(model, optimizer, session.prepare(values_of(ckpt), saved_ranks))
+    trainer = Trainer(rt, run, data, Path(out_dir), session, device, settings)
+    trainer.partial = session.start(state, saved_ranks)
+    trainer.resumed = found is not None
+    trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
+    return session.run(trainer.body, state)
+
+
+class Trainer:
+    """The loop's body and its parts, run on every rank (module docstring)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        run: dict[str, Any],
+        data: Any,
+        out_dir: Path,
+        session: Session,
+        device: Any,
+        settings: dict[str, Any],
+    ) -> None:
+        self.rt, self.run, self.data, self.out_dir = rt, run, data, out_dir
+        self.session, self.device = session, device
+        self.check_every = settings["preemption_check_steps"]
+        self.keep = settings["keep"]
+        self.partial: Partial | None = None  # this rank's own sums to continue an epoch with
+        self.resumed = False
+        self.arch: dict[str, Any] = {}
+        self.dump_dir: Path | None = None
+        self.max_steps: int | None = None
+        self._outputs: Outputs | None = None
+
+    def outputs(self, state: Any) -> Outputs | None:
+        """Rank 0's writer, made by whichever process is rank 0 now."""
+        if self.rt.rank != 0:
+            return None
+        if self._outputs is None:
+            resumed = self.resumed or bool(state.records)
+            self._outputs = Outputs(self.out_dir, self.run, state.records, resumed, self.keep)
+        return self._outputs
+
+    def body(self, state: Any) -> dict[str, Any]:
+        """Train to the end from ``state``; in an elastic run, again after each reset."""
+        rt = self.rt
+        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"])
+        ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
+        facts = rt.allgather_object(
+            rank_provenance(rt.rank, rt.local_rank, self.device), name="train.provenance"
+        )
+        self.outputs(state)
+        clock = Clock.starting()
+        record: dict[str, Any] = state.records[-1] if state.records else {}
+        while not self.finished(state, clock):
+            record = self.epoch(ctx, state, clock)
+        self.finish(state, facts)
+        return record
+
+    def finished(self, state: Any, clock: Clock) -> bool:
+        """Rank 0 decides (its clock is the time box's); every rank stops after that epoch."""
+        stop = False
+        if self.rt.rank == 0:
+            run = self.run
+            seconds = state.train_seconds + time.perf_counter() - clock.train
+            stop = run["epochs"] is not None and state.epoch >= run["epochs"]
+            stop = stop or run["minutes"] is not None and seconds >= 60 * run["minutes"]
+        return self.rt.broadcast_object(stop, name="train.stop")
+
+    def epoch(self, ctx: StepContext, state: Any, clock: Clock) -> dict[str, Any]:
+        """One epoch (or the rest of one), its validation and its record."""
+        rt, place = self.rt, state.place
+        if rt.size not in place.sizes:
+            state.place = place = replace(place, sizes=(*place.sizes, rt.size))
+        if place.step == 0 and rt.any_rank(preemption.warned(), "train.warned"):
+            raise self.preempted(checkpoints.Position(state.epoch))
+        batches = ctx.batches(self.max_steps)
+        inputs = self.data.epoch_batches(state.epoch, batches, place.step, rt.rank, rt.size)
+        synchronize(self.device)
+        clock.epoch = time.perf_counter()
+        self.train_pass(ctx, state, clock, batches, inputs)
+        synchronize(self.device)
+        seconds = state.place.seconds + time.perf_counter() - clock.epoch
+        record = epoch_record(
+            self.run, state.epoch + 1, state.place, seconds, validate(ctx), rt.size
+        )
+        record = self.session.extend_record(record, state)
+        state.epoch += 1
+        state.records = [*state.records, record]
+        state.place = Place(sizes=(rt.size,))
+        now = time.perf_counter()
+        state.train_seconds += now - clock.train
+        clock.train = now
+        ranks = rt.allgather_object(rank_entry(rng_state(), None), name="train.rank_state")
+        out = self.outputs(state)
+        if out is not None:
+            out.epoch(state, ranks)
+            print(epoch_line(record), flush=True)
+        self.session.commit(state, clock, within_epoch=False)
+        return record
+
+    def train_pass(
+        self, ctx: StepContext, state: Any, clock: Clock, batches: list, inputs: Any
+    ) -> None:
+        """The epoch's steps from ``state.place`` on, in stretches: the loss is summed over the
+        ranks at each stretch's end, and the state committed between stretches."""
+        every = self.session.commit_every
+        partial, self.partial = self.partial or Partial(), None
+        while True:
+            place = state.place
+            end = len(batches) if every is None else min(len(batches), place.step + every)
+            begin = Stretch(place.step, partial, place.images, place.lr, False)
+            stretch = run_steps(ctx, state.epoch, batches, inputs, begin, end, self.check_every)
+            if stretch.stopped:  # warned: a checkpoint at this step, then every rank stops
+                raise self.stop(state, clock, stretch)
+            total = summed_loss(ctx, state.epoch, stretch, len(batches))
+            state.place = replace(
+                place,
+                step=stretch.step,
+                loss_sum=place.loss_sum + total,
+                images=stretch.images,
+                lr=stretch.lr,
+            )
+            partial = Partial()
+            if stretch.step >= len(batches):
+                return
+            self.session.commit(state, clock, within_epoch=True)
+
+    def stop(self, state: Any, clock: Clock, stretch: Stretch) -> preemption.Preempted:
+        """A checkpoint at the step where the ranks agreed on a preemption warning (each
+        rank's own sums and RNG in it); then every rank stops."""
+        synchronize(self.device)
+        now = time.perf_counter()
+        state.place = replace(
+            state.place,
+            step=stretch.step,
+            images=stretch.images,
+            lr=stretch.lr,
+            seconds=state.place.seconds + now - clock.epoch,
+        )
+        state.train_seconds += now - clock.train
+        clock.train = now
+        ranks = self.rt.allgather_object(
+            rank_entry(rng_state(), stretch.partial), name="train.rank_state"
+        )
+        where = checkpoints.Position(state.epoch, stretch.step)
+        out = self.outputs(state)
+        if out is not None:
+            out.checkpoint(state, where, ranks)
+        return self.preempted(where)
+
+    def preempted(self, where: checkpoints.Position) -> preemption.Preempted:
+        self.rt.broadcast_object(None, name="train.checkpointed")  # rank 0 has written it
+        message = preemption.Preempted(where.describe())
+        print(f"train: rank {self.rt.rank} {message}", flush=True)
+        return message
+
+    def finish(self, state: Any, facts: list[dict[str, Any]]) -> None:
+        """Every rank's weights (debug), then rank 0's ``run.json`` and ``model.pt``."""
+        import torch
+
+        rt = self.rt
+        if self.dump_dir is not None:  # debug: every rank's final weights, to compare
+            with atomic_path(Path(self.dump_dir) / self.run["name"] / f"rank-{rt.rank}.pt") as tmp:
+                torch.save(cpu_state(state.model), tmp)
+        out = self.outputs(state)
+        if out is None:
+            return
+        world = world_record(rt.name, rt.size, self.device, facts)
+        provenance = run_provenance(facts)
+        summary = {
+            "world": self.session.extend_world(world, state),
+            "effective": effective_settings(self.run),
+            "epochs_completed": len(state.records),
+            "train_seconds": state.train_seconds,
+            "versions": provenance["versions"],  # rank 0's, as before provenance existed
+            "provenance": provenance,
+        }
+        model_file = {
+            "arch": self.arch,
+            "state_dict": cpu_state(state.model),
+            **self.data.normalisation,
+        }
+        out.finish(summary, model_file)
+        print(
+            f"train: {state.epoch} epoch(s) in {state.train_seconds:.1f} s"
+            + (f", {len(state.resets)} reset(s)" if state.resets else "")
+            + f" -> {self.out_dir}",
+            flush=True,
+        )
