@@ -142,6 +142,80 @@ def test_slices_hold_only_their_own_keys():
     }
 
 
+DECLARED = {
+    "format": "npz",
+    "files": [{"url": "https://example.org/s.npz", "sha256": "a" * 64}],
+    "mirror": None,
+    "urls": {},
+    "val_fraction": 0.1,
+    "test_fraction": 0.2,
+    "split_seed": 0,
+    "min_split_size": 50,
+}
+CHANGED = {  # another valid value of each dataset key
+    "format": "idx",
+    "files": [{"url": "https://example.org/t.npz", "sha256": "b" * 64, "name": "t.npz"}],
+    "image_size": [8, 8],
+    "mirror": "https://mirror/",
+    "urls": {"x": "file:///x"},
+    "val_fraction": 0.2,
+    "test_fraction": 0.3,
+    "split_seed": 7,
+    "min_split_size": 10,
+}
+
+
+@pytest.mark.parametrize(
+    "make, keys",
+    [(cb.preprocess_slice, cb.PREPROCESS_KEYS), (cb.download_slice, cb.DOWNLOAD_KEYS)],
+)
+def test_a_dataset_slice_changes_with_exactly_the_keys_tagged_for_it(make, keys):
+    """The keys of each dataset slice are the schema's x-slice tags: changing any of them
+    changes the slice (a rerun), changing another leaves it as it was."""
+    schema_keys = cb.load_schema()["properties"]["datasets"]["additionalProperties"]["properties"]
+    assert set(CHANGED) == set(schema_keys)  # a new dataset key: give it a value above
+    for key in schema_keys:
+        changed = make({**DECLARED, key: CHANGED[key]}) != make(DECLARED)
+        assert changed == (key in keys), key
+
+
+def test_defaults_of_experiments_and_presets_are_the_schemas():
+    schema = cb.load_schema()
+    cfg = default_config()
+    cfg["environments"] = {"mine": {"workers": 3}}
+    cfg["experiments"] = {"x": {"dataset": "digits", "environments": ["mine"]}}
+    resolved = cb.validate(cfg)
+    assert (
+        resolved["experiments"]["x"]["repeats"]
+        == (schema["$defs"]["experiment"]["properties"]["repeats"]["default"])
+    )
+    preset = schema["$defs"]["environment"]["properties"]
+    (run,) = [run for run in resolved["runs"] if run["experiment"] == "x"]
+    assert (run["workers"], run["nodes"], run["gpus_per_node"]) == (
+        3,
+        preset["nodes"]["default"],
+        preset["gpus_per_node"]["default"],
+    )
+
+
+def test_a_stage_takes_the_schemas_default_once():
+    """The preprocess stage's min_split_size default is the dataset setting's (one line)."""
+    datasets = cb.load_schema()["properties"]["datasets"]["additionalProperties"]["properties"]
+    params = cb.stage_params(
+        "preprocess", {"val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 0}
+    )
+    assert params["min_split_size"] == datasets["min_split_size"]["default"]
+    assert (
+        cb.schema_default("report", "timing_warmup_epochs")
+        == (cb.stage_params("report", {"title": "t"})["timing_warmup_epochs"])
+    )
+
+
+def test_an_untagged_run_key_is_an_error_of_the_schema():
+    with pytest.raises(RuntimeError, match=r"run_settings\.new_key: x-slice must name one of"):
+        cb.slices_of({"new_key": {"type": "integer"}}, ("train", "job"), "run_settings")
+
+
 def test_config_hash_is_deterministic_and_sensitive():
     a = cb.validate(default_config())
     b = cb.validate(default_config())

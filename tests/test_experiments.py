@@ -197,7 +197,10 @@ def test_a_name_made_twice_is_refused_naming_both_places():
     # the per-list check catches equal values; the name check catches what is left (here: a
     # hand-written run given the name through an experiment-made config, as a merger might)
     runs, problems = ex.expand(
-        {"x": {"matrix": {"lr": [0.1]}}, "y": {"matrix": {"lr": [0.1]}}},
+        {
+            "x": {"matrix": {"lr": [0.1]}, "repeats": 1},
+            "y": {"matrix": {"lr": [0.1]}, "repeats": 1},
+        },
         base={"seed": 1, "dataset": "digits"},
         presets=ex.environments({}, {"gpus_per_node": 1, "nodes": 1}),
         run_keys={"lr": {}, "seed": {}},
@@ -233,7 +236,7 @@ def test_format_value():
 
 def _expand_tags(values: list) -> tuple[list[str], list[str]]:
     runs, problems = ex.expand(
-        {"x": {"matrix": {"tag": values}}},
+        {"x": {"matrix": {"tag": values}, "repeats": 1}},
         base={"seed": 1, "dataset": "digits"},
         presets=ex.environments({}, {"gpus_per_node": 1, "nodes": 1}),
         run_keys={"tag": {}, "seed": {}},

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json
+from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json, schema_default
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
 #: added since (absent in an older run.json) count as null.
@@ -221,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, required=True, help="the PDF to write")
     parser.add_argument("--title", default=None, help="the report's title")
     parser.add_argument(
-        "--warmup-epochs", type=int, default=1, help="epochs left out of the timing (default 1)"
+        "--warmup-epochs",
+        type=int,
+        default=schema_default("report", "timing_warmup_epochs"),
+        help="epochs left out of the timing (default: the report's timing_warmup_epochs, "
+        "%(default)s)",
     )
     args = parser.parse_args(argv)
     if len(args.dirs) < 2:

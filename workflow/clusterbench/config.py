@@ -12,6 +12,7 @@ the slices.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -38,36 +39,60 @@ from clusterbench.params import json_object
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
-#: Run keys that define what is trained: the train rule's params (and rerun trigger).
-TRAIN_KEYS = (
-    "name",
-    "dataset",
-    "model",
-    "workers",
-    "nodes",
-    "min_workers",
-    "max_workers",
-    "gpus_per_node",
-    "epochs",
-    "minutes",
-    "batch_size",
-    "lr",
-    "momentum",
-    "weight_decay",
-    "warmup_epochs",
-    "seed",
-    "backend",
-    "bn",
-    "batch_scaling",
-    "deterministic",
-    "precision",
-    "channels_last",
+
+@functools.lru_cache(maxsize=1)
+def _schema_file() -> dict[str, Any]:
+    """The schema file as written (read once per process; :func:`load_schema` copies it)."""
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def slices_of(properties: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> dict:
+    """Each key of ``properties`` -> the slices its ``x-slice`` tag names (one, or a list), each
+    one of ``allowed``; a key without a tag, or with another, is an error in the schema."""
+    slices = {}
+    for key, sub in properties.items():
+        tag = sub.get("x-slice")
+        named = tuple(tag) if isinstance(tag, list) else (tag,)
+        if not tag or not set(named) <= set(allowed):
+            raise RuntimeError(
+                f"{SCHEMA_PATH}: {where}.{key}: x-slice must name one of {', '.join(allowed)}, "
+                f"got {tag!r}"
+            )
+        slices[key] = named
+    return slices
+
+
+def _tagged(slices: Mapping[str, tuple[str, ...]], name: str) -> tuple[str, ...]:
+    return tuple(key for key, named in slices.items() if name in named)
+
+
+_RUN_PROPERTIES = _schema_file()["$defs"]["run_settings"]["properties"]
+_RUN_SLICES = slices_of(_RUN_PROPERTIES, ("train", "job", "workflow"), "run_settings")
+#: Run keys that define what is trained (``x-slice: train``): the train rule's params (and
+#: rerun trigger).
+TRAIN_KEYS = _tagged(_RUN_SLICES, "train")
+#: Training keys added since run.json was first written (``x-added-later``): absent (null) in
+#: an older run.json.
+LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-added-later"))
+#: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
+#: of local jobs): never part of params, so changing them reruns nothing.
+RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
+#: Run keys that decide what the workflow does with a run (``x-slice: workflow``, e.g.
+#: ``on_unavailable``) and change no result: no params either.
+WORKFLOW_KEYS = _tagged(_RUN_SLICES, "workflow")
+
+_DATASET_SLICES = slices_of(
+    _schema_file()["properties"]["datasets"]["additionalProperties"]["properties"],
+    ("preprocess", "download"),
+    "datasets.<name>",
 )
-#: Training keys added since run.json was first written: absent (null) in an older run.json.
-LATER_TRAIN_KEYS = ("min_workers", "max_workers")
-#: Run keys that only size or place the job (scheduler resources, the order of local jobs):
-#: never part of params, so changing them reruns nothing.
-RESOURCE_KEYS = ("cpus_per_worker", "mem_mb", "runtime", "warning_seconds", "priority", "qos")
+#: Dataset keys of the preprocess rule's params (``x-slice: preprocess``, see
+#: :func:`preprocess_slice`).
+PREPROCESS_KEYS = _tagged(_DATASET_SLICES, "preprocess")
+#: Dataset keys saying where the download rule fetches the files from (``x-slice: download``,
+#: see :func:`download_slice`).
+DOWNLOAD_KEYS = _tagged(_DATASET_SLICES, "download")
 
 
 class ConfigError(ValueError):
@@ -89,16 +114,17 @@ def bad_settings(stage: str, exc: ConfigError) -> int:
 
 
 def load_schema() -> dict[str, Any]:
-    """The config schema, with the choices of ``model`` from the model registry."""
-    with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        schema = yaml.safe_load(fh)
-    run_props = schema["$defs"]["run_settings"]["properties"]
+    """The config schema, with the choices of ``backend`` and ``bn`` from their registries and
+    the definitions derived from the settings (each defined once, in the file)."""
+    schema = copy.deepcopy(_schema_file())
+    defs = schema["$defs"]
+    run_props = defs["run_settings"]["properties"]
     # the choices of the extension points: their registries' plugins (clusterbench.registry)
     run_props["backend"]["enum"] = list(BACKENDS.names())
     run_props["bn"]["enum"] = list(BN_MODES.names())
     # an experiment's base settings: any run key but the name, without defaults (the runs it
     # expands to are merged over run_defaults, as hand-written runs are)
-    schema["$defs"]["experiment"]["properties"].update(
+    defs["experiment"]["properties"].update(
         {
             key: {k: v for k, v in sub.items() if k != "default"}
             for key, sub in run_props.items()
@@ -106,8 +132,8 @@ def load_schema() -> dict[str, Any]:
         }
     )
     # the train stage's --run: the training keys and, for an expanded run, where it came from
-    schema["$defs"]["train_settings"] = {
-        **schema["$defs"]["run_settings"],
+    defs["train_settings"] = {
+        **defs["run_settings"],
         "properties": {
             **run_props,
             # a hand-written name, or one an experiment made (``=`` and ``,`` too)
@@ -116,10 +142,22 @@ def load_schema() -> dict[str, Any]:
                 "pattern": expansion.NAME_PATTERN.pattern,
                 "maxLength": expansion.MAX_NAME_LENGTH,
             },
-            "experiment": schema["$defs"]["experiment_origin"],
+            "experiment": defs["experiment_origin"],
         },
     }
+    # the preprocess stage's --params: a dataset's preprocess keys (``files`` as names)
+    dataset_props = schema["properties"]["datasets"]["additionalProperties"]["properties"]
+    defs["preprocess_params"]["properties"] = {
+        **{key: dataset_props[key] for key in PREPROCESS_KEYS},
+        **defs["preprocess_params"]["properties"],
+    }
     return schema
+
+
+def schema_default(section: str, key: str) -> Any:
+    """The schema's default of setting ``section.key`` (``"report", "timing_warmup_epochs"``):
+    for code outside the config, a command-line default, that takes a setting's default."""
+    return copy.deepcopy(_schema_file()["properties"][section]["properties"][key]["default"])
 
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -162,21 +200,31 @@ def _key_path(parts: Iterable[Any]) -> str:
     return out or "<top level>"
 
 
-def _fill_defaults(schema: Mapping[str, Any], value: Any) -> Any:
-    """Insert the schema's ``default`` values into ``value`` (objects only, recursively)."""
+def _fill_defaults(
+    schema: Mapping[str, Any], value: Any, defs: Mapping[str, Any] | None = None
+) -> Any:
+    """Insert the schema's ``default`` values into ``value`` (objects only, recursively),
+    following a definition's ``$ref`` into ``defs`` (the schema's ``$defs``; not through
+    ``allOf``: a run is merged over ``run_defaults`` before its defaults are filled)."""
     if not isinstance(value, dict):
         return value
-    for key, sub in schema.get("properties", {}).items():
-        if key not in value and "default" in sub:
+    ref = schema.get("$ref")
+    if ref is not None and defs is not None:
+        schema = defs[ref.removeprefix("#/$defs/")]
+    props = schema.get("properties", {})
+    for key, sub in props.items():
+        if key not in value:
+            if "default" not in sub:
+                continue
             value[key] = copy.deepcopy(sub["default"])
-        if key in value:
-            _fill_defaults(sub, value[key])
+        if isinstance(value[key], dict):
+            _fill_defaults(sub, value[key], defs)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict):
-        for key in value.keys() - schema.get("properties", {}).keys():
+        for key in value.keys() - props.keys():
             if value[key] is None:
                 value[key] = {}
-            _fill_defaults(extra, value[key])
+            _fill_defaults(extra, value[key], defs)
     return value
 
 
@@ -263,7 +311,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     schema = load_schema()
     _schema_errors(config, schema)
-    resolved = _fill_defaults(schema, copy.deepcopy(dict(config)))
+    resolved = _fill_defaults(schema, copy.deepcopy(dict(config)), schema["$defs"])
 
     run_schema = schema["$defs"]["run_settings"]
     defaults = resolved.get("run_defaults", {})
@@ -598,7 +646,7 @@ def stage_params(stage: str, params: str | Mapping[str, Any], what: str = "--par
     definition["required"] = sorted({*definition.get("required", ()), *stage_def.required})
     definition["additionalProperties"] = False
     problems = _schema_problems(raw, definition, (what,))
-    resolved = _fill_defaults(definition, copy.deepcopy(dict(raw)))
+    resolved = _fill_defaults(definition, copy.deepcopy(dict(raw)), schema["$defs"])
     if not problems and stage_def.check is not None:
         problems = stage_def.check(resolved, what)
     _raise_problems(f"{stage} settings", problems)
@@ -640,16 +688,13 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """How a dataset is split, and for a declared one, how its files are read."""
-    split = {
-        key: dataset_cfg[key]
-        for key in ("val_fraction", "test_fraction", "split_seed", "min_split_size")
-    }
-    if "format" in dataset_cfg:
-        split["format"] = dataset_cfg["format"]
-        split["files"] = [declared_file_name(entry) for entry in dataset_cfg["files"]]
-        if "image_size" in dataset_cfg:
-            split["image_size"] = list(dataset_cfg["image_size"])
+    """How a dataset is split, and for a declared one, how its files are read: its
+    :data:`PREPROCESS_KEYS`, ``files`` as their names."""
+    split = {key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg}
+    if "files" in split:
+        split["files"] = [declared_file_name(entry) for entry in split["files"]]
+    if "image_size" in split:
+        split["image_size"] = list(split["image_size"])
     return split
 
 

@@ -66,10 +66,10 @@ def builtin_environments(gpus_per_node: int, nodes: int) -> dict[str, dict[str, 
 def environments(
     user: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """The presets: the shipped ones, with the user's (``environments:``) over them by name."""
+    """The presets: the shipped ones, with the user's (``environments:``, resolved: with the
+    schema's defaults) over them by name."""
     presets = builtin_environments(defaults["gpus_per_node"], defaults["nodes"])
-    for name, preset in user.items():
-        presets[name] = {"nodes": 1, "gpus_per_node": 0, **(preset or {})}
+    presets.update({name: dict(preset) for name, preset in user.items()})
     return presets
 
 
@@ -110,7 +110,8 @@ def expand(
     cores_per_node: int,
     value_problems: Callable[[str, Any, tuple[Any, ...]], list[str]] = lambda *_: [],
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """Expand ``experiments`` (schema-checked: base keys are run keys, ``repeats`` is set).
+    """Expand ``experiments`` (schema-checked, defaults filled: base keys are run keys,
+    ``repeats`` is set).
 
     ``base``: the resolved run defaults (``run_defaults`` over the built-in defaults), under
     every run; ``presets``: :func:`environments`; ``run_keys``: the keys a run may have (a
@@ -127,7 +128,7 @@ def expand(
         settings = {k: v for k, v in spec.items() if k not in ("matrix", "environments", "repeats")}
         matrix = spec.get("matrix")
         envs = list(spec.get("environments") or [])
-        repeats = spec.get("repeats", 1)
+        repeats = spec["repeats"]
         found: list[str] = []
         if matrix is not None and not isinstance(matrix, Mapping):
             found.append(f"{where}.matrix: expected a mapping of run keys to lists, got {matrix!r}")
@@ -208,8 +209,7 @@ def expand(
                     if env is not None:
                         preset = dict(presets[env])
                         if preset["workers"] == CORES:
-                            cpus = run.get("cpus_per_worker") or 1
-                            preset["workers"] = max(1, cores_per_node // cpus)
+                            preset["workers"] = max(1, cores_per_node // run["cpus_per_worker"])
                         run.update(preset)
                         parts.append(("env", env))
                     run.update(point)
