@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 #: Run keys every expanded run gets (None on hand-written runs): where the run came from.
@@ -101,6 +102,178 @@ def run_name(experiment: str, parts: list[tuple[str, Any]]) -> str:
     return f"{experiment}--" + ",".join(f"{key}={name_value(value)}" for key, value in parts)
 
 
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's parts, as written: its name, its key path (``experiments.<name>``), its
+    base settings (every key but the three below), matrix, environments and repeats."""
+
+    name: str
+    where: str
+    settings: dict[str, Any]
+    matrix: dict[str, Any]
+    environments: list[str]
+    repeats: int
+
+
+#: An experiment's own keys: the rest are base run settings.
+EXPERIMENT_KEYS = ("matrix", "environments", "repeats")
+
+
+def parse(name: str, spec: Mapping[str, Any]) -> tuple[Experiment, list[str]]:
+    """Experiment ``name`` (``spec``: schema-checked, defaults filled) and the problems of a
+    matrix that is no mapping or is empty (read as an empty matrix)."""
+    where = f"experiments.{name}"
+    matrix = spec.get("matrix")
+    problems = []
+    if matrix is not None and not isinstance(matrix, Mapping):
+        problems.append(f"{where}.matrix: expected a mapping of run keys to lists, got {matrix!r}")
+        matrix = {}
+    if matrix is not None and not matrix:
+        problems.append(f"{where}.matrix: empty: give at least one run key and its values")
+    experiment = Experiment(
+        name=name,
+        where=where,
+        settings={k: v for k, v in spec.items() if k not in EXPERIMENT_KEYS},
+        matrix=dict(matrix or {}),
+        environments=list(spec.get("environments") or []),
+        repeats=spec["repeats"],
+    )
+    return experiment, problems
+
+
+def repeated_values(at: str, key: str, values: list[Any]) -> list[str]:
+    """A problem for each value of matrix list ``key`` (at key path ``at``) that gives the same
+    run name as an earlier one."""
+    problems = []
+    seen: dict[str, int] = {}
+    for i, value in enumerate(values):
+        text = name_value(value)
+        if text in seen:
+            problems.append(
+                f"{at}[{i}]: {value!r} repeats {key}[{seen[text]}] "
+                f"({values[seen[text]]!r}): both would give runs named {key}={text}"
+            )
+        seen.setdefault(text, i)
+    return problems
+
+
+def sweep_problems(
+    experiment: Experiment,
+    key: str,
+    run_keys: Mapping[str, Any],
+    value_problems: Callable[[str, Any, tuple[Any, ...]], list[str]],
+) -> list[str]:
+    """The problems of the matrix's ``key``: no run key, no list, a value the run key refuses
+    (``value_problems``), a value repeated, or a key the environments or repeats also set."""
+    at = f"{experiment.where}.matrix.{key}"
+    values = experiment.matrix[key]
+    envs = experiment.environments
+    if key not in run_keys:
+        problems = [
+            f"{at}: not a run key (run keys: {', '.join(sorted(set(run_keys) - {'name'}))})"
+        ]
+    elif key == "name":
+        problems = [f"{at}: run names are made by the expansion; 'name' is no sweep"]
+    elif not isinstance(values, list):
+        problems = [f"{at}: expected a list of values, got {values!r}"]
+    elif not values:
+        problems = [f"{at}: an empty list of values would give no run"]
+    else:
+        path = ("experiments", experiment.name, "matrix", key)
+        problems = [p for i, v in enumerate(values) for p in value_problems(key, v, (*path, i))]
+        problems += repeated_values(at, key, values)
+    if envs and key in ENVIRONMENT_KEYS:
+        problems.append(
+            f"{at}: also set by this experiment's environments ({', '.join(envs)}); "
+            "sweep it or give environments, not both"
+        )
+    if experiment.repeats > 1 and key == "seed":
+        problems.append(f"{at}: repeats: {experiment.repeats} sets the seeds; sweep seed or repeat")
+    return problems
+
+
+def environment_problems(
+    experiment: Experiment, presets: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Unknown or repeated environments, and base settings the environments would replace."""
+    where, envs = experiment.where, experiment.environments
+    problems = [
+        f"{where}.{key}: also set by this experiment's environments ({', '.join(envs)}), which "
+        "would replace it; set it in an environment preset (environments:), or give no "
+        "environments"
+        for key in ENVIRONMENT_KEYS
+        if envs and key in experiment.settings
+    ]
+    for i, env in enumerate(envs):
+        if env not in presets:
+            problems.append(
+                f"{where}.environments[{i}]: unknown environment {env!r} "
+                f"(known: {', '.join(sorted(presets))}; define it under 'environments')"
+            )
+        elif env in envs[:i]:
+            problems.append(f"{where}.environments[{i}]: {env!r} is listed twice")
+    return problems
+
+
+def size_problems(experiment: Experiment, base: Mapping[str, Any], found: list[str]) -> list[str]:
+    """No dataset from anywhere, nothing to expand (unless ``found`` has other problems), or
+    more runs than :data:`MAX_RUNS`."""
+    where, matrix = experiment.where, experiment.matrix
+    problems = []
+    if not any("dataset" in keys for keys in (base, experiment.settings, matrix)):
+        problems.append(
+            f"{where}.dataset: required: give it here, in the matrix or in run_defaults"
+        )
+    if not matrix and not experiment.environments and experiment.repeats == 1:
+        if not found and not problems:
+            problems.append(
+                f"{where}: nothing to expand: give a matrix, environments or repeats > 1 "
+                "(a single run goes under 'runs')"
+            )
+    count = experiment.repeats * max(1, len(experiment.environments)) * _product_size(matrix)
+    if count > MAX_RUNS:
+        problems.append(
+            f"{where}: expands to {count} runs, more than the limit of {MAX_RUNS}; "
+            "shorten the matrix or split the experiment"
+        )
+    return problems
+
+
+def runs_of(
+    experiment: Experiment,
+    base: Mapping[str, Any],
+    presets: Mapping[str, Mapping[str, Any]],
+    cores_per_node: int,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The runs of a checked experiment, as ``(where, run)``: each environment, then each
+    point of the matrix (in the order written), then each repeat."""
+    runs = []
+    matrix, repeats = experiment.matrix, experiment.repeats
+    for env in experiment.environments or [None]:
+        for values in itertools.product(*matrix.values()):
+            point = dict(zip(matrix, values, strict=True))
+            for repeat in range(repeats):
+                run = {**base, **experiment.settings}
+                parts: list[tuple[str, Any]] = []
+                if env is not None:
+                    preset = dict(presets[env])
+                    if preset["workers"] == CORES:
+                        preset["workers"] = max(1, cores_per_node // run["cpus_per_worker"])
+                    run.update(preset)
+                    parts.append(("env", env))
+                run.update(point)
+                parts += list(point.items())
+                if repeats > 1:
+                    run["seed"] = run["seed"] + repeat
+                    parts.append(("seed", run["seed"]))
+                run["name"] = run_name(experiment.name, parts)
+                run.update(
+                    experiment=experiment.name, environment=env, point=dict(point), repeat=repeat
+                )
+                runs.append((f"{experiment.where}[{run['name']}]", run))
+    return runs
+
+
 def expand(
     experiments: Mapping[str, Mapping[str, Any]],
     *,
@@ -119,107 +292,20 @@ def expand(
     cores``; ``value_problems(key, value, path)`` checks one matrix value against the schema.
 
     Returns ``(where, run)`` pairs, ``where`` naming the run for later checks
-    (``experiments.<name>[<run name>]``), and the problems, each naming its key path.
+    (``experiments.<name>[<run name>]``), and the problems, each naming its key path. An
+    experiment with a problem expands to no run.
     """
     runs: list[tuple[str, dict[str, Any]]] = []
     problems: list[str] = []
-    for exp, spec in experiments.items():
-        where = f"experiments.{exp}"
-        settings = {k: v for k, v in spec.items() if k not in ("matrix", "environments", "repeats")}
-        matrix = spec.get("matrix")
-        envs = list(spec.get("environments") or [])
-        repeats = spec["repeats"]
-        found: list[str] = []
-        if matrix is not None and not isinstance(matrix, Mapping):
-            found.append(f"{where}.matrix: expected a mapping of run keys to lists, got {matrix!r}")
-            matrix = {}
-        if matrix is not None and not matrix:
-            found.append(f"{where}.matrix: empty: give at least one run key and its values")
-        matrix = dict(matrix or {})
-        for key, values in matrix.items():
-            at = f"{where}.matrix.{key}"
-            if key not in run_keys:
-                found.append(
-                    f"{at}: not a run key (run keys: {', '.join(sorted(set(run_keys) - {'name'}))})"
-                )
-            elif key == "name":
-                found.append(f"{at}: run names are made by the expansion; 'name' is no sweep")
-            elif not isinstance(values, list):
-                found.append(f"{at}: expected a list of values, got {values!r}")
-            elif not values:
-                found.append(f"{at}: an empty list of values would give no run")
-            else:
-                for i, value in enumerate(values):
-                    found += value_problems(key, value, ("experiments", exp, "matrix", key, i))
-                seen: dict[str, int] = {}
-                for i, value in enumerate(values):
-                    text = name_value(value)
-                    if text in seen:
-                        found.append(
-                            f"{at}[{i}]: {value!r} repeats {key}[{seen[text]}] "
-                            f"({values[seen[text]]!r}): both would give runs named {key}={text}"
-                        )
-                    seen.setdefault(text, i)
-            if envs and key in ENVIRONMENT_KEYS:
-                found.append(
-                    f"{at}: also set by this experiment's environments ({', '.join(envs)}); "
-                    "sweep it or give environments, not both"
-                )
-            if repeats > 1 and key == "seed":
-                found.append(f"{at}: repeats: {repeats} sets the seeds; sweep seed or repeat")
-        for key in ENVIRONMENT_KEYS:
-            if envs and key in settings:
-                found.append(
-                    f"{where}.{key}: also set by this experiment's environments "
-                    f"({', '.join(envs)}), which would replace it; set it in an environment "
-                    "preset (environments:), or give no environments"
-                )
-        for i, env in enumerate(envs):
-            if env not in presets:
-                found.append(
-                    f"{where}.environments[{i}]: unknown environment {env!r} "
-                    f"(known: {', '.join(sorted(presets))}; define it under 'environments')"
-                )
-            elif env in envs[:i]:
-                found.append(f"{where}.environments[{i}]: {env!r} is listed twice")
-        if not any("dataset" in where_set for where_set in (base, settings, matrix)):
-            found.append(
-                f"{where}.dataset: required: give it here, in the matrix or in run_defaults"
-            )
-        if not matrix and not envs and repeats == 1 and not found:
-            found.append(
-                f"{where}: nothing to expand: give a matrix, environments or repeats > 1 "
-                "(a single run goes under 'runs')"
-            )
-        count = repeats * max(1, len(envs)) * _product_size(matrix)
-        if count > MAX_RUNS:
-            found.append(
-                f"{where}: expands to {count} runs, more than the limit of {MAX_RUNS}; "
-                "shorten the matrix or split the experiment"
-            )
+    for name, spec in experiments.items():
+        experiment, found = parse(name, spec)
+        for key in experiment.matrix:
+            found += sweep_problems(experiment, key, run_keys, value_problems)
+        found += environment_problems(experiment, presets)
+        found += size_problems(experiment, base, found)
         problems += found
-        if found:
-            continue
-        for env in envs or [None]:
-            for values in itertools.product(*matrix.values()):
-                point = dict(zip(matrix, values, strict=True))
-                for repeat in range(repeats):
-                    run = {**base, **settings}
-                    parts: list[tuple[str, Any]] = []
-                    if env is not None:
-                        preset = dict(presets[env])
-                        if preset["workers"] == CORES:
-                            preset["workers"] = max(1, cores_per_node // run["cpus_per_worker"])
-                        run.update(preset)
-                        parts.append(("env", env))
-                    run.update(point)
-                    parts += list(point.items())
-                    if repeats > 1:
-                        run["seed"] = run["seed"] + repeat
-                        parts.append(("seed", run["seed"]))
-                    run["name"] = run_name(exp, parts)
-                    run.update(experiment=exp, environment=env, point=dict(point), repeat=repeat)
-                    runs.append((f"{where}[{run['name']}]", run))
+        if not found:
+            runs += runs_of(experiment, base, presets, cores_per_node)
     return runs, problems
 
 
