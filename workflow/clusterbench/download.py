@@ -6,8 +6,9 @@ pinned digests match is renamed to its final name. A verified cached file is reu
 network access. Connection errors, 5xx answers and truncated bodies are retried with exponential
 back-off; a 4xx answer or a checksum mismatch fails at once.
 
-``main`` fetches every file first, then hard-links (or copies) them next to ``MANIFEST.json`` and
-writes the manifest last, so a failed run leaves no manifest and no unverified file behind.
+``main`` fetches every file first, then copies them next to ``MANIFEST.json`` (never a hard link:
+damage to the shared cache must not reach every checkout's raw files at once) and writes the
+manifest last, so a failed run leaves no manifest and no unverified file behind.
 """
 
 from __future__ import annotations
@@ -171,89 +172,138 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
     )
 
 
-def _http_attempt(url: str, part: Path, expected_size: int | None, timeout: float) -> None:
-    """One request: append the rest of ``url`` to ``part``; raise TransientError to retry."""
+def _resume_offset(url: str, part: Path, expected_size: int | None) -> int | None:
+    """The byte at which the transfer of ``url`` into ``part`` resumes: the size of ``part``
+    (0: none yet, or one larger than ``expected_size``, removed); None when ``part`` holds
+    ``expected_size`` bytes already."""
     offset = part.stat().st_size if part.exists() else 0
     if expected_size is not None and offset > expected_size:
         log.warning("%s is larger than %s should be; starting over", part, url)
         part.unlink()
         offset = 0
     if offset and offset == expected_size:
-        return  # complete already; verification decides whether it is right
+        return None
+    return offset
+
+
+def _request(url: str, offset: int, timeout: float) -> http.client.HTTPResponse:
+    """The answer to a GET of ``url`` from byte ``offset`` on; urllib's errors, but a
+    :class:`DownloadError` for a malformed URL (no retry can fix it)."""
     headers = {"User-Agent": f"clusterbench/{__version__}", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
         log.info("resuming %s at byte %d", url, offset)
     try:
-        request = urllib.request.Request(url, headers=headers)
-        resp = urllib.request.urlopen(request, timeout=timeout)
-    except (ValueError, http.client.InvalidURL) as exc:  # malformed: no retry can fix it
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    except (ValueError, http.client.InvalidURL) as exc:
         raise DownloadError(f"malformed URL {url!r}: {exc}", url) from None
-    except urllib.error.HTTPError as exc:
-        with exc:
-            status, reason = exc.code, exc.reason
-            content_range = exc.headers.get("Content-Range")
-        if status == 416 and offset:
-            _start, total = _content_range(content_range)
-            if total == offset:
-                return  # the part file holds the whole body already
-            log.warning("%s rejected the range of %s; starting over", url, part)
-            part.unlink()
-            return _http_attempt(url, part, expected_size, timeout)
-        if status >= 500 or status in RETRYABLE_STATUSES:
-            raise TransientError(f"HTTP {status} {reason} from {url}", url) from exc
+
+
+def _start_over(url: str, part: Path, exc: urllib.error.HTTPError, offset: int) -> bool:
+    """What an error answer to the request from byte ``offset`` means: False, a 416 because
+    ``part`` holds the whole body already; True, a 416 to any other range (``part`` removed:
+    start over). Else it raises :class:`TransientError` (5xx, 408, 425, 429: retry) or
+    :class:`HTTPStatusError` (``part`` removed)."""
+    with exc:
+        status, reason = exc.code, exc.reason
+        content_range = exc.headers.get("Content-Range")
+    if status == 416 and offset:
+        _start, total = _content_range(content_range)
+        if total == offset:
+            return False
+        log.warning("%s rejected the range of %s; starting over", url, part)
+        part.unlink()
+        return True
+    if status >= 500 or status in RETRYABLE_STATUSES:
+        raise TransientError(f"HTTP {status} {reason} from {url}", url) from exc
+    part.unlink(missing_ok=True)
+    raise HTTPStatusError(f"HTTP {status} {reason} for {url}", url, status) from exc
+
+
+@dataclass(frozen=True)
+class _Body:
+    """How an answer's body is written: the ``part`` file's open ``mode`` (append a range,
+    write a whole body), the byte it starts at, the file's total size and the body's length
+    (None: unknown)."""
+
+    mode: str
+    offset: int
+    total: int | None
+    length: int | None
+
+
+def _body(url: str, part: Path, resp: Any, offset: int, expected_size: int | None) -> _Body:
+    """How to write the body of ``resp``, the answer to a request from byte ``offset``: a 206
+    must start there, a 200 starts over; a total other than ``expected_size`` is a
+    :class:`ChecksumError` (``part`` removed)."""
+    length_header = resp.headers.get("Content-Length")
+    length = int(length_header) if length_header and length_header.isdigit() else None
+    if resp.status == 206:
+        start, total = _content_range(resp.headers.get("Content-Range"))
+        if start != offset:
+            part.unlink(missing_ok=True)
+            raise TransientError(
+                f"{url} answered a range starting at {start}, asked for {offset}", url
+            )
+        mode = "ab"
+    elif resp.status == 200:
+        if offset:
+            log.warning("%s ignored the Range request; downloading from the start", url)
+            offset = 0
+        total = length
+        mode = "wb"
+    else:
+        raise HTTPStatusError(f"unexpected HTTP {resp.status} for {url}", url, resp.status)
+    if total is None and length is not None:
+        total = offset + length
+    if expected_size is not None and total is not None and total != expected_size:
         part.unlink(missing_ok=True)
-        raise HTTPStatusError(f"HTTP {status} {reason} for {url}", url, status) from exc
+        raise ChecksumError(
+            f"size mismatch for {url}: expected {expected_size} bytes, the server reports {total}",
+            url,
+        )
+    return _Body(mode, offset, total, length)
+
+
+def _receive(url: str, part: Path, resp: Any, body: _Body) -> None:
+    """Write the body of ``resp`` into ``part``; a dropped or short body is a
+    :class:`TransientError` (what arrived is kept, for the next attempt to resume)."""
+    received = 0
+    with (
+        open(part, body.mode) as fh,
+        _progress(body.total, body.offset, part.name.removesuffix(".part")) as bar,
+    ):
+        try:
+            while chunk := resp.read(CHUNK_SIZE):
+                fh.write(chunk)
+                received += len(chunk)
+                bar.update(len(chunk))
+        except (OSError, http.client.HTTPException) as exc:
+            raise TransientError(
+                f"connection to {url} dropped after {body.offset + received} bytes: {exc!r}", url
+            ) from exc
+    if body.length is not None and received < body.length:
+        raise TransientError(
+            f"truncated body from {url}: received {received} of {body.length} bytes", url
+        )
+
+
+def _http_attempt(url: str, part: Path, expected_size: int | None, timeout: float) -> None:
+    """One request: append the rest of ``url`` to ``part``; raise TransientError to retry."""
+    offset = _resume_offset(url, part, expected_size)
+    if offset is None:
+        return  # complete already; verification decides whether it is right
+    try:
+        resp = _request(url, offset, timeout)
+    except urllib.error.HTTPError as exc:
+        if _start_over(url, part, exc, offset):
+            _http_attempt(url, part, expected_size, timeout)
+        return
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise TransientError(f"cannot fetch {url}: {reason}", url) from exc
-
     with resp:
-        length_header = resp.headers.get("Content-Length")
-        length = int(length_header) if length_header and length_header.isdigit() else None
-        if resp.status == 206:
-            start, total = _content_range(resp.headers.get("Content-Range"))
-            if start != offset:
-                part.unlink(missing_ok=True)
-                raise TransientError(
-                    f"{url} answered a range starting at {start}, asked for {offset}", url
-                )
-            mode = "ab"
-        elif resp.status == 200:
-            if offset:
-                log.warning("%s ignored the Range request; downloading from the start", url)
-                offset = 0
-            total = length
-            mode = "wb"
-        else:
-            raise HTTPStatusError(f"unexpected HTTP {resp.status} for {url}", url, resp.status)
-        if total is None and length is not None:
-            total = offset + length
-        if expected_size is not None and total is not None and total != expected_size:
-            part.unlink(missing_ok=True)
-            raise ChecksumError(
-                f"size mismatch for {url}: expected {expected_size} bytes, "
-                f"the server reports {total}",
-                url,
-            )
-        received = 0
-        with (
-            open(part, mode) as fh,
-            _progress(total, offset, part.name.removesuffix(".part")) as bar,
-        ):
-            try:
-                while chunk := resp.read(CHUNK_SIZE):
-                    fh.write(chunk)
-                    received += len(chunk)
-                    bar.update(len(chunk))
-            except (OSError, http.client.HTTPException) as exc:
-                raise TransientError(
-                    f"connection to {url} dropped after {offset + received} bytes: {exc!r}", url
-                ) from exc
-        if length is not None and received < length:
-            raise TransientError(
-                f"truncated body from {url}: received {received} of {length} bytes", url
-            )
+        _receive(url, part, resp, _body(url, part, resp, offset, expected_size))
 
 
 def _http_download(url: str, part: Path, expected_size: int | None, policy: RetryPolicy) -> None:
