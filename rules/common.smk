@@ -31,10 +31,13 @@ interrupt.install()
 #: The default config, relative to the working directory (as Snakemake reads `configfile:`);
 #: `--configfile` files are merged over it. Skipped in a module given `config:`.
 DEFAULT_CONFIGFILE = "config/config.yaml"
-# Checked first: Snakemake would only say "not valid JSON or YAML", naming no file and no line.
-if not workflow.modifier.skip_configfile and os.path.exists(DEFAULT_CONFIGFILE):
+# Snakemake reads config files (`--configfile` before this file runs) with its own loader, which
+# names no file and no line, keeps the later of a key given twice without a word and has no size
+# limit: the workflow reads them again, and this one before Snakemake does (see
+# clusterbench.config_file).
+if not workflow.modifier.skip_configfile:
     try:
-        cbconfig.load_file(DEFAULT_CONFIGFILE)
+        cbconfig.check_files([DEFAULT_CONFIGFILE, *workflow.overwrite_configfiles])
     except cbconfig.ConfigError as exc:
         raise WorkflowError(str(exc)) from None
 
@@ -43,7 +46,12 @@ configfile: DEFAULT_CONFIGFILE
 
 
 try:
-    CFG = cbconfig.validate(config)
+    # `--config KEY=VALUE` lists and mappings read as YAML (Snakemake keeps their values as text)
+    CFG = cbconfig.validate(
+        config
+        if workflow.modifier.skip_configfile
+        else cbconfig.with_config_args(config, workflow.config_settings.config_args)
+    )
 except cbconfig.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 

@@ -27,12 +27,13 @@ from typing import Any
 import jsonschema
 import yaml
 
+from clusterbench import config_file, models
 from clusterbench import experiments as expansion
-from clusterbench import models
 from clusterbench.backends import BACKENDS
 from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
+from clusterbench.config_file import key_path
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.params import json_object
@@ -161,13 +162,19 @@ def schema_default(section: str, key: str) -> Any:
 
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The config file ``path`` as a mapping; :class:`ConfigError` naming the file (and the line
-    and column of a YAML syntax error) when it is no UTF-8 text or no YAML mapping."""
+    """The config file ``path`` as a mapping, read as Snakemake reads it (JSON, else YAML);
+    :class:`ConfigError` naming the file (and the line, and for a YAML syntax error the column)
+    when it is no UTF-8 text or no mapping, gives a key twice, or is larger, longer or deeper
+    than a config may be (:mod:`clusterbench.config_file`)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read(config_file.MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    if len(data) > config_file.MAX_BYTES:
+        size = max(len(data), path.stat().st_size)
+        raise ConfigError(f"{path}: {config_file.too_large(size)}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -177,7 +184,10 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             "save the config file as UTF-8"
         ) from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = config_file.read(text)
+    except config_file.ReadError as exc:
+        where = "" if exc.line is None else f", line {exc.line}"
+        raise ConfigError(f"{path}{where}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -193,11 +203,46 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return loaded
 
 
-def _key_path(parts: Iterable[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<top level>"
+def check_files(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Read each config file of ``paths`` as :func:`load_file` does: :class:`ConfigError` for
+    the first it refuses. For the files Snakemake was given (the workflow's ``configfile:``,
+    ``--configfile``): it reads them with its own loader, which keeps the later of two equal
+    keys without a word and has no limits, so the workflow reads them again."""
+    for path in paths:
+        if os.path.exists(path):  # a missing one: Snakemake says so
+            load_file(path)
+
+
+def with_config_args(config: Mapping[str, Any], config_args: Iterable[str] | None) -> dict:
+    """``config`` with each list or mapping given by Snakemake's ``--config KEY=VALUE``
+    (``config_args``: the ``KEY=VALUE`` texts) read as YAML, as it would be in a config file.
+
+    Snakemake reads such a value with YAML's base loader, which keeps every value in it as text
+    (``run_defaults={epochs: 2}`` gives ``{"epochs": "2"}``, refused as no integer); a plain
+    value it types itself (``--config site=x``). The value read again is merged over
+    ``config`` as Snakemake merged its own, so it replaces exactly what Snakemake's did; a key
+    given twice in it is refused (:class:`ConfigError`)."""
+    resolved = dict(config)
+    for entry in config_args or ():
+        key, sep, text = entry.partition("=")
+        if not sep:
+            continue
+        try:
+            value = config_file.read(text)
+        except config_file.ReadError as exc:
+            raise ConfigError(f"--config {key}=...: {exc}") from None
+        except yaml.YAMLError:
+            continue  # no YAML: Snakemake kept it as text
+        if isinstance(value, dict | list):
+            resolved[key] = _merged(resolved.get(key), value)
+    return resolved
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` merged over ``base`` as Snakemake merges config (mappings key by key)."""
+    if isinstance(over, Mapping) and isinstance(base, Mapping):
+        return {**base, **{key: _merged(base.get(key), sub) for key, sub in over.items()}}
+    return over
 
 
 def _fill_defaults(
@@ -258,7 +303,7 @@ def _yaml_hint(error: jsonschema.ValidationError) -> str:
 def _non_finite(value: Any, path: tuple[Any, ...]) -> list[str]:
     """A problem for every NaN or infinite number in ``value`` (the schema's bounds let NaN by)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return [f"{_key_path(path)}: {value!r} is not a finite number"]
+        return [f"{key_path(path)}: {value!r} is not a finite number"]
     if isinstance(value, Mapping):
         return [p for key, sub in value.items() for p in _non_finite(sub, (*path, key))]
     if isinstance(value, list):
@@ -276,7 +321,7 @@ def _schema_problems(
     for e in errors:
         if isinstance(e.instance, float) and not math.isfinite(e.instance):
             continue  # already named above
-        problems.append(f"{_key_path((*prefix, *e.absolute_path))}: {_message(e)}")
+        problems.append(f"{key_path((*prefix, *e.absolute_path))}: {_message(e)}")
     return problems
 
 
