@@ -312,6 +312,23 @@ def test_an_unwritable_cache_dir_is_refused_at_once(tmp_path):
         cb.validate(cfg)
     cfg["download"]["cache_dir"] = str(tmp_path / "new" / "cache")  # creatable: fine
     cb.validate(cfg)
+    cfg["download"]["cache_dir"] = str(tmp_path)  # writable: fine
+    cb.validate(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing left behind
+
+
+@pytest.mark.parametrize("cache_dir", ["/proc/nope", "/proc/nope/deeper", "/proc"])
+def test_a_cache_dir_nothing_can_be_made_in_is_refused_even_for_root(cache_dir):
+    """os.access grants root /proc: the check makes a folder there instead."""
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = cache_dir
+    made = "written" if cache_dir == "/proc" else "created"
+    with pytest.raises(
+        cb.ConfigError,
+        match=rf"download\.cache_dir: {cache_dir} cannot be {made} by this user \(no folder can "
+        r"be made in /proc: ",
+    ):
+        cb.validate(cfg)
 
 
 # --------------------------------------------------------------------------- split sizes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from clusterbench import config as cb
 from clusterbench import config_file as cf
+from test_bad_input import expected_message
 
 REPO = Path(__file__).resolve().parent.parent
 CDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -52,11 +54,15 @@ def test_reads_every_yaml_file_of_the_repository_as_safe_load_does():
         text = path.read_bytes().decode("utf-8", errors="replace")
         try:
             expected = yaml.safe_load(text)
-        except yaml.YAMLError:
-            with pytest.raises(yaml.YAMLError):
+        except (yaml.YAMLError, ValueError, RecursionError):  # a date that is none; deep
+            with pytest.raises((yaml.YAMLError, cf.ReadError)):
                 cf.read(text)
             continue
-        assert repr(cf.read(text)) == repr(expected), path
+        try:
+            assert repr(cf.read(text)) == repr(expected), path
+        except cf.ReadError as exc:  # only a bad config, with the message it expects
+            message = f"config/config.yaml, line {exc.line}: {exc}"
+            assert re.search(expected_message(path), message), (path, message)
 
 
 def test_nan_is_read_as_nan():

@@ -605,3 +605,22 @@ def test_a_malformed_url_fails_at_once_without_retries(payload, tmp_path):
     with pytest.raises(DownloadError, match=r"malformed URL 'http://127\.0\.0\.1:9/a b") as err:
         fetch(payload.spec("x"), url, tmp_path / "f", policy)
     assert not isinstance(err.value, TransientError)
+
+
+@pytest.mark.parametrize("where", ["proc", "file"])
+def test_a_cache_that_cannot_be_made_is_a_bad_setting_not_a_traceback(tmp_path, capsys, where):
+    """As root, os.access grants /proc; making the folder is what fails (exit 2, named)."""
+    if where == "file":
+        (tmp_path / "file").write_text("x")
+        cache = tmp_path / "file" / "cache"
+    else:
+        cache = Path("/proc/nope")
+    out = tmp_path / "raw" / "digits"
+    rc = download.main(
+        ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"download: error: the download cache {cache}/digits cannot be created: " in err
+    assert "set download.cache_dir to a folder you can write" in err
+    assert not out.exists()

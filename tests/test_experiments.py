@@ -159,6 +159,12 @@ def test_names_are_file_names_and_wildcard_values_and_reach_the_train_stage():
         ({"matrix": {"lr": [0.1, -1]}}, r"experiments\.x\.matrix\.lr\[1\]: -1 is less than"),
         ({"matrix": {"workers": [1, 1.5]}}, r"experiments\.x\.matrix\.workers\[1\]: 1\.5 is not"),
         ({"matrix": {"lr": [0.5, 0.50]}}, r"experiments\.x\.matrix\.lr\[1\]: 0\.5 repeats lr\[0\]"),
+        (
+            {"matrix": {"lr": [1, 0.5, 1.0]}},
+            r"experiments\.x\.matrix\.lr\[2\]: 1\.0 repeats lr\[0\] \(1\): equal values would "
+            r"train the same run twice, as lr=1 and lr=1\.0",
+        ),
+        ({"matrix": {"workers": [2, 2.0]}}, r"matrix\.workers\[1\]: 2\.0 repeats workers\[0\]"),
         ({"matrix": {"seed": [1, 2]}, "repeats": 2}, r"experiments\.x\.matrix\.seed: repeats"),
         ({"environments": ["cpu", "cpu"]}, r"experiments\.x\.environments\[1\]: 'cpu' is listed"),
         ({"environments": ["tpu"]}, r"experiments\.x\.environments\[0\]: unknown environment"),
@@ -254,4 +260,12 @@ def test_values_are_sanitised_for_file_names_and_collisions_refused():
     assert names == [] and problems == [
         "experiments.x.matrix.tag[1]: 'a b' repeats tag[0] ('a/b'): both would give runs "
         "named tag=a_b"
+    ]
+
+
+def test_equal_numbers_are_one_value_but_a_boolean_is_not_a_number():
+    assert ex.repeated_values("m.k", "k", [True, 1, 0, False]) == []
+    assert ex.repeated_values("m.k", "k", [1, True, 1.0]) == [
+        "m.k[2]: 1.0 repeats k[0] (1): equal values would train the same run twice, as k=1 and "
+        "k=1.0"
     ]

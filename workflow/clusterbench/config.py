@@ -19,6 +19,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,18 +461,29 @@ ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 
 def cache_dir_problems(cache_dir: str | None) -> list[str]:
     """``download.cache_dir`` must be a folder this user can write (or create): checked now,
-    not when the download job starts."""
+    not when the download job starts, by making a folder (a temporary one, removed at once) in
+    it, or where it does not exist yet, in its nearest existing folder. Not ``os.access``: it
+    grants root any folder, ``/proc`` included, where nothing can be made. Nothing is left
+    behind (a dry run changes nothing), and the cache folder itself is never made or removed
+    here: a download making it at the same time finds it as it left it."""
     if cache_dir is None:
         return []
+    if "\0" in cache_dir:
+        return [f"download.cache_dir: {cache_dir!r} holds a NUL character"]
     path = Path(cache_dir).expanduser()
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if existing.exists() and not existing.is_dir():
         return [f"download.cache_dir: {existing} is a file, not a folder"]
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == path else f" (its nearest existing folder, {existing}, is not)"
-        return [f"download.cache_dir: {path} cannot be written by this user{where}"]
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".clusterbench-check-", dir=existing))
+    except OSError as exc:
+        made = "written" if existing == path else "created"
+        return [
+            f"download.cache_dir: {path} cannot be {made} by this user (no folder can be made "
+            f"in {existing}: {exc.strerror or exc})"
+        ]
     return []
 
 

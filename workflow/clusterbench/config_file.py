@@ -86,7 +86,7 @@ def read(text: str) -> Any:
     except ValueError:
         pass  # no JSON
     except RecursionError:
-        raise ReadError(_too_deep("<top level>")) from None
+        raise ReadError(_too_deep(None)) from None
     loader = _Loader(text)
     try:
         value = _Builder(loader).document()
@@ -94,7 +94,7 @@ def read(text: str) -> Any:
         if duplicate is not None:
             raise duplicate from None
         if "maximum nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own limit
-            raise ReadError(_too_deep("<top level>"), exc.problem_mark.line + 1) from None
+            raise ReadError(_too_deep(None), exc.problem_mark.line + 1) from None
         raise
     finally:
         loader.dispose()
@@ -103,9 +103,12 @@ def read(text: str) -> Any:
     return value
 
 
-def _too_deep(where: str) -> str:
-    shown = where if len(where) <= 60 else f"{where[:40]}..."
-    return f"{shown}: lists or mappings nested more than {MAX_DEPTH} deep ({_LIMITS})"
+def _too_deep(where: str | None) -> str:
+    """The message of nesting too deep at key path ``where`` (None: not known)."""
+    message = f"lists or mappings nested more than {MAX_DEPTH} deep ({_LIMITS})"
+    if where is None:
+        return message[0].upper() + message[1:]
+    return f"{where if len(where) <= 60 else where[:40] + '...'}: {message}"
 
 
 def too_large(size: int) -> str:
@@ -310,10 +313,7 @@ class _Builder:
 
     def open(self, event: events.CollectionStartEvent) -> None:
         if len(self.stack) > MAX_DEPTH:
-            raise ReadError(
-                f"{self.parts()}: lists or mappings nested more than {MAX_DEPTH} deep ({_LIMITS})",
-                _line(event),
-            )
+            raise ReadError(_too_deep(self.parts()), _line(event))
         top = self.stack[-1]
         part = len(top.value) if type(top.value) is list else top.key
         start = self.values

@@ -446,6 +446,18 @@ def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[
         spec = get_dataset(name)
         urls = resolve_urls(name, params.source)
     cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
+    try:
+        (cache / name).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        setting = (
+            "download.cache_dir"
+            if params.cache_dir
+            else "download.cache_dir (or $CLUSTERBENCH_CACHE)"
+        )
+        raise ConfigError(
+            f"the download cache {cache / name} cannot be created: {exc.strerror or exc}; "
+            f"set {setting} to a folder you can write"
+        ) from None
     manifest = Path(manifest)
     manifest.unlink(missing_ok=True)
     cached = {}
@@ -500,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         return bad_settings("download", exc)
     try:
         content = download_dataset(args.dataset, args.out, params)
-    except DatasetError as exc:
+    except (DatasetError, ConfigError) as exc:
         return bad_settings("download", ConfigError(str(exc)))
     except DownloadError as exc:
         print(f"download: error: {exc}", file=sys.stderr)

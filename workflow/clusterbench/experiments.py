@@ -142,19 +142,44 @@ def parse(name: str, spec: Mapping[str, Any]) -> tuple[Experiment, list[str]]:
 
 
 def repeated_values(at: str, key: str, values: list[Any]) -> list[str]:
-    """A problem for each value of matrix list ``key`` (at key path ``at``) that gives the same
-    run name as an earlier one."""
+    """A problem for each value of matrix list ``key`` (at key path ``at``) equal to an earlier
+    one (``1`` and ``1.0`` too: the same run twice, under two names) or giving the same run
+    name as an earlier one."""
     problems = []
-    seen: dict[str, int] = {}
+    names: dict[str, int] = {}
+    numbers: dict[tuple[str, Any], int] = {}  # a number or boolean -> where it came first
     for i, value in enumerate(values):
         text = name_value(value)
-        if text in seen:
-            problems.append(
-                f"{at}[{i}]: {value!r} repeats {key}[{seen[text]}] "
-                f"({values[seen[text]]!r}): both would give runs named {key}={text}"
+        number = _number(value)
+        if number in numbers:
+            first = values[numbers[number]]
+            named = (
+                f"both named {key}={text}"
+                if name_value(first) == text
+                else f"as {key}={name_value(first)} and {key}={text}"
             )
-        seen.setdefault(text, i)
+            problems.append(
+                f"{at}[{i}]: {value!r} repeats {key}[{numbers[number]}] ({first!r}): equal "
+                f"values would train the same run twice, {named}"
+            )
+        elif text in names:
+            problems.append(
+                f"{at}[{i}]: {value!r} repeats {key}[{names[text]}] "
+                f"({values[names[text]]!r}): both would give runs named {key}={text}"
+            )
+        names.setdefault(text, i)
+        if number is not None:
+            numbers.setdefault(number, i)
     return problems
+
+
+def _number(value: Any) -> tuple[str, Any] | None:
+    """A number's value (``1`` and ``1.0`` are one), a boolean apart; None for other values."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    return None
 
 
 def sweep_problems(
