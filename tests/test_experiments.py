@@ -269,3 +269,12 @@ def test_equal_numbers_are_one_value_but_a_boolean_is_not_a_number():
         "m.k[2]: 1.0 repeats k[0] (1): equal values would train the same run twice, as k=1 and "
         "k=1.0"
     ]
+
+
+def test_the_keys_experiments_knows_are_the_schemas():
+    """An experiment's own keys and a preset's keys are defined in the schema file."""
+    import yaml
+
+    defs = yaml.safe_load(cb.SCHEMA_PATH.read_text())["$defs"]
+    assert ex.EXPERIMENT_KEYS == tuple(defs["experiment"]["properties"])
+    assert ex.ENVIRONMENT_KEYS == tuple(defs["environment"]["properties"])
