@@ -478,3 +478,15 @@ def test_priority_and_qos_are_checked_and_no_training_setting():
     for qos in ["a b", "-x", "x;y", "", "q" * 65]:
         with pytest.raises(cb.ConfigError, match=r"runs\[0\]\.qos"):
             cb.validate({**_base(), "runs": [{"name": "a", "dataset": "digits", "qos": qos}]})
+
+
+def test_each_run_with_an_unknown_model_is_named_though_each_model_is_looked_up_once():
+    from clusterbench import models
+
+    cfg = default_config()
+    for run in cfg["runs"][:2]:
+        run["model"] = "vgg"
+    with pytest.raises(cb.ConfigError) as caught:
+        cb.validate(cfg)
+    named = [line.strip() for line in str(caught.value).splitlines() if "unknown model" in line]
+    assert named == [models.problems("vgg", f"runs[{i}].model")[0] for i in (0, 1)]

@@ -373,6 +373,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         problems.append("runs: no training runs: give at least one under 'runs' or 'experiments'")
 
     seen: dict[str, str] = {}
+    models_seen: dict[str, list[str]] = {}
     for where, run in checked:
         name_where = f"{where}.name" if where.startswith("runs[") else where
         if run["name"] in seen:
@@ -396,7 +397,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"{where}.dataset: {run['dataset']!r} is not declared under 'datasets' "
                 f"(declared: {', '.join(sorted(resolved['datasets'])) or 'none'})"
             )
-        problems += run_problems(run, where)
+        problems += run_problems(run, where, models_seen)
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
     problems += cache_dir_problems(resolved["download"]["cache_dir"])
@@ -600,8 +601,12 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
-    """Checks across the keys of one resolved run that the schema cannot express."""
+def run_problems(
+    run: Mapping[str, Any], where: str = "run", models_seen: dict[str, list[str]] | None = None
+) -> list[str]:
+    """Checks across the keys of one resolved run that the schema cannot express.
+    ``models_seen``: the problems of each model already checked (under no key path), for
+    :func:`validate` to check each model once: looking one up lists its registry's folder."""
     problems = []
     if run["epochs"] is None and run["minutes"] is None:
         problems.append(f"{where}: set 'epochs' or 'minutes' (both are null)")
@@ -614,7 +619,12 @@ def run_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
         problems.append(
             f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
         )
-    problems += models.problems(run["model"], f"{where}.model")
+    if models_seen is None:
+        problems += models.problems(run["model"], f"{where}.model")
+    else:
+        if run["model"] not in models_seen:
+            models_seen[run["model"]] = models.problems(run["model"], "")
+        problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
     return problems + elastic_problems(run, where)
 
 
