@@ -75,7 +75,7 @@ def test_npz_with_string_labels_takes_the_class_names_from_the_data(tmp_path):
     x, y = blobs(30, 3)
     path = tmp_path / "d.npz"
     path.write_bytes(npz_bytes(x=x[..., 0], y=np.array(["cat", "ant", "bee"])[y]))
-    got = formats.decode_npz([path])
+    got = formats.decode("npz", [path])
     assert got.class_names == ("ant", "bee", "cat")
     assert got.x_train.shape == (30, 8, 8, 1) and got.x_train.dtype == np.uint8
     assert [got.class_names[k] for k in got.y_train[:3]] == ["cat", "ant", "bee"]
@@ -85,7 +85,7 @@ def test_npz_with_a_classes_array_and_integer_labels(tmp_path):
     x, y = blobs(20, 2, channels=3)
     path = tmp_path / "d.npz"
     path.write_bytes(npz_bytes(x=x, y=y, classes=np.array(["no", "yes"])))
-    got = formats.decode_npz([path])
+    got = formats.decode("npz", [path])
     assert got.class_names == ("no", "yes") and got.x_train.shape[-1] == 3
     np.testing.assert_array_equal(got.y_train, y)
 
@@ -105,7 +105,7 @@ def test_npz_rejections_name_the_file(tmp_path, arrays, message):
     path = tmp_path / "bad.npz"
     path.write_bytes(npz_bytes(**arrays(x[..., 0], y)))
     with pytest.raises(formats.FormatError, match=rf"bad\.npz.*{message}"):
-        formats.decode_npz([path])
+        formats.decode("npz", [path])
 
 
 def test_a_truncated_npz_is_refused(tmp_path):
@@ -114,14 +114,14 @@ def test_a_truncated_npz_is_refused(tmp_path):
     path = tmp_path / "cut.npz"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(formats.FormatError, match=r"cut\.npz: not a readable \.npz"):
-        formats.decode_npz([path])
+        formats.decode("npz", [path])
 
 
 @pytest.mark.parametrize("name, top", [("pics.zip", ""), ("pics.tar.gz", "pics/")])
 def test_image_folder_archives(tmp_path, name, top):
     x, y = blobs(12, 3, size=10)
     images = {cls: [x[i] for i in range(12) if y[i] == k] for k, cls in enumerate("cab")}
-    got = formats.decode_image_folder([image_folder(tmp_path / name, images, top)])
+    got = formats.decode("image-folder", [image_folder(tmp_path / name, images, top)])
     assert got.class_names == ("a", "b", "c")  # the folder names, sorted
     assert got.x_train.shape == (12, 10, 10, 1)  # greyscale PNGs stay one channel
     for k, cls in enumerate(got.class_names):
@@ -137,26 +137,26 @@ def test_image_folder_of_mixed_sizes_needs_image_size(tmp_path):
     with pytest.raises(
         formats.FormatError, match=r"mixed\.zip: the images differ in size.*image_size"
     ):
-        formats.decode_image_folder([path])
-    got = formats.decode_image_folder([path], [8, 6])
+        formats.decode("image-folder", [path])
+    got = formats.decode("image-folder", [path], [8, 6])
     assert got.x_train.shape == (3, 8, 6, 3)
 
 
 def test_image_folder_rejections(tmp_path):
     one_class = image_folder(tmp_path / "one.zip", {"only": [np.zeros((8, 8), np.uint8)] * 2})
     with pytest.raises(formats.FormatError, match=r"one\.zip: 1 class\(es\).*at least 2"):
-        formats.decode_image_folder([one_class])
+        formats.decode("image-folder", [one_class])
     loose = tmp_path / "loose.zip"
     with zipfile.ZipFile(loose, "w") as archive:
         archive.writestr("img.png", png(np.zeros((8, 8, 1), np.uint8)))
     with pytest.raises(formats.FormatError, match="not in a class folder"):
-        formats.decode_image_folder([loose])
+        formats.decode("image-folder", [loose])
     broken = tmp_path / "broken.zip"
     with zipfile.ZipFile(broken, "w") as archive:
         archive.writestr("a/x.png", b"not a png")
         archive.writestr("b/y.png", png(np.zeros((8, 8, 1), np.uint8)))
     with pytest.raises(formats.FormatError, match=r"broken\.zip: a/x\.png is not a readable image"):
-        formats.decode_image_folder([broken])
+        formats.decode("image-folder", [broken])
 
 
 def test_idx_files_with_an_official_test_split(tmp_path):
@@ -165,7 +165,7 @@ def test_idx_files_with_an_official_test_split(tmp_path):
     fake = make_mnist(tmp_path / "raw", n_train=20, n_test=5)
     order = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
     order += ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
-    got = formats.decode_idx([fake.files[n].path for n in order])
+    got = formats.decode("idx", [fake.files[n].path for n in order])
     assert got.x_train.shape == (20, 28, 28, 1) and got.x_test.shape == (5, 28, 28, 1)
     assert len(got.class_names) >= 2
 
@@ -207,7 +207,7 @@ FILE = {"url": "http://127.0.0.1:1/data.npz", "sha256": "a" * 64}
         ),
         (
             {"format": "image-folder", "files": [FILE]},
-            r"datasets\.mine\.files\[0\]: an image-folder dataset is one archive",
+            r"datasets\.mine\.files\[0\]: format image-folder takes a file ending in \.zip",
         ),
         (
             {"format": "npz", "files": [{**FILE, "url": "ftp://h/d.npz"}]},

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archives import gz, idx_bytes, make_cifar10, make_digits, make_mnist
-from clusterbench import download, preprocess
+from clusterbench import download, formats, preprocess
 from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.datasets import DATASETS
 from conftest import REPO
@@ -89,7 +89,7 @@ def test_digits_real_file(digits_manifest, tmp_path):
 def test_digits_scaling_of_generated_file(tmp_path):
     fake = make_digits(tmp_path / "raw", n=40)
     fake.x_train[0, 0, :3, 0] = (0, 8, 16)  # pin the interesting values
-    decoded = preprocess.decode_digits({"digits.csv.gz": _rewrite_digits(fake)}, DATASETS["digits"])
+    decoded = formats.decode(DATASETS["digits"].format, [_rewrite_digits(fake)])
     assert decoded.x_train[0, 0, :3, 0].tolist() == [0, 128, 255]
     assert np.array_equal(decoded.x_train, np.rint(fake.x_train * 255 / 16).astype(np.uint8))
     assert np.array_equal(decoded.y_train, fake.y_train)
@@ -185,7 +185,8 @@ def _mnist_with(tmp_path: Path, name: str, data: bytes) -> Path:
         (
             "t10k-images-idx3-ubyte.gz",
             gz(idx_bytes(np.zeros((10, 28, 27), np.uint8))),
-            r"images are \(28, 27\), expected \(28, 28\)",
+            r"t10k-images-idx3-ubyte\.gz: test images are \(28, 27, 1\), training images "
+            r"\(28, 28, 1\)",
         ),
     ],
     ids=["magic", "magic-dtype", "truncated", "truncated-gzip", "count", "labels", "dims"],

@@ -37,6 +37,7 @@ from clusterbench.bn import mode as bn_mode
 from clusterbench.config_file import key_path
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
+from clusterbench.formats import FORMATS, format_module
 from clusterbench.params import json_object
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
@@ -124,6 +125,7 @@ def load_schema() -> dict[str, Any]:
     # the choices of the extension points: their registries' plugins (clusterbench.registry)
     run_props["backend"]["enum"] = list(BACKENDS.names())
     run_props["bn"]["enum"] = list(BN_MODES.names())
+    schema["$defs"]["format"]["enum"] = list(FORMATS.names())
     # an experiment's base settings: any run key but the name, without defaults (the runs it
     # expands to are merged over run_defaults, as hand-written runs are)
     defs["experiment"]["properties"].update(
@@ -455,11 +457,6 @@ def wildcard_problems(value: str, where: str) -> list[str]:
     ]
 
 
-#: How many files each declared format takes (clusterbench.formats reads them).
-FORMAT_FILES = {"npz": (1,), "image-folder": (1,), "cifar-binary": (1,), "idx": (2, 4)}
-ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
-
-
 def cache_dir_problems(cache_dir: str | None) -> list[str]:
     """``download.cache_dir`` must be a folder this user can write (or create): checked now,
     not when the download job starts, by making a folder (a temporary one, removed at once) in
@@ -572,9 +569,11 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     for key in ("mirror", "urls"):
         if ds.get(key):
             problems.append(f"{where}.{key}: only for built-in datasets; give files[].url instead")
-    if "image_size" in ds and ds["format"] != "image-folder":
-        problems.append(f"{where}.image_size: only image-folder datasets are resized")
-    counts = FORMAT_FILES[ds["format"]]
+    fmt = format_module(ds["format"])
+    if "image_size" in ds and not fmt.RESIZES:
+        resized = [name for name, module in FORMATS.modules().items() if module.RESIZES]
+        problems.append(f"{where}.image_size: only {' and '.join(resized)} datasets are resized")
+    counts = fmt.FILES
     if len(ds["files"]) not in counts:
         problems.append(
             f"{where}.files: format {ds['format']} takes "
@@ -593,10 +592,10 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
                 f"files[{names[file_name]}]; give it another name"
             )
         names.setdefault(file_name, i)
-        if ds["format"] == "image-folder" and not file_name.endswith(ARCHIVE_SUFFIXES):
+        if fmt.SUFFIXES and not file_name.endswith(fmt.SUFFIXES):
             problems.append(
-                f"{where}.files[{i}]: an image-folder dataset is one archive "
-                f"({', '.join(ARCHIVE_SUFFIXES)}), got {file_name!r}"
+                f"{where}.files[{i}]: format {ds['format']} takes a file ending in "
+                f"{', '.join(fmt.SUFFIXES)}, got {file_name!r}"
             )
     return problems
 

@@ -53,6 +53,9 @@ class DatasetSpec:
     name: str
     description: str
     files: tuple[FileSpec, ...]
+    #: How its files are decoded: a plugin of clusterbench.formats (a declared dataset's is the
+    #: config's ``format``).
+    format: str
     #: Shape of one image, (height, width, channels); None for a declared dataset (its data
     #: tells).
     image_shape: tuple[int, int, int] | None
@@ -100,6 +103,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "digits": DatasetSpec(
         name="digits",
         description="UCI 8x8 handwritten digits as bundled with scikit-learn (offline)",
+        format="digits-csv",
         files=(
             FileSpec(
                 name="digits.csv.gz",
@@ -117,6 +121,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "mnist": DatasetSpec(
         name="mnist",
         description="MNIST handwritten digits, IDX format",
+        format="idx",
         files=(
             FileSpec(
                 name="train-images-idx3-ubyte.gz",
@@ -156,6 +161,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "cifar10": DatasetSpec(
         name="cifar10",
         description="CIFAR-10, binary version (never the pickled Python version)",
+        format="cifar-binary",
         files=(
             FileSpec(
                 name="cifar-10-binary.tar.gz",
@@ -262,13 +268,16 @@ def declared_file_name(entry: Mapping[str, Any]) -> str:
     return name
 
 
-def declared_spec(name: str, files: Iterable[Mapping[str, Any]]) -> DatasetSpec:
-    """The spec of a dataset declared in the config (``datasets.<name>``: ``files`` with their
-    ``name``, ``url``, ``sha256`` and optional ``size``); its images and classes come from the
-    data."""
+def declared_spec(
+    name: str, files: Iterable[Mapping[str, Any]], format: str | None = None
+) -> DatasetSpec:
+    """The spec of a dataset declared in the config (``datasets.<name>``: its ``format`` and
+    ``files`` with their ``name``, ``url``, ``sha256`` and optional ``size``); its images and
+    classes come from the data."""
     return DatasetSpec(
         name=name,
         description="declared in the config",
+        format=format or "",
         files=tuple(
             FileSpec(name=f["name"], url=f["url"], sha256=f["sha256"], size=f.get("size"))
             for f in files

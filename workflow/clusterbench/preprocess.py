@@ -5,23 +5,17 @@ Images are stored ``(N, H, W, C)`` uint8 and labels ``(N,)`` int64 for the ``tra
 has no official test split, also holds out a seeded ``test`` subset. ``meta.json`` (written last)
 records the per-channel mean/std of the training split on the 0..1 scale and the class names.
 
-Decoders: scikit-learn's ``digits.csv.gz`` (64 pixel columns 0..16 + label, scaled to 0..255),
-MNIST IDX files (magic numbers and dimensions validated) and the CIFAR-10 *binary* tarball
-(records of one label byte + 3072 bytes CHW, converted to HWC).
+Every dataset's files are decoded by its format, a plugin of :mod:`clusterbench.formats`: a
+built-in dataset names its format (scikit-learn's ``digits.csv.gz``: ``digits-csv``; MNIST:
+``idx``; CIFAR-10's binary tarball: ``cifar-binary``) and is checked against its spec (image
+shape, classes, an official test split); a declared one gives its format in the config.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import logging
-import math
-import struct
 import sys
-import tarfile
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,151 +107,28 @@ def load_manifest(
     return paths, sha256
 
 
-# --------------------------------------------------------------------------- decoders
+# --------------------------------------------------------------------------- decoding
 
 
-def _gunzip(path: Path) -> bytes:
-    try:
-        with gzip.open(path, "rb") as fh:
-            return fh.read()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise PreprocessError(f"{path.name}: corrupt or truncated gzip data ({exc})") from exc
-
-
-def _check_labels(labels: np.ndarray, num_classes: int, where: str) -> np.ndarray:
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+def check_builtin(decoded: Decoded, spec: DatasetSpec) -> None:
+    """A built-in dataset's decoded files are what its spec says: image shape and classes."""
+    for split, x in (("training", decoded.x_train), ("test", decoded.x_test)):
+        if x is None or spec.image_shape is None:
+            continue
+        (*hw, c), (*want_hw, want_c) = x.shape[1:], spec.image_shape
+        if (tuple(hw), c) != (tuple(want_hw), want_c):
+            raise PreprocessError(
+                f"dataset {spec.name!r}: {split} images are {tuple(hw)}, expected "
+                f"{tuple(want_hw)}"
+                + (f"; {c} channel(s), expected {want_c}" if c != want_c else "")
+            )
+    if spec.class_names and tuple(decoded.class_names) != tuple(spec.class_names):
         raise PreprocessError(
-            f"{where}: labels must lie in 0..{num_classes - 1}, "
-            f"found {labels.min()}..{labels.max()}"
+            f"dataset {spec.name!r}: the files give classes {list(decoded.class_names)}, "
+            f"expected {list(spec.class_names)}"
         )
-    return labels.astype(np.int64)
-
-
-def decode_digits(files: dict[str, Path], spec: DatasetSpec) -> Decoded:
-    """scikit-learn's ``digits.csv.gz``: rows of 64 pixel values 0..16 then the label."""
-    path = files["digits.csv.gz"]
-    h, w, c = spec.image_shape
-    text = _gunzip(path).decode("ascii", errors="replace")
-    try:
-        table = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.int64, ndmin=2)
-    except ValueError as exc:
-        raise PreprocessError(f"{path.name}: not a table of integers ({exc})") from exc
-    if table.shape[0] == 0 or table.shape[1] != h * w * c + 1:
-        raise PreprocessError(
-            f"{path.name}: expected rows of {h * w * c} pixels + 1 label, got shape {table.shape}"
-        )
-    pixels = table[:, :-1]
-    if pixels.min() < 0 or pixels.max() > 16:
-        raise PreprocessError(f"{path.name}: pixel values must lie in 0..16")
-    scaled = np.rint(pixels * (255 / 16)).astype(np.uint8).reshape(-1, h, w, c)
-    labels = _check_labels(table[:, -1], spec.num_classes, path.name)
-    return Decoded(scaled, labels, None, None, spec.class_names)
-
-
-def read_idx(path: Path, ndim: int) -> np.ndarray:
-    """An unsigned-byte IDX array (magic ``0x000008<ndim>``) from a gzipped file."""
-    data = _gunzip(path)
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise PreprocessError(f"{path.name}: {len(data)} bytes is too short for an IDX header")
-    if data[:2] != b"\0\0" or data[2] != 0x08 or data[3] != ndim:
-        raise PreprocessError(
-            f"{path.name}: bad IDX magic number 0x{data[:4].hex()}, expected "
-            f"0x000008{ndim:02x} (unsigned bytes, {ndim} dimension(s))"
-        )
-    dims = struct.unpack(f">{ndim}I", data[4:header])
-    expected = math.prod(dims)
-    if len(data) - header != expected:
-        raise PreprocessError(
-            f"{path.name}: header dimensions {dims} need {expected} data bytes, the file has "
-            f"{len(data) - header} (truncated or corrupt)"
-        )
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
-
-
-def _mnist_split(files: dict[str, Path], prefix: str, spec: DatasetSpec):
-    images_path = files[f"{prefix}-images-idx3-ubyte.gz"]
-    labels_path = files[f"{prefix}-labels-idx1-ubyte.gz"]
-    images, labels = read_idx(images_path, 3), read_idx(labels_path, 1)
-    h, w, c = spec.image_shape
-    if images.shape[1:] != (h, w):
-        raise PreprocessError(
-            f"{images_path.name}: images are {images.shape[1:]}, expected {(h, w)}"
-        )
-    if images.shape[0] != labels.shape[0]:
-        raise PreprocessError(
-            f"{images_path.name} has {images.shape[0]} images but {labels_path.name} has "
-            f"{labels.shape[0]} labels"
-        )
-    return images.reshape(-1, h, w, c), _check_labels(labels, spec.num_classes, labels_path.name)
-
-
-def decode_mnist(files: dict[str, Path], spec: DatasetSpec) -> Decoded:
-    """The four MNIST IDX files (train/t10k images idx3 and labels idx1)."""
-    x_train, y_train = _mnist_split(files, "train", spec)
-    x_test, y_test = _mnist_split(files, "t10k", spec)
-    return Decoded(x_train, y_train, x_test, y_test, spec.class_names)
-
-
-CIFAR_DIR = "cifar-10-batches-bin"
-CIFAR_TRAIN_BATCHES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
-CIFAR_TEST_BATCH = "test_batch.bin"
-CIFAR_META = "batches.meta.txt"
-
-
-def _cifar_records(data: bytes, name: str, spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
-    h, w, c = spec.image_shape
-    record = 1 + h * w * c
-    if not data or len(data) % record:
-        raise PreprocessError(
-            f"{CIFAR_DIR}/{name}: {len(data)} bytes is not a whole number of {record}-byte "
-            "records (truncated or corrupt)"
-        )
-    rows = np.frombuffer(data, dtype=np.uint8).reshape(-1, record)
-    images = np.ascontiguousarray(rows[:, 1:].reshape(-1, c, h, w).transpose(0, 2, 3, 1))
-    return images, _check_labels(rows[:, 0], spec.num_classes, f"{CIFAR_DIR}/{name}")
-
-
-def decode_cifar10(files: dict[str, Path], spec: DatasetSpec) -> Decoded:
-    """The CIFAR-10 binary tarball, read in one streaming pass without extracting to disk."""
-    path = files["cifar-10-binary.tar.gz"]
-    wanted = {f"{CIFAR_DIR}/{n}" for n in (*CIFAR_TRAIN_BATCHES, CIFAR_TEST_BATCH, CIFAR_META)}
-    members: dict[str, bytes] = {}
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                if member.name in wanted and member.isfile():
-                    members[member.name.removeprefix(CIFAR_DIR + "/")] = tar.extractfile(
-                        member
-                    ).read()
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise PreprocessError(f"{path.name}: corrupt or truncated archive ({exc})") from exc
-    wanted_names = [n.removeprefix(CIFAR_DIR + "/") for n in sorted(wanted)]
-    if missing := [n for n in wanted_names if n not in members]:
-        raise PreprocessError(f"{path.name}: missing {[f'{CIFAR_DIR}/{n}' for n in missing]}")
-    class_names = tuple(
-        line.strip() for line in members[CIFAR_META].decode("utf-8").splitlines() if line.strip()
-    )
-    if len(class_names) != spec.num_classes:
-        raise PreprocessError(
-            f"{CIFAR_DIR}/{CIFAR_META}: {len(class_names)} class names, expected {spec.num_classes}"
-        )
-    train = [_cifar_records(members[n], n, spec) for n in CIFAR_TRAIN_BATCHES]
-    x_test, y_test = _cifar_records(members[CIFAR_TEST_BATCH], CIFAR_TEST_BATCH, spec)
-    return Decoded(
-        np.concatenate([x for x, _ in train]),
-        np.concatenate([y for _, y in train]),
-        x_test,
-        y_test,
-        class_names,
-    )
-
-
-DECODERS: dict[str, Callable[[dict[str, Path], DatasetSpec], Decoded]] = {
-    "digits": decode_digits,
-    "mnist": decode_mnist,
-    "cifar10": decode_cifar10,
-}
+    if spec.official_test_split and decoded.x_test is None:
+        raise PreprocessError(f"dataset {spec.name!r}: the files hold no official test split")
 
 
 # --------------------------------------------------------------------------- split and stats
@@ -325,20 +196,26 @@ def channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
 
 
 def decode(dataset: str, manifest: Path, params: dict[str, Any]) -> tuple[Decoded, dict]:
-    """The dataset's images, labels and class names, and the sha256 of each source file."""
-    if "format" in params:  # declared in the config: the format's decoder, classes from data
-        names = tuple(params["files"])
-        files, sha256 = load_manifest(manifest, dataset, names)
-        try:
-            images = formats.DECODERS[params["format"]](
-                [files[n] for n in names], params.get("image_size")
-            )
-        except formats.FormatError as exc:
-            raise PreprocessError(f"dataset {dataset!r} ({params['format']}): {exc}") from None
-        return Decoded(**vars(images)), sha256
-    spec = get_dataset(dataset)
-    files, sha256 = load_manifest(manifest, dataset, spec.file_names)
-    return DECODERS[dataset](files, spec), sha256
+    """The dataset's images, labels and class names, and the sha256 of each source file: its
+    files decoded by its format (:mod:`clusterbench.formats`), a declared dataset's as the
+    config says, a built-in one's as its spec says (and checked against the spec)."""
+    spec = None if "format" in params else get_dataset(dataset)
+    fmt = params["format"] if spec is None else spec.format
+    names = tuple(params["files"]) if spec is None else spec.file_names
+    files, sha256 = load_manifest(manifest, dataset, names)
+    try:
+        images = formats.decode(
+            fmt,
+            [files[n] for n in names],
+            params.get("image_size"),
+            None if spec is None else spec.class_names,
+        )
+    except formats.FormatError as exc:
+        raise PreprocessError(f"dataset {dataset!r} ({fmt}): {exc}") from None
+    decoded = Decoded(**vars(images))
+    if spec is not None:
+        check_builtin(decoded, spec)
+    return decoded, sha256
 
 
 def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) -> dict[str, Any]:
