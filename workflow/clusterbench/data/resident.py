@@ -7,8 +7,9 @@ The training loop (:mod:`clusterbench.training.loop`) asks a data source for
   each global batch ``[start, stop)`` of the epoch's sample order, from step ``first`` on;
 - ``val_batches(rank, size)``: this rank's shard of the validation split, in slices;
 
-and for ``train_size``, ``num_classes``, ``input_shape`` (the network's) and ``normalisation``
-(what ``model.pt`` records to prepare inputs again).
+and for ``task`` (:mod:`clusterbench.training.objectives`), ``units_per_sample`` (1 image; a
+sequence's tokens), ``train_size``, ``num_classes``, ``input_shape`` (the network's) and
+``normalisation`` (what ``model.pt`` records to prepare inputs again).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ResidentImages:
     normalised, in NCHW shape, channels-last in memory when ``channels_last`` (else NCHW)."""
 
     task = "classification"
+    #: Units a sample counts for in the loss and throughput (one image).
+    units_per_sample = 1
 
     def __init__(self, splits: TrainingSplits, device: Any, channels_last: bool, seed: int):
         import torch

@@ -266,7 +266,7 @@ class Trainer:
         synchronize(self.device)
         seconds = state.place.seconds + time.perf_counter() - clock.epoch
         record = epoch_record(
-            self.run, state.epoch + 1, state.place, seconds, validate(ctx), rt.size
+            self.run, state.epoch + 1, state.place, seconds, validate(ctx), rt.size, self.data
         )
         record = self.session.extend_record(record, state)
         state.epoch += 1

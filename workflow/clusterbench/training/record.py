@@ -9,6 +9,7 @@ host (:func:`rank_provenance`, :func:`clusterbench.provenance.merge_ranks`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,13 +29,17 @@ def epoch_record(
     seconds: float,
     validation: tuple[float, float],
     world_size: int,
+    data: Any,
 ) -> dict[str, Any]:
-    """The metrics of epoch ``epoch`` (1-based): ``place`` holds its summed loss and images,
-    ``seconds`` its training time (device synchronised), ``validation`` (loss, accuracy)."""
+    """The metrics of epoch ``epoch`` (1-based): ``place`` holds its summed loss and samples
+    (``images``), ``seconds`` its training time (device synchronised), ``validation`` (loss,
+    accuracy, per unit). A language model's (``data.task``) adds ``tokens_per_second`` and
+    ``val_perplexity``."""
     val_loss, val_accuracy = validation
-    return {
+    units = place.images * data.units_per_sample
+    record = {
         "epoch": epoch,
-        "train_loss": place.loss_sum / place.images,
+        "train_loss": place.loss_sum / units,
         "val_loss": val_loss,
         "val_accuracy": val_accuracy,
         "epoch_seconds": seconds,
@@ -45,6 +50,10 @@ def epoch_record(
         "lr": place.lr,
         "time": now_iso(),
     }
+    if data.task == "language-model":
+        record["tokens_per_second"] = units / seconds
+        record["val_perplexity"] = math.exp(min(val_loss, 700.0))
+    return record
 
 
 def epoch_line(record: Mapping[str, Any]) -> str:

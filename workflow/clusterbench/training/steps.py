@@ -43,6 +43,13 @@ class StepContext:
     optimizer: Any
     data: Any
 
+    @property
+    def objective(self) -> Any:
+        """What a step minimises (:mod:`clusterbench.training.objectives`): the data's task."""
+        from clusterbench.training.objectives import objective
+
+        return objective(self.data.task)
+
     def autocast(self) -> Any:
         import torch
 
@@ -82,10 +89,10 @@ def run_steps(
     ``(x, y)`` from ``inputs``; returns where it ended: at ``end``, or (``stopped``) at the
     first check, every ``check_every`` steps, at which a rank had been warned of preemption."""
     import torch
-    import torch.nn.functional as F
 
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
     scale, steps = lr_scale(run), len(batches)
+    loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
     ctx.net.train()
     loss_sum = torch.full((), begin.partial.loss_sum, dtype=torch.float64, device=ctx.device)
     # the first step whose loss is not finite (-1: none), tracked on the device: no sync
@@ -100,11 +107,11 @@ def run_steps(
             group["lr"] = lr
         x, y = next(inputs)
         with ctx.autocast():
-            summed = F.cross_entropy(ctx.net(x).float(), y, reduction="sum")
+            summed = loss_sum_of(ctx.net(x), y)
         ctx.optimizer.zero_grad()
-        # The backend averages over the W workers: W / B * (local sum) makes that average the
-        # mean over the whole global batch, whatever each rank's share.
-        (summed * (workers / (stop - start))).backward()
+        # The backend averages over the W workers: W / U * (local sum) makes that average the
+        # mean over the global batch's U units (images, tokens), whatever each rank's share.
+        (summed * (workers / ((stop - start) * units))).backward()
         ctx.optimizer.step()
         loss_sum += summed.detach()
         first_bad = torch.where(torch.isfinite(summed.detach()) | (first_bad >= 0), first_bad, step)
@@ -157,10 +164,11 @@ def summed_loss(ctx: StepContext, epoch: int, stretch: Stretch, steps: int) -> f
 
 
 def validate(ctx: StepContext) -> tuple[float, float]:
-    """Validation loss and accuracy over the whole val split, sharded over the ranks."""
+    """Validation loss and accuracy (per unit: image, token) over the whole val split, sharded
+    over the ranks."""
     import torch
-    import torch.nn.functional as F
 
+    objective = ctx.objective
     ctx.model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
     correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -168,9 +176,9 @@ def validate(ctx: StepContext) -> tuple[float, float]:
     with torch.no_grad(), ctx.autocast():
         for x, y in ctx.data.val_batches(ctx.rt.rank, ctx.rt.size):
             logits = ctx.model(x).float()
-            loss_sum += F.cross_entropy(logits, y, reduction="sum")
-            correct += (logits.argmax(1) == y).sum()
-            count += len(y)
+            loss_sum += objective.loss_sum(logits, y)
+            correct += objective.correct(logits, y)
+            count += y.numel()
     local = torch.stack([loss_sum, correct]).cpu()
     local = torch.cat([local, torch.tensor([float(count)], dtype=torch.float64)])
     loss, right, n = ctx.rt.allreduce_sum(local, name="val.totals").tolist()
