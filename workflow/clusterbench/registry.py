@@ -77,12 +77,19 @@ class Registry:
     kind: str
     underscores: bool = False
     _modules: dict[str, ModuleType] = field(default_factory=dict, repr=False)
+    _names: tuple[str, ...] | None = field(default=None, repr=False)
 
     def _path(self) -> list[str]:
         return list(importlib.import_module(self.package).__path__)
 
     def names(self) -> tuple[str, ...]:
-        """Every plugin's name, sorted; nothing is imported but the package itself."""
+        """Every plugin's name, sorted; nothing is imported but the package itself. Read once
+        per process (the config check asks for every run)."""
+        if self._names is None:
+            self._names = self._scan()
+        return self._names
+
+    def _scan(self) -> tuple[str, ...]:
         found = []
         for info in pkgutil.iter_modules(self._path()):
             if info.name.startswith("_"):
