@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from clusterbench import best
-from clusterbench.report import experiment_pages, inputs, main, style, sweeps, tables
+from clusterbench.report import experiment_pages, inputs, main, sweeps, tables
+from clusterbench.report.book import Book
+from clusterbench.report.table_pages import TABLE_ROWS_PER_PAGE
 from clusterbench.report.tables import (
     best_run,
     environment_table,
@@ -23,6 +25,7 @@ from clusterbench.report.tables import (
     skipped_table,
     sort_by_validation,
 )
+from clusterbench.report.theme import theme
 from test_report import PARAMS, edit_run_json, make_fake_results, pdf_pages, pdf_text
 
 LRS = [0.01, 0.02, 0.05, 0.1, 0.2]
@@ -142,7 +145,7 @@ def test_every_design_page_renders_with_its_parts(designs):
     assert len(pages) == pdf_pages(out / "report.pdf")
     n_runs = len(design_specs()[0])
     results = [p for p in pages if p.startswith("Results, best first")]
-    assert len(results) >= n_runs / style.TABLE_ROWS_PER_PAGE
+    assert len(results) >= n_runs / TABLE_ROWS_PER_PAGE
     assert results[-1].startswith(f"Results, best first ({len(results)} of {len(results)})")
     assert f" {n_runs} scale-" in results[-1]  # the last rank, on the last results page
     assert "minutes=null" in results[0]  # a null swept value, as the run name has it
@@ -235,10 +238,10 @@ def draw(page_fn, runs_df: pd.DataFrame | None = None, warmup: int = 1) -> str:
     params = inputs.ReportParams("t", "", "h", warmup)
     frame = runs_df if runs_df is not None else pd.DataFrame({"run": [], "dataset": [],
         "model": [], "workers": [], "nodes": []})  # fmt: skip
-    with matplotlib.rc_context(style.theme()):
-        pages = style.Pages(params, frame)
+    with matplotlib.rc_context(theme()):
+        pages = Book(params, frame)
         page_fn(pages)
-        texts = [t.get_text() for _, fig in pages.pages for t in fig.findobj(Text)]
+        texts = [t.get_text() for page in pages.pages for t in page.figure.findobj(Text)]
     return " ".join(" ".join(texts).split())
 
 

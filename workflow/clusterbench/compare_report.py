@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import provenance
-from clusterbench.atomic import atomic_open, atomic_path
+from clusterbench.atomic import atomic_open
 from clusterbench.compare import (
     CompareError,
     SiteRun,
@@ -24,7 +24,18 @@ from clusterbench.compare import (
     tree_name,
     tree_site,
 )
-from clusterbench.report import inputs, pages, style, tables
+from clusterbench.report import book as furniture
+from clusterbench.report import inputs, pages, tables, theme
+from clusterbench.report.charts import log_ticks, set_category_ticks
+from clusterbench.report.describe import first_epochs
+from clusterbench.report.table_pages import (
+    TABLE_ROWS_PER_PAGE,
+    cell_text,
+    chunk_rows,
+    draw_table,
+    table_budget,
+)
+from clusterbench.report.text import fmt_number_sd, fmt_pct, fmt_seconds_sd, plural
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -78,7 +89,7 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
     caption = (
         f"Runs with equal training settings on {len(sites)} sites ({', '.join(sites)}): time "
         "per epoch (mean \u00b1 sd over the timed epochs, "
-        + (f"{style.first_epochs(warmup)} of each run left out" if warmup else "all epochs")
+        + (f"{first_epochs(warmup)} of each run left out" if warmup else "all epochs")
         + ") and images/s over all workers; 'vs first' is the ratio to the first site listed "
         "for that benchmark (time: below 1 is faster; images/s: above 1 is faster)."
     )
@@ -102,21 +113,21 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
         ]
         rows = [
             [
-                style.cell_text(r.benchmark, 0.25),
+                cell_text(r.benchmark, 0.25),
                 r.site,
                 f"{r.workers} ({r.nodes})",
-                style.fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
+                fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
                 _ratio(r.epoch_seconds_vs_first_site),
-                style.fmt_number_sd(r.images_per_second, None),
+                fmt_number_sd(r.images_per_second, None),
                 _ratio(r.images_per_second_vs_first_site),
-                style.fmt_pct(r.accuracy),
+                fmt_pct(r.accuracy),
             ]
             for r in table.itertuples(index=False)
         ]
         benchmarks = list(dict.fromkeys(table["benchmark"]))
         shade = {b: ("#eef1f6" if i % 2 == 0 else "white") for i, b in enumerate(benchmarks)}
         header = [c[0] for c in columns]
-        chunks = style.chunk_rows(rows, style.table_budget(header), style.TABLE_ROWS_PER_PAGE)
+        chunks = chunk_rows(rows, table_budget(header), TABLE_ROWS_PER_PAGE)
         start = 0
         for page_no, chunk in enumerate(chunks, start=1):
             suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
@@ -127,7 +138,7 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
             def shading(row: int, col: int, keys: list[str] = keys) -> tuple[str, bool]:
                 return shade[keys[row]], False
 
-            style.draw_table(fig, columns, header, chunk, shading)
+            draw_table(fig, columns, header, chunk, shading)
 
         # the chart: time per epoch of each benchmark, one bar per site, log scale
         shown = benchmarks[:20]
@@ -151,7 +162,7 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
                 book.note(
                     ax,
                     f"No {label}: no matched run has an epoch\nafter the "
-                    f"{style._plural(warmup, 'warm-up epoch')}.",
+                    f"{plural(warmup, 'warm-up epoch')}.",
                 )
                 continue
             for i, site in enumerate(sites):
@@ -168,9 +179,9 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
                     capsize=2,
                 )
             ax.set_xscale("log")
-            style._log_ticks(ax.xaxis, float(known.min()), float(known.max()))
+            log_ticks(ax.xaxis, float(known.min()), float(known.max()))
             ax.set_xlabel(f"{label} (log scale)")
-        style.set_category_ticks(axes[0], shown)
+        set_category_ticks(axes[0], shown)
         axes[1].grid(axis="y", visible=False)
         axes[0].legend(
             title="site", frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=4
@@ -178,9 +189,9 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
 
     if unmatched:
         columns = [("Run", 0.35, False), ("Why it is not compared", 0.59, False)]
-        rows = [[style.cell_text(run, 0.35), style.cell_text(why, 0.59)] for run, why in unmatched]
+        rows = [[cell_text(run, 0.35), cell_text(why, 0.59)] for run, why in unmatched]
         header = [c[0] for c in columns]
-        chunks = style.chunk_rows(rows, style.table_budget(header), style.TABLE_ROWS_PER_PAGE)
+        chunks = chunk_rows(rows, table_budget(header), TABLE_ROWS_PER_PAGE)
         for page_no, chunk in enumerate(chunks, start=1):
             suffix = f" ({page_no} of {len(chunks)})" if len(chunks) > 1 else ""
             fig = book.new(
@@ -190,7 +201,7 @@ def site_pages(book: Any, table: Any, unmatched: list[tuple[str, str]], sites: l
                 "finish (no run.json, or no evaluation) is on no other page.",
                 layout=None,
             )
-            style.draw_table(
+            draw_table(
                 fig,
                 columns,
                 header,
@@ -204,7 +215,6 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
 
     matplotlib.use("Agg")
     import pandas as pd
-    from matplotlib.backends.backend_pdf import PdfPages
 
     loaded = load_all(dirs)
     runs, data = loaded.runs, loaded.data
@@ -222,20 +232,15 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
     for name, df in (("compare", table), ("compare-runs", runs_df)):
         with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
             df.to_csv(fh, index=False)
-    with matplotlib.rc_context(style.theme()):
+    with matplotlib.rc_context(theme.theme()):
         report = pages.build_pages(
             params, prov, data, runs_df, epochs_df, bench, [], loaded.skipped
         )
-        extra = style.Pages(params, runs_df)
+        extra = furniture.Book(params, runs_df)
         site_pages(extra, table, not_compared, sites)
         book = [report.pages[0], *extra.pages, *report.pages[1:]]
-        footer = style.footer_text(params, prov)
-        for i, (_, fig) in enumerate(book, start=1):
-            style.stamp_footer(fig, footer, i, len(book))
-        with atomic_path(output) as tmp:
-            with PdfPages(tmp, metadata=style.pdf_metadata(params, prov)) as pdf:
-                for _, fig in book:
-                    pdf.savefig(fig)
+        furniture.stamp_footers(book, furniture.footer_text(params, prov))
+        furniture.write_pdf(book, output, furniture.pdf_metadata(params, prov))
     print(
         f"compare: {len(runs)} runs on {len(sites)} sites ({', '.join(sites)}), "
         f"{len(groups)} matched, {len(not_compared)} not, {len(loaded.skipped)} skipped; "

@@ -10,7 +10,6 @@ a chart with nothing to draw says why in words.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,19 +18,15 @@ import pandas as pd
 
 from clusterbench.experiments import format_value
 from clusterbench.report import sweeps
-from clusterbench.report.style import (
+from clusterbench.report.book import Book
+from clusterbench.report.charts import MAX_BARS, log_ticks, set_category_ticks
+from clusterbench.report.describe import point_label
+from clusterbench.report.table_pages import (
     TABLE_ROWS_PER_PAGE,
-    Pages,
-    _log_ticks,
-    _plural,
     cell_text,
     chunk_rows,
     draw_table,
-    fmt_pct,
-    fmt_seconds_sd,
-    set_category_ticks,
     table_budget,
-    wrap_text,
 )
 from clusterbench.report.tables import (
     best_run,
@@ -40,17 +35,10 @@ from clusterbench.report.tables import (
     skipped_table,
     swept_keys,
 )
-
-#: The most bars / rows one chart draws; a page with more says how many it leaves out.
-MAX_BARS = 30
+from clusterbench.report.text import fmt_pct, fmt_seconds_sd, plural, wrap_text
 
 
-def _label_point(point: str) -> str:
-    values = json.loads(point)
-    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items())
-
-
-def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def results_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     """Every run, best first by validation accuracy, with what it is (experiment, environment,
     swept values), its validation and test accuracy and its time."""
     columns = [
@@ -73,7 +61,7 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
                 str(rank),
                 cell_text(r.run, 0.24),
                 origin,
-                cell_text(_label_point(r.point), 0.2) or "-",
+                cell_text(point_label(r.point), 0.2) or "-",
                 f"{r.workers} ({r.nodes})",
                 str(r.epochs),
                 fmt_pct(r.final_val_accuracy),
@@ -104,7 +92,7 @@ def results_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         draw_table(fig, columns, header, chunk, style)
 
 
-def skipped_pages(pages: Pages, skipped: Sequence[dict[str, Any]]) -> None:
+def skipped_pages(pages: Book, skipped: Sequence[dict[str, Any]]) -> None:
     """Every skipped run (hand-written, a sweep point, an environment) with its reason; no
     page when none was skipped."""
     table = skipped_table(skipped)
@@ -160,7 +148,7 @@ def _env_rows(runs_df: pd.DataFrame, exp: str, envs: pd.DataFrame) -> tuple[pd.D
         return rows, ""
     ran = runs_df[(runs_df["experiment"] == exp) & (runs_df["environment"] != "")]
     best = best_run(ran)
-    return rows[rows["point"] == best["point"]], _label_point(best["point"])
+    return rows[rows["point"] == best["point"]], point_label(best["point"])
 
 
 def _sd_words(over: set[str]) -> str:
@@ -175,7 +163,7 @@ def _sd_words(over: set[str]) -> str:
 
 
 def environment_pages(
-    pages: Pages, runs_df: pd.DataFrame, skipped: Sequence[dict[str, Any]]
+    pages: Book, runs_df: pd.DataFrame, skipped: Sequence[dict[str, Any]]
 ) -> None:
     """Per experiment with environments: time per epoch by environment (and site, where
     several; log-scale bars, mean over the repeats, the sd over the repeats as whiskers, or
@@ -220,7 +208,7 @@ def environment_pages(
             pages.note(
                 ax,
                 "No time per epoch: no run of these environments has an epoch\nafter the "
-                f"{_plural(warmup, 'warm-up epoch')}. Epochs reached: "
+                f"{plural(warmup, 'warm-up epoch')}. Epochs reached: "
                 + ", ".join(f"{r.environment} {r.epochs:.3g}" for r in part.itertuples()),
             )
         else:
@@ -239,7 +227,7 @@ def environment_pages(
 
 
 def _environment_bars(
-    pages: Pages,
+    pages: Book,
     ax: Any,
     part: pd.DataFrame,
     values: np.ndarray,
@@ -251,7 +239,7 @@ def _environment_bars(
     labels = []
     for r in part.itertuples(index=False):
         spread = (
-            f"{_plural(r.repeats, 'repeat')}" if r.sd_over == "repeats" else "1 run: sd over epochs"
+            f"{plural(r.repeats, 'repeat')}" if r.sd_over == "repeats" else "1 run: sd over epochs"
         )
         labels.append(
             (f"{r.site}: " if sites else "")
@@ -263,7 +251,7 @@ def _environment_bars(
     low = np.minimum(sd, np.nan_to_num(values) * 0.9)  # a log axis has no room below 0
     ax.barh(y, values, xerr=[low, sd], color=[palette[e] for e in part["environment"]], capsize=3)
     ax.set_xscale("log")
-    _log_ticks(ax.xaxis, float(finite.min()), float(finite.max()))
+    log_ticks(ax.xaxis, float(finite.min()), float(finite.max()))
     for yi, (v, s, r) in enumerate(zip(values, sd, part.itertuples(index=False), strict=True)):
         text = f" {v:.3g} s" + (f" \u00b1 {s:.2g}" if s else "") + f", {r.epochs:.3g} epochs"
         if not np.isfinite(v):
@@ -275,7 +263,7 @@ def _environment_bars(
     set_category_ticks(ax, labels, width=40)
 
 
-def sweep_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def sweep_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     """Per experiment with a matrix: validation accuracy and time per epoch over each pair of
     swept keys (heatmaps, the other dimensions held at the best run's values, the best cell
     outlined; at most :data:`sweeps.MAX_PAIRS` pairs) or over the one swept key (bars)."""
@@ -288,7 +276,7 @@ def sweep_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             _one_key(pages, exp, varying[0], table)
 
 
-def _heatmaps(pages: Pages, runs_df: pd.DataFrame, exp: str, table: pd.DataFrame) -> None:
+def _heatmaps(pages: Book, runs_df: pd.DataFrame, exp: str, table: pd.DataFrame) -> None:
     every = sweeps.pairs(runs_df, exp, table)
     drawn = every[: sweeps.MAX_PAIRS]
     left = every[sweeps.MAX_PAIRS :]
@@ -309,7 +297,7 @@ def _heatmaps(pages: Pages, runs_df: pd.DataFrame, exp: str, table: pd.DataFrame
         if acc.isna().any().any():
             blanks.append("blank: no run there at the held values (not in the sweep, or skipped)")
         if (sec.isna() & acc.notna()).any().any():
-            blanks.append(f"no time: no epoch after the {_plural(warmup, 'warm-up epoch')}")
+            blanks.append(f"no time: no epoch after the {plural(warmup, 'warm-up epoch')}")
         held = sweeps.held_text(pair.held)
         caption = (
             f"Final validation accuracy (left) and mean time per epoch (right) over {pair.rows} "
@@ -339,7 +327,7 @@ def _heatmaps(pages: Pages, runs_df: pd.DataFrame, exp: str, table: pd.DataFrame
                 "rocket_r",
                 "time per epoch (s)",
                 f"No time per epoch: no run here has an epoch\nafter the "
-                f"{_plural(warmup, 'warm-up epoch')} (time box or epochs too short).",
+                f"{plural(warmup, 'warm-up epoch')} (time box or epochs too short).",
             ),
         ):
             if data.isna().all().all():
@@ -381,16 +369,16 @@ def _cap(table: pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
     return shown, f" Shown: the {MAX_BARS} best of {len(table)} {what} on mean validation accuracy."
 
 
-def _no_time(pages: Pages, ax: Any) -> None:
+def _no_time(pages: Book, ax: Any) -> None:
     warmup = pages.params.timing_warmup_epochs
     pages.note(
         ax,
         "No time per epoch: no run here has\nan epoch after the "
-        f"{_plural(warmup, 'warm-up epoch')}.",
+        f"{plural(warmup, 'warm-up epoch')}.",
     )
 
 
-def _one_key(pages: Pages, exp: str, key: str, table: pd.DataFrame) -> None:
+def _one_key(pages: Book, exp: str, key: str, table: pd.DataFrame) -> None:
     order = {format_value(v): i for i, v in enumerate(sweeps.ordered_values(table[key]))}
     ranks = [order[format_value(v)] for v in table[key]]
     table = table.assign(_order=ranks).sort_values(["site", "environment", "_order"], kind="stable")
@@ -417,7 +405,7 @@ def _one_key(pages: Pages, exp: str, key: str, table: pd.DataFrame) -> None:
     axes[1].grid(axis="y", visible=False)
 
 
-def repeats_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def repeats_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     """Per experiment whose points ran more than once (repeats): mean \u00b1 sd over the seeds of
     the validation and test accuracy and the time per epoch, as error bars."""
     for exp in [e for e in runs_df["experiment"].unique() if e]:
@@ -467,7 +455,7 @@ def repeats_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         axes[1].grid(axis="y", visible=False)
 
 
-def world_size_pages(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
+def world_size_pages(pages: Book, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
     """Elastic runs: the world size over the epochs (at each epoch's end; an epoch that had
     several sizes is marked), and the resets."""
     elastic = list(runs_df.loc[runs_df["elastic"], "run"])

@@ -10,39 +10,31 @@ import numpy as np
 import pandas as pd
 
 from clusterbench import provenance
+from clusterbench.report.book import Book
+from clusterbench.report.charts import epoch_axis, log_ticks, node_marker, set_category_ticks
+from clusterbench.report.describe import (
+    BASELINE_WORDS,
+    describe_run,
+    first_epochs,
+    series_words,
+    timing_sentence,
+    untimed_note,
+)
 from clusterbench.report.inputs import PROVENANCE_COMPARED, ReportParams, RunData
-from clusterbench.report.style import (
-    DIFFERS_COLOR,
+from clusterbench.report.layout import (
+    LINE_HEIGHT,
     PAGE_SIZE,
     SUBTITLE_PT,
-    TABLE_ROWS_PER_PAGE,
     TEXT_WIDTH_PT,
-    UNKNOWN,
-    Pages,
-    _cut_lines,
-    _epoch_axis,
-    _log_ticks,
-    _plural,
-    chunk_rows,
-    commit_text,
-    describe_run,
-    describe_series,
-    draw_table,
     drawn_width,
-    first_epochs,
     fit_wrap,
-    fmt_duration,
-    fmt_number_sd,
-    fmt_pct,
-    fmt_seconds_sd,
-    font_families,
-    list_runs,
-    node_marker,
-    set_category_ticks,
-    shorten_text,
+)
+from clusterbench.report.table_pages import (
+    DIFFERS_COLOR,
+    TABLE_ROWS_PER_PAGE,
+    chunk_rows,
+    draw_table,
     table_budget,
-    timing_sentence,
-    wrap_label,
 )
 from clusterbench.report.tables import (
     BACKEND_MATCH_KEY,
@@ -51,6 +43,20 @@ from clusterbench.report.tables import (
     backend_comparison,
     provenance_differences,
 )
+from clusterbench.report.text import (
+    UNKNOWN,
+    commit_text,
+    cut_lines,
+    fmt_duration,
+    fmt_number_sd,
+    fmt_pct,
+    fmt_seconds_sd,
+    list_runs,
+    plural,
+    shorten_text,
+    wrap_label,
+)
+from clusterbench.report.theme import font_families
 
 BENCH_JOBS_PER_PAGE = 26
 
@@ -61,31 +67,22 @@ MAX_ANNOTATED_POINTS = 8
 PIPELINE_ORDER = ("download", "preprocess", "train", "evaluate", "report")
 
 
-#: A text line's height per point of font size and unit of line spacing (matplotlib, DejaVu).
-LINE_HEIGHT = 0.96
-
-
-BASELINE_WORDS = (
-    "the same dataset, model, global batch, device, backend, BN mode and precision/memory format"
-)
-
-
 def title_page(
-    pages: Pages, prov: dict[str, Any], runs_df: pd.DataFrame, bench: pd.DataFrame, skipped: int = 0
+    pages: Book, prov: dict[str, Any], runs_df: pd.DataFrame, bench: pd.DataFrame, skipped: int = 0
 ):
     params = pages.params
     subtitle = " \u00b7 ".join(filter(None, [params.author, prov["date"]]))
     fig = pages.new(params.title, subtitle, layout=None)
     # the summary starts below the subtitle (a long author takes up to 4 lines)
-    below_subtitle = 0.028 * (len(Pages.subtitle_lines(subtitle)) - 1)
+    below_subtitle = 0.028 * (len(Book.subtitle_lines(subtitle)) - 1)
     best = runs_df.iloc[0]
     warmup = params.timing_warmup_epochs
     datasets = ", ".join(sorted(runs_df["dataset"].unique()))
     models = ", ".join(sorted(runs_df["model"].unique()))
     backends = ", ".join(sorted(runs_df["backend"].unique()))
     lines = [
-        f"{_plural(len(runs_df), 'run')} on {datasets} ({models}; backends: {backends}); "
-        f"{_plural(int(runs_df['epochs'].sum()), 'epoch')}, "
+        f"{plural(len(runs_df), 'run')} on {datasets} ({models}; backends: {backends}); "
+        f"{plural(int(runs_df['epochs'].sum()), 'epoch')}, "
         f"{fmt_duration(runs_df['train_seconds'].sum())} of training in total.",
         f"Best run: {best['run']} with {fmt_pct(best['accuracy'])} {best['eval_split']} "
         f"accuracy ({describe_run(best)}); chosen on validation accuracy "
@@ -101,7 +98,7 @@ def title_page(
     else:
         lines.append(
             "Highest throughput: n/a: no run has an epoch left after the "
-            f"{_plural(warmup, 'warm-up epoch')}."
+            f"{plural(warmup, 'warm-up epoch')}."
         )
     scaled = runs_df[runs_df["speedup"].notna() & (runs_df["workers"] > 1)]
     series = list(scaled.groupby(list(BASELINE_KEY), sort=True))
@@ -109,14 +106,14 @@ def title_page(
         top_run = group.sort_values(["workers", "speedup"]).iloc[-1]
         lines.append(
             f"Scaling of {series_words(top_run, runs_df)}: {top_run['speedup']:.2f}x speed-up on "
-            f"{_plural(top_run['workers'], 'worker')} ({fmt_pct(top_run['efficiency'], 0)} "
+            f"{plural(top_run['workers'], 'worker')} ({fmt_pct(top_run['efficiency'], 0)} "
             f"efficiency) against {top_run['baseline_run']}."
         )
     if len(series) > 2:
         lines.append(f"... and {len(series) - 2} more scaling series (see the scaling page).")
     if skipped:
         lines.append(
-            f"Skipped: {_plural(skipped, 'run')} that could not run where the workflow ran (see "
+            f"Skipped: {plural(skipped, 'run')} that could not run where the workflow ran (see "
             "the skipped runs page)."
         )
     if bench.empty:
@@ -124,7 +121,7 @@ def title_page(
     else:
         jobs = bench.groupby(["rule", "job"])["s"].mean()
         lines.append(
-            f"Snakemake benchmarks: {_plural(len(jobs), 'job')}, "
+            f"Snakemake benchmarks: {plural(len(jobs), 'job')}, "
             f"{fmt_duration(float(jobs.sum()))} of job wall time in total."
         )
     ax = fig.add_axes((0.03, 0.52, 0.94, 0.34 - below_subtitle))
@@ -160,7 +157,7 @@ def title_page(
         fields = [f for f in [*PROVENANCE_COMPARED.values(), "within the run"] if f in flagged]
         diff_text = (
             f"DIFFERS in {', '.join(fields)} (see the provenance page): "
-            f"{_plural(len(differs), 'run')}, {list_runs(sorted(differs['run']), 3)}"
+            f"{plural(len(differs), 'run')}, {list_runs(sorted(differs['run']), 3)}"
         )
     if not unrecorded.empty:
         diff_text += f"; not recorded for {list_runs(sorted(unrecorded['run']), 3)}"
@@ -233,7 +230,7 @@ def summarise_values(values: Any) -> str:
         return UNKNOWN
     if len(counts) == 1:
         return str(counts.index[0])
-    return ", ".join(f"{v} ({_plural(int(n), 'run')})" for v, n in counts.items())
+    return ", ".join(f"{v} ({plural(int(n), 'run')})" for v, n in counts.items())
 
 
 def host_names(runs_df: pd.DataFrame) -> list[str]:
@@ -246,7 +243,7 @@ def host_names(runs_df: pd.DataFrame) -> list[str]:
     ]
 
 
-def runs_table_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def runs_table_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     warmup = pages.params.timing_warmup_epochs
     splits = runs_df["eval_split"].unique()
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
@@ -363,17 +360,17 @@ def provenance_cells(rank: int, r: Any) -> list[str]:
         host_lines[-1] = f"+ {len(hosts) - 2} more hosts"
     cpu = [UNKNOWN]
     if r.cpu_model != UNKNOWN or r.cpu_cores != UNKNOWN:
-        cpu = _cut_lines(f"{r.cpu_model} ({r.cpu_cores} cores)", 27, 3)
+        cpu = cut_lines(f"{r.cpu_model} ({r.cpu_cores} cores)", 27, 3)
     gpus = [str(r.gpus)]
     if r.gpus not in ("none", UNKNOWN):
-        gpus = _cut_lines(f"{r.gpus}, driver {r.gpu_driver}", 24, 3)
+        gpus = cut_lines(f"{r.gpus}, driver {r.gpu_driver}", 24, 3)
     commit = commit_text(r.commit, r.dirty, 10).replace(" (dirty)", "\n(dirty)")
     versions = f"{r.python} / {r.torch}\n{r.horovod} / {r.numpy}"
     if r.provenance != "recorded":
         differs = "not recorded"
     else:
         differs = (
-            "\n".join(_cut_lines(r.provenance_differs, 15, 3)) if r.provenance_differs else "none"
+            "\n".join(cut_lines(r.provenance_differs, 15, 3)) if r.provenance_differs else "none"
         )
     return [
         str(rank),
@@ -387,7 +384,7 @@ def provenance_cells(rank: int, r: Any) -> list[str]:
     ]
 
 
-def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def provenance_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     """One row per run: where it trained and with what (run.json's provenance), the values in
     which it differs from the other runs highlighted and named."""
     _, notes = provenance_differences(runs_df)
@@ -400,7 +397,7 @@ def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         )
     notes = [shorten_text(n, 290, placeholder=" ...") for n in notes[:6]]
     note = "\n".join(notes) if notes else None
-    note_lines = len(Pages.note_lines(note))
+    note_lines = len(Book.note_lines(note))
     bottom = 0.045 + 0.021 * note_lines + 0.015 if notes else 0.06
     top = 0.8
     header = [c[0] for c in PROVENANCE_TABLE]
@@ -436,21 +433,10 @@ def provenance_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         start += len(chunk)
 
 
-def untimed_note(runs_df: pd.DataFrame, mark: str = "") -> str | None:
-    """The page note naming the runs without a timed epoch and why; None when every run has one."""
-    untimed = runs_df[runs_df["timed_epochs"] == 0]
-    if untimed.empty:
-        return None
-    note = f"{mark}n/a: no epoch left to time: " + "; ".join(
-        f"{r.run}: {r.timing_note}" for r in untimed.itertuples(index=False)
-    )
-    return shorten_text(note, 300, placeholder=" ...") + "."
-
-
-def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
+def epoch_time_page(pages: Book, runs_df: pd.DataFrame, epochs_df: pd.DataFrame) -> None:
     warmup = pages.params.timing_warmup_epochs
     excluded = (
-        f"{_plural(warmup, 'warm-up epoch')} excluded per run: {first_epochs(warmup)} "
+        f"{plural(warmup, 'warm-up epoch')} excluded per run: {first_epochs(warmup)} "
         f"(start-up costs; hollow dots, shaded) {'is' if warmup == 1 else 'are'} not in the "
         "mean."
         if warmup
@@ -503,7 +489,7 @@ def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame
     x_hi = 10 ** (math.log10(lo / 3) + math.log10(hi * 1.15 / (lo / 3)) / 0.55)
     left.set_xscale("log")
     left.set_xlim(lo / 3, x_hi)
-    _log_ticks(left.xaxis, lo / 3, x_hi)
+    log_ticks(left.xaxis, lo / 3, x_hi)
     pages.run_axis(left, order)
     left.set_xlabel("Time per epoch (s, log scale)")
     warm = epochs_df[~epochs_df["timed"]]
@@ -537,9 +523,9 @@ def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame
                 zorder=3,
             )
     right.set_yscale("log")
-    _log_ticks(right.yaxis, lo, hi)
+    log_ticks(right.yaxis, lo, hi)
     right.set_ylabel("Time per epoch (s, log scale)")
-    _epoch_axis(right, epochs_df["epoch"])
+    epoch_axis(right, epochs_df["epoch"])
     right.legend(
         title="Run",
         fontsize=9.5,
@@ -551,7 +537,7 @@ def epoch_time_page(pages: Pages, runs_df: pd.DataFrame, epochs_df: pd.DataFrame
     )
 
 
-def throughput_page(pages: Pages, runs_df: pd.DataFrame) -> None:
+def throughput_page(pages: Book, runs_df: pd.DataFrame) -> None:
     warmup = pages.params.timing_warmup_epochs
     fig = pages.new(
         "Throughput",
@@ -615,13 +601,6 @@ def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
     return labels, common
 
 
-def series_words(row: pd.Series, runs_df: pd.DataFrame) -> str:
-    """A scaling series in words (:func:`describe_series`), with its site where the runs come
-    from several."""
-    several = "site" in runs_df and runs_df["site"].nunique() > 1
-    return describe_series(row) + (f" on site {row['site']}" if several else "")
-
-
 def worker_tick_labels(workers: list[int], lo: float, hi: float) -> list[str]:
     """Labels of worker-count ticks on a log axis from ``lo`` to ``hi``: a tick too close to
     the previous labelled one (under 6 % of the axis) stays unlabelled, so labels never
@@ -668,7 +647,7 @@ def scaling_notes(runs_df: pd.DataFrame) -> list[str]:
     return notes
 
 
-def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
+def scaling_page(pages: Book, runs_df: pd.DataFrame) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 
@@ -742,12 +721,10 @@ def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
     max_w = max(workers_all)
     for ax, col, ylabel in specs:
         if col == "images_per_second" and timed.empty:
-            Pages.note(
-                ax, "Throughput: not available.\nNo run has an epoch left after the warm-up."
-            )
+            Book.note(ax, "Throughput: not available.\nNo run has an epoch left after the warm-up.")
             continue
         if col != "images_per_second" and not has_any_base:
-            Pages.note(
+            Book.note(
                 ax,
                 f"{ylabel.split(' (')[0]}: not available.\nNo run has a timed 1-worker run "
                 "with the same\ndataset, model, global batch, device,\nbackend and BN mode "
@@ -798,7 +775,7 @@ def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
             ls="",
             markersize=8,
             markerfacecolor="white" if st["hollow"] else "0.3",
-            label=_plural(int(n), "node"),
+            label=plural(int(n), "node"),
         )
         for n, st in markers.items()
     ]
@@ -817,7 +794,7 @@ def scaling_page(pages: Pages, runs_df: pd.DataFrame) -> None:
     )
 
 
-def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
+def backend_pages(pages: Book, runs_df: pd.DataFrame) -> None:
     """Throughput of runs that differ only in their backend, side by side, with the ratio."""
     from matplotlib.patches import Patch
 
@@ -842,10 +819,10 @@ def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
             text = (
                 "No two timed runs differ only in their backend, so there is nothing to compare."
                 "\nBackends run: "
-                + ", ".join(f"{b} ({_plural(int(counts[b]), 'run')})" for b in backends)
+                + ", ".join(f"{b} ({plural(int(counts[b]), 'run')})" for b in backends)
                 + "."
             )
-        Pages.note(fig.add_subplot(), text)
+        Book.note(fig.add_subplot(), text)
         return
     palette = pages.sns.color_palette("colorblind", len(backends))
     colors = dict(zip(backends, palette, strict=True))
@@ -880,8 +857,8 @@ def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         for i, (key, group) in enumerate(chunk):
             cfg = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
             labels.append(
-                f"{cfg['dataset']} / {cfg['model']}, {_plural(cfg['workers'], 'worker')} on "
-                f"{_plural(cfg['nodes'], 'node')}, {cfg['device']}, batch "
+                f"{cfg['dataset']} / {cfg['model']}, {plural(cfg['workers'], 'worker')} on "
+                f"{plural(cfg['nodes'], 'node')}, {cfg['device']}, batch "
                 f"{cfg['global_batch']}, {cfg['bn']} BN"
                 + (f", site {cfg['site']}" if cmp["site"].nunique() > 1 else "")
             )
@@ -930,7 +907,7 @@ def backend_pages(pages: Pages, runs_df: pd.DataFrame) -> None:
         )
 
 
-def curves_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
+def curves_page(pages: Book, epochs_df: pd.DataFrame) -> None:
     from matplotlib.ticker import PercentFormatter
 
     fig = pages.new(
@@ -946,7 +923,7 @@ def curves_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
         acc_ax.plot(ep["epoch"], ep["val_accuracy"], **style)
     if (epochs_df["train_loss"] > 0).all():
         loss_ax.set_yscale("log")
-        _log_ticks(loss_ax.yaxis, epochs_df["train_loss"].min(), epochs_df["train_loss"].max())
+        log_ticks(loss_ax.yaxis, epochs_df["train_loss"].min(), epochs_df["train_loss"].max())
         loss_ax.set_ylabel("Training loss (cross-entropy, log scale)")
     else:
         loss_ax.set_ylabel("Training loss (cross-entropy)")
@@ -957,7 +934,7 @@ def curves_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
         mid = min(max((acc_lo + acc_hi) / 2, 0.05), 0.95)
         acc_ax.set_ylim(mid - 0.05, mid + 0.05)
     for ax in (loss_ax, acc_ax):
-        _epoch_axis(ax, epochs_df["epoch"])
+        epoch_axis(ax, epochs_df["epoch"])
     handles, labels = loss_ax.get_legend_handles_labels()
     acc_ax.legend(
         handles,
@@ -972,7 +949,7 @@ def curves_page(pages: Pages, epochs_df: pd.DataFrame) -> None:
     )
 
 
-def confusion_page(pages: Pages, runs_df: pd.DataFrame, runs: list[RunData]) -> None:
+def confusion_page(pages: Book, runs_df: pd.DataFrame, runs: list[RunData]) -> None:
     from matplotlib.ticker import PercentFormatter
 
     best = runs_df.iloc[0]
@@ -1041,7 +1018,7 @@ def confusion_page(pages: Pages, runs_df: pd.DataFrame, runs: list[RunData]) -> 
     )
 
 
-def benchmarks_pages(pages: Pages, bench: pd.DataFrame, missing: list[str]) -> None:
+def benchmarks_pages(pages: Book, bench: pd.DataFrame, missing: list[str]) -> None:
     """Wall time and max RSS per Snakemake job, in pipeline order, BENCH_JOBS_PER_PAGE a page."""
     from matplotlib.patches import Patch
 
@@ -1058,7 +1035,7 @@ def benchmarks_pages(pages: Pages, bench: pd.DataFrame, missing: list[str]) -> N
         )
         if missing:
             text += "\n\nNot found: " + ", ".join(shorten_text(m, 60) for m in missing[:6])
-        Pages.note(fig.add_subplot(), text)
+        Book.note(fig.add_subplot(), text)
         return
     notes = []
     if bench["max_rss"].isna().any():
@@ -1101,7 +1078,7 @@ def benchmarks_pages(pages: Pages, bench: pd.DataFrame, missing: list[str]) -> N
         if time_lim:
             time_ax.set_xscale("log")
             time_ax.set_xlim(*time_lim)
-            _log_ticks(time_ax.xaxis, *time_lim)
+            log_ticks(time_ax.xaxis, *time_lim)
         mem_ax.set_xlim(0, rss_max * 1.25)
         labels = [f"{r}: {j}" for r, j in zip(chunk["rule"], chunk["job"], strict=True)]
         set_category_ticks(time_ax, labels, width=34)
@@ -1132,10 +1109,10 @@ def build_pages(
     bench: pd.DataFrame,
     bench_missing: list[str],
     skipped: Sequence[dict[str, Any]] = (),
-) -> Pages:
+) -> Book:
     from clusterbench.report import experiment_pages as designs
 
-    pages = Pages(params, runs_df)
+    pages = Book(params, runs_df)
     title_page(pages, prov, runs_df, bench, len(skipped))
     designs.results_pages(pages, runs_df)
     designs.skipped_pages(pages, skipped)
