@@ -1,11 +1,18 @@
 REPORT_DIR = "results/report"
 
 
+def report_code():
+    """Every module of the report package, its page modules (``report/pages/``) included:
+    inputs, so that editing one, or adding a page, reruns the report."""
+    package = CHECKOUT / "workflow" / "clusterbench" / "report"
+    return sorted(str(path) for path in package.rglob("*.py"))
+
+
 # On the submit host: the report needs no compute-node resources.
 rule report:
     input:
         script=script("report"),
-        code=stage_module("report"),
+        code=report_code(),
         # functions: the runs skipped here (rules/common.smk, unavailable_runs) drop out
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",

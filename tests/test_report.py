@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 from clusterbench import provenance
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.report import inputs, main, pages, tables, theme
+from clusterbench.report import inputs, main, tables, theme
 from clusterbench.report.book import footer_text
 from clusterbench.report.charts import node_marker
 from clusterbench.report.layout import PAGE_SIZE
+from clusterbench.report.pages import scaling
 from clusterbench.report.text import commit_text, shorten_text, text_width, wrap_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -646,7 +647,7 @@ def test_baseline_never_crosses_series(changes: dict):
     assert pd.isna(df.loc["two", "baseline_run"])
     assert np.isnan(df.loc["two", "speedup"]) and np.isnan(df.loc["two", "efficiency"])
     assert df.loc["one", "baseline_run"] == "one"
-    notes = " ".join(pages.scaling_notes(df.reset_index()))
+    notes = " ".join(scaling.scaling_notes(df.reset_index()))
     assert "No speed-up or efficiency for two:" in notes
     assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
 
@@ -660,7 +661,7 @@ def test_baseline_fastest_of_several_and_untimed():
     assert out.loc["two", "baseline_candidates"] == 2  # the untimed one does not qualify
     assert out.loc["two", "speedup"] == pytest.approx(1.5)
     assert np.isnan(out.loc["one-untimed", "speedup"])
-    notes = pages.scaling_notes(out.reset_index())
+    notes = scaling.scaling_notes(out.reset_index())
     assert any("2 1-worker runs qualify" in n and "one-fast, is used" in n for n in notes)
     assert any("No throughput for one-untimed" in n for n in notes)
     # only an untimed 1-worker run: no baseline at all

@@ -230,7 +230,7 @@ def test_editing_the_report_code_reruns_only_the_report(finished: Path):
     reran = _change(
         finished,
         _every_config_change,
-        edit=checkout_of(finished) / "workflow/clusterbench/report/pages.py",
+        edit=checkout_of(finished) / "workflow/clusterbench/report/pages/title.py",
     )
     assert reran == {("report", "")}
 

@@ -25,9 +25,11 @@ from clusterbench.compare import (
     tree_site,
 )
 from clusterbench.report import book as furniture
-from clusterbench.report import inputs, pages, tables, theme
+from clusterbench.report import inputs, tables, theme
 from clusterbench.report.charts import log_ticks, set_category_ticks
+from clusterbench.report.context import Context
 from clusterbench.report.describe import first_epochs
+from clusterbench.report.pages import build
 from clusterbench.report.table_pages import (
     TABLE_ROWS_PER_PAGE,
     cell_text,
@@ -233,12 +235,9 @@ def write_comparison(dirs: Sequence[Path], output: Path, title: str | None, warm
         with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
             df.to_csv(fh, index=False)
     with matplotlib.rc_context(theme.theme()):
-        report = pages.build_pages(
-            params, prov, data, runs_df, epochs_df, bench, [], loaded.skipped
-        )
-        extra = furniture.Book(params, runs_df)
-        site_pages(extra, table, not_compared, sites)
-        book = [report.pages[0], *extra.pages, *report.pages[1:]]
+        ctx = Context(params, prov, data, runs_df, epochs_df, bench, [], loaded.skipped)
+        sites_page = (15, "sites", lambda ctx: site_pages(ctx.book, table, not_compared, sites))
+        book = build(ctx, extra=[sites_page])
         furniture.stamp_footers(book, furniture.footer_text(params, prov))
         furniture.write_pdf(book, output, furniture.pdf_metadata(params, prov))
     print(

@@ -68,6 +68,7 @@ from clusterbench.report.book import (
     stamp_footers,
     write_pdf,
 )
+from clusterbench.report.context import Context
 from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
     SKIPPED_COLUMNS,
@@ -80,7 +81,7 @@ from clusterbench.report.inputs import (
     parse_params,
     parse_skipped,
 )
-from clusterbench.report.pages import build_pages
+from clusterbench.report.pages import build
 from clusterbench.report.tables import epochs_table, results_table, runs_table
 from clusterbench.report.text import plural
 from clusterbench.report.theme import drawable_codepoints, fonts_used, glyph_warnings
@@ -172,8 +173,8 @@ def write_outputs(
         # matplotlib warns of each missing glyph at each save: said once per text below instead
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
-        book = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
-        pages = book.pages
+        ctx = Context(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
+        pages = build(ctx)
         footer = footer_text(params, prov)
         stamp_footers(pages, footer)
         write_figures(out_dir, pages, params, footer)
