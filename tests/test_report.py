@@ -368,6 +368,7 @@ def test_report_writes_all_outputs(default_report):
         "benchmarks.csv",
         "skipped.csv",
         "results.csv",
+        "captions.rst",
         "figures",
     }
     assert (out / "skipped.csv").read_text() == "run,experiment,environment,reason\n"

@@ -10,12 +10,16 @@ python scripts/report.py \
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
 ``confusion.csv`` + ``per_class.csv`` (evaluate stage), paired by directory name, plus the
 Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
-``runs.csv`` (one row per run, sorted by accuracy), ``epochs.csv`` (one row per run and epoch),
-``benchmarks.csv`` (one row per benchmark record), ``figures/*.png`` and, last, ``report.pdf``
-(A4 landscape): title page with a summary and provenance, runs table, provenance of each run,
-time per epoch, throughput, scaling, backend comparison, training curves, confusion matrix of
-the best run, per-rule wall time and memory. Every page and every PNG figure carries the same
-footer (:func:`footer_text`: title, config hash, commit of the report's code).
+``runs.csv`` (one row per run, sorted by accuracy), ``results.csv`` (the answer, best first on
+validation), ``epochs.csv`` (one row per run and epoch), ``benchmarks.csv`` (one row per
+benchmark record), ``skipped.csv``, ``figures/*.png``, ``captions.rst`` (the figures' captions
+for Snakemake's HTML report, :mod:`~clusterbench.report.captions`) and, last, ``report.pdf``
+(A4 landscape): the pages of the page modules of :mod:`clusterbench.report.pages`, in their
+order (title page with a summary and provenance, results, runs, provenance of each run, time
+per epoch, throughput, scaling, backends, training curves, confusion matrix of the best run,
+Snakemake jobs, and the experiments' pages where there are experiments). Every page and every
+PNG figure carries the same footer (:func:`~clusterbench.report.book.footer_text`: title,
+config hash, commit of the report's code).
 
 Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
 where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
@@ -38,8 +42,9 @@ run's ``metrics.jsonl`` must hold epochs 1, 2, ..., N, each once and in order, a
 trains the run again).
 
 Text from the config and the data files (title, author, run, dataset and class names, hosts)
-is drawn literally: a ``$`` is a dollar sign, never mathtext (:func:`theme`). Installed fonts
-of wide coverage back up the report's own (:data:`FALLBACK_FONTS`); characters that no font
+is drawn literally: a ``$`` is a dollar sign, never mathtext
+(:func:`clusterbench.report.theme.theme`). Installed fonts of wide coverage back up the
+report's own (:data:`~clusterbench.report.theme.FALLBACK_FONTS`); characters that no font
 here can draw are named on stderr (the rule's log), per text, and drawn as boxes.
 """
 
@@ -68,6 +73,7 @@ from clusterbench.report.book import (
     stamp_footers,
     write_pdf,
 )
+from clusterbench.report.captions import captions_template
 from clusterbench.report.context import Context
 from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
@@ -178,6 +184,8 @@ def write_outputs(
         footer = footer_text(params, prov)
         stamp_footers(pages, footer)
         write_figures(out_dir, pages, params, footer)
+        with atomic_open(out_dir / "captions.rst", encoding="utf-8") as fh:
+            fh.write(captions_template(pages))
         write_pdf(pages, out_dir / "report.pdf", pdf_metadata(params, prov))
     return len(pages)
 

@@ -34,6 +34,7 @@ class Page:
     note: str | None
     png: str | None  # the name of its figure in figures/, or None: a page only
     source: str | None  # the page module that made it
+    contents: str | None = None  # how the PDF's contents list it (None: by its title)
 
 
 class Book:
@@ -62,9 +63,12 @@ class Book:
         png: str | None = None,
         note: str | None = None,
         layout: str | None = "constrained",
+        contents: str | None = None,
     ):
         """A new page: bold title, its caption under it in grey (wrapped), an optional note
-        above the footer; ``png``: also saved as ``figures/<png>.png``. Returns the figure."""
+        above the footer; ``png``: also saved as ``figures/<png>.png``; ``contents``: how the
+        PDF's list of pages in the HTML report names it (by default its title). Returns the
+        figure."""
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=PAGE_SIZE, layout=layout)
@@ -99,7 +103,7 @@ class Book:
         if layout == "constrained":
             bottom = 0.045 + 0.021 * len(note_lines) if note_lines else 0.035
             fig.get_layout_engine().set(rect=(0.02, bottom, 0.96, top - bottom))
-        self.pages.append(Page(fig, title, caption, note, png, self.source))
+        self.pages.append(Page(fig, title, caption, note, png, self.source, contents))
         return fig
 
     def nothing_to_show(self, title: str, caption: str, why: str, png: str | None = None):

@@ -35,11 +35,14 @@ from clusterbench.report.theme import font_families
 
 ORDER = 10
 
+#: How the PDF's list of pages names this one (its title is the report's).
+CONTENTS = "the title page: summary and provenance"
+
 
 def draw(ctx: Context) -> None:
     params = ctx.params
     caption = " \u00b7 ".join(filter(None, [params.author, ctx.prov["date"]]))
-    fig = ctx.book.new(params.title, caption, layout=None)
+    fig = ctx.book.new(params.title, caption, layout=None, contents=CONTENTS)
     # the summary starts below the caption (a long author takes up to 4 lines)
     below_caption = 0.028 * (len(Book.subtitle_lines(caption)) - 1)
     draw_summary(fig, summary_lines(ctx), below_caption)
