@@ -132,6 +132,10 @@ def test_html_report_builds(finished: Path):
     run_local(finished, "--report", str(html))
     text = html.read_text(errors="replace")
     assert "report.pdf" in text and "runs.csv" in text
+    # each figure with its own page's caption (clusterbench.report.captions), the PDF its pages
+    for title in ("Time per epoch", "Throughput", "Training curves", "Backend comparison"):
+        assert f"<strong>{title}</strong>" in text, title
+    assert "page 1: the title page: summary and provenance" in text
 
 
 def test_second_invocation_does_nothing(finished: Path):
