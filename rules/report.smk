@@ -1,11 +1,25 @@
 REPORT_DIR = "results/report"
 
+#: The captions of report.pdf and of every figure in Snakemake's HTML report: written by the
+#: report stage from the pages it drew (clusterbench.report.captions), so a new page needs no
+#: caption file here. An absolute path: Snakemake reads a caption relative to this file, in the
+#: checkout, and this one is in the working directory (under a module's prefix).
+PAGE_CAPTIONS = os.path.abspath(IN_WORKDIR(f"{REPORT_DIR}/captions.rst"))
+
+
+#: Every module of the report package, its page modules (report/pages/) included: inputs, so
+#: that editing one, or adding a page, reruns the report.
+REPORT_CODE = sorted(
+    str(path)
+    for path in (CHECKOUT / "workflow" / "clusterbench" / "report").rglob("*.py")
+)
+
 
 # On the submit host: the report needs no compute-node resources.
 rule report:
     input:
         script=script("report"),
-        code=stage_module("report"),
+        code=REPORT_CODE,
         # functions: the runs skipped here (rules/common.smk, unavailable_runs) drop out
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
@@ -39,17 +53,19 @@ rule report:
             caption="../workflow/report/benchmarks.rst",
             category="Tables",
         ),
+        # every page's figure, each with its page's caption
         figures=report(
             directory(f"{REPORT_DIR}/figures"),
             patterns=["{name}.png"],
-            caption="../workflow/report/figures.rst",
+            caption=PAGE_CAPTIONS,
             category="Figures",
         ),
         # the runs skipped here, and why (columns: run, experiment, environment, reason)
         skipped=f"{REPORT_DIR}/skipped.csv",
+        captions=f"{REPORT_DIR}/captions.rst",
         pdf=report(
             f"{REPORT_DIR}/report.pdf",
-            caption="../workflow/report/report.rst",
+            caption=PAGE_CAPTIONS,
             category="Report",
         ),
     log:

@@ -198,11 +198,10 @@ def test_fewer_than_two_trees_or_no_results_is_an_error(tmp_path):
 
 def test_the_warmup_default_is_the_reports(tmp_path, monkeypatch):
     """--warmup-epochs defaults to the config's report.timing_warmup_epochs (one definition)."""
-    from clusterbench import compare_report
     from clusterbench.config import stage_params
 
-    given = []
-    monkeypatch.setattr(compare_report, "write_comparison", lambda *args: given.append(args) or 0)
+    given = []  # compare.compare's (dirs, output, title, warmup)
+    monkeypatch.setattr(compare, "compare", lambda *args: given.append(args) or 0)
     assert compare.main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", "x.pdf"]) == 0
     assert given[0][3] == stage_params("report", {"title": "t"})["timing_warmup_epochs"]
     assert compare.main([str(tmp_path), str(tmp_path), "-o", "x.pdf", "--warmup-epochs", "3"]) == 0

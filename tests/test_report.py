@@ -16,7 +16,12 @@ import pandas as pd
 import pytest
 from clusterbench import provenance
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.report import inputs, main, pages, style, tables
+from clusterbench.report import inputs, main, tables, theme
+from clusterbench.report.book import footer_text
+from clusterbench.report.charts import node_marker
+from clusterbench.report.layout import PAGE_SIZE
+from clusterbench.report.pages import scaling
+from clusterbench.report.text import commit_text, shorten_text, text_width, wrap_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -363,6 +368,7 @@ def test_report_writes_all_outputs(default_report):
         "benchmarks.csv",
         "skipped.csv",
         "results.csv",
+        "captions.rst",
         "figures",
     }
     assert (out / "skipped.csv").read_text() == "run,experiment,environment,reason\n"
@@ -527,7 +533,7 @@ def test_title_page_provenance(default_report):
     # the report host's hardware is no longer presented as the training's
     assert prov["cpu_model"] not in first or prov["cpu_model"] == FAKE_CPU
     # every page carries the footer: config hash, commit of the report's code, page number
-    commit = style.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    commit = commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
     footer = rf"config 3fa9c01d2e7b · commit {re.escape(commit)} +page \d+ of {N_PAGES}"
     assert len(re.findall(footer, text)) == N_PAGES
 
@@ -642,7 +648,7 @@ def test_baseline_never_crosses_series(changes: dict):
     assert pd.isna(df.loc["two", "baseline_run"])
     assert np.isnan(df.loc["two", "speedup"]) and np.isnan(df.loc["two", "efficiency"])
     assert df.loc["one", "baseline_run"] == "one"
-    notes = " ".join(pages.scaling_notes(df.reset_index()))
+    notes = " ".join(scaling.scaling_notes(df.reset_index()))
     assert "No speed-up or efficiency for two:" in notes
     assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
 
@@ -656,7 +662,7 @@ def test_baseline_fastest_of_several_and_untimed():
     assert out.loc["two", "baseline_candidates"] == 2  # the untimed one does not qualify
     assert out.loc["two", "speedup"] == pytest.approx(1.5)
     assert np.isnan(out.loc["one-untimed", "speedup"])
-    notes = pages.scaling_notes(out.reset_index())
+    notes = scaling.scaling_notes(out.reset_index())
     assert any("2 1-worker runs qualify" in n and "one-fast, is used" in n for n in notes)
     assert any("No throughput for one-untimed" in n for n in notes)
     # only an untimed 1-worker run: no baseline at all
@@ -719,7 +725,7 @@ def test_more_than_eight_node_counts(tmp_path: Path):
     # 11 runs on up to 11 hosts (three lines each in the provenance table): two pages of it
     assert pdf_pages(out / "report.pdf") == N_PAGES + 1
     assert pd.read_csv(out / "runs.csv")["speedup"].notna().all()
-    styles = [style.node_marker(i) for i in range(17)]
+    styles = [node_marker(i) for i in range(17)]
     assert styles[8] == {"marker": styles[0]["marker"], "hollow": True}
     assert len({(s["marker"], s["hollow"]) for s in styles[:16]}) == 16
 
@@ -1075,8 +1081,8 @@ def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
     params = inputs.ReportParams(
         title=PARAMS["title"], author="", config_hash="3fa9c01d2e7b", timing_warmup_epochs=1
     )
-    footer = style.footer_text(params, prov)
-    commit = style.commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
+    footer = footer_text(params, prov)
+    commit = commit_text(prov["git"]["commit"], prov["git"]["dirty"], 12)
     assert footer == f"{PARAMS['title']}  \u00b7  config 3fa9c01d2e7b  \u00b7  commit {commit}"
     pngs = sorted((out / "figures").glob("*.png"))
     assert len(drawn) == len(pngs) == len(EXPECTED_FIGURES)
@@ -1159,28 +1165,28 @@ def fallbacks(monkeypatch):
     """Set the report's fallback fonts for one test: ``fallbacks(("STIXGeneral",))``."""
 
     def use(*families: str) -> None:
-        monkeypatch.setattr(style, "FALLBACK_FONTS", tuple((f,) for f in families))
-        style.fallback_fonts.cache_clear()
+        monkeypatch.setattr(theme, "FALLBACK_FONTS", tuple((f,) for f in families))
+        theme.fallback_fonts.cache_clear()
 
     yield use
     monkeypatch.undo()
-    style.fallback_fonts.cache_clear()
+    theme.fallback_fonts.cache_clear()
 
 
 def test_missing_glyphs_and_their_warning():
     drawable = {ord(c) for c in "ab $"}
-    assert style.missing_glyphs("a $中b😀中\n\t", drawable) == ["中", "😀"]
-    assert style.missing_glyphs("ab $", drawable) == []
-    assert style.glyph_warning("the title", ["中", "😀"]) == (
+    assert theme.missing_glyphs("a $中b😀中\n\t", drawable) == ["中", "😀"]
+    assert theme.missing_glyphs("ab $", drawable) == []
+    assert theme.glyph_warning("the title", ["中", "😀"]) == (
         "report: warning: the title has characters no font here can draw, shown as boxes: "
         "'中' (U+4E2D), '😀' (U+1F600)"
     )
     many = [chr(0x4E00 + i) for i in range(15)]
-    assert style.glyph_warning("the author", many).endswith("'下' (U+4E0B) and 3 more")
+    assert theme.glyph_warning("the author", many).endswith("'下' (U+4E0B) and 3 more")
     texts = [("the title", "ok"), ("the author", "a中"), ("the run name 'r😀'", "r😀")]
-    assert style.glyph_warnings(texts, drawable | {ord("o"), ord("k"), ord("r")}) == [
-        style.glyph_warning("the author", ["中"]),
-        style.glyph_warning("the run name 'r😀'", ["😀"]),
+    assert theme.glyph_warnings(texts, drawable | {ord("o"), ord("k"), ord("r")}) == [
+        theme.glyph_warning("the author", ["中"]),
+        theme.glyph_warning("the run name 'r😀'", ["😀"]),
     ]
 
 
@@ -1193,17 +1199,17 @@ def test_fallback_fonts_draw_what_the_report_font_lacks(fallbacks, tmp_path: Pat
 
     circled_a = "\u24b6"
     fallbacks()  # none
-    with matplotlib.rc_context(style.theme()):
+    with matplotlib.rc_context(theme.theme()):
         assert matplotlib.rcParams["font.family"] == ["sans-serif"]
-        assert ord(circled_a) not in style.drawable_codepoints()
-        assert ord("$") in style.drawable_codepoints()
+        assert ord(circled_a) not in theme.drawable_codepoints()
+        assert ord("$") in theme.drawable_codepoints()
     fallbacks("No Such Font Family", "STIXGeneral")  # what is not installed is left out
-    assert style.fallback_fonts() == ("STIXGeneral",)
-    with matplotlib.rc_context(style.theme()):
+    assert theme.fallback_fonts() == ("STIXGeneral",)
+    with matplotlib.rc_context(theme.theme()):
         assert matplotlib.rcParams["font.family"] == ["sans-serif", "STIXGeneral"]
-        drawable = style.drawable_codepoints()
+        drawable = theme.drawable_codepoints()
         assert ord(circled_a) in drawable and ord("$") in drawable
-        assert style.missing_glyphs(f"a{circled_a}中", drawable) == ["中"]
+        assert theme.missing_glyphs(f"a{circled_a}中", drawable) == ["中"]
         fig = Figure()
         fig.text(0.1, 0.5, f"ab{circled_a}", fontsize=12)
         fig.savefig(tmp_path / "f.pdf")
@@ -1249,12 +1255,12 @@ def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
     """A title and an author of CJK characters (twice as wide as Latin ones, no spaces) are
     cut to the page's width, never emptied or drawn past its edge."""
     cjk = "集群基准测试报告数字数据集上的分布式训练性能比较与分析" * 4
-    assert style.shorten_text(cjk, 80, " ...").endswith(" ...")
-    assert style.text_width(style.shorten_text(cjk, 80, " ...")) <= 80
-    assert style.shorten_text("x" * 100, 20, " ...") == "x" * 16 + " ..."
-    assert style.wrap_text("ab " * 5, 4) == ["ab", "ab", "ab", "ab", "ab"]  # textwrap's
-    widths = [style.text_width(line) for line in style.wrap_text(cjk, 30)]
-    assert widths[:-1] == [30] * (len(widths) - 1) and sum(widths) == style.text_width(cjk)
+    assert shorten_text(cjk, 80, " ...").endswith(" ...")
+    assert text_width(shorten_text(cjk, 80, " ...")) <= 80
+    assert shorten_text("x" * 100, 20, " ...") == "x" * 16 + " ..."
+    assert wrap_text("ab " * 5, 4) == ["ab", "ab", "ab", "ab", "ab"]  # textwrap's
+    widths = [text_width(line) for line in wrap_text(cjk, 30)]
+    assert widths[:-1] == [30] * (len(widths) - 1) and sum(widths) == text_width(cjk)
     fake = make_fake_results(tmp_path, runs=text_specs(("a", "b")), epochs=2, benchmarks=False)
     out = tmp_path / "report"
     assert run_report(fake, out, params={**PARAMS, "title": cjk, "author": cjk}) == 0
@@ -1271,7 +1277,7 @@ def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
         assert right and max(right) <= PAGE_SIZE_PT[0] * 0.985, max(right)
 
 
-PAGE_SIZE_PT = (style.PAGE_SIZE[0] * 72, style.PAGE_SIZE[1] * 72)
+PAGE_SIZE_PT = (PAGE_SIZE[0] * 72, PAGE_SIZE[1] * 72)
 
 
 # ------------------------------------------------------------------------------------------------

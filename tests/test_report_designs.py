@@ -15,7 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from clusterbench import best
-from clusterbench.report import experiment_pages, inputs, main, style, sweeps, tables
+from clusterbench.report import inputs, main, sweeps, tables
+from clusterbench.report.book import Book
+from clusterbench.report.pages import environments, sweep
+from clusterbench.report.table_pages import TABLE_ROWS_PER_PAGE
 from clusterbench.report.tables import (
     best_run,
     environment_table,
@@ -23,6 +26,7 @@ from clusterbench.report.tables import (
     skipped_table,
     sort_by_validation,
 )
+from clusterbench.report.theme import theme
 from test_report import PARAMS, edit_run_json, make_fake_results, pdf_pages, pdf_text
 
 LRS = [0.01, 0.02, 0.05, 0.1, 0.2]
@@ -142,7 +146,7 @@ def test_every_design_page_renders_with_its_parts(designs):
     assert len(pages) == pdf_pages(out / "report.pdf")
     n_runs = len(design_specs()[0])
     results = [p for p in pages if p.startswith("Results, best first")]
-    assert len(results) >= n_runs / style.TABLE_ROWS_PER_PAGE
+    assert len(results) >= n_runs / TABLE_ROWS_PER_PAGE
     assert results[-1].startswith(f"Results, best first ({len(results)} of {len(results)})")
     assert f" {n_runs} scale-" in results[-1]  # the last rank, on the last results page
     assert "minutes=null" in results[0]  # a null swept value, as the run name has it
@@ -222,8 +226,8 @@ def test_design_tables_count_points_repeats_and_sites(design_runs):
 
 @pytest.mark.slow  # the 134-run report (about 16 s)
 def test_environment_bars_beyond_the_cap_are_announced(design_runs, monkeypatch):
-    monkeypatch.setattr(experiment_pages, "MAX_BARS", 2)
-    texts = draw(lambda pages: experiment_pages.environment_pages(pages, design_runs, SKIPPED))
+    monkeypatch.setattr(environments, "MAX_BARS", 2)
+    texts = draw(lambda pages: environments.environment_pages(pages, design_runs, SKIPPED))
     assert "The first 2 of 3 environments." in texts
 
 
@@ -235,10 +239,10 @@ def draw(page_fn, runs_df: pd.DataFrame | None = None, warmup: int = 1) -> str:
     params = inputs.ReportParams("t", "", "h", warmup)
     frame = runs_df if runs_df is not None else pd.DataFrame({"run": [], "dataset": [],
         "model": [], "workers": [], "nodes": []})  # fmt: skip
-    with matplotlib.rc_context(style.theme()):
-        pages = style.Pages(params, frame)
+    with matplotlib.rc_context(theme()):
+        pages = Book(params, frame)
         page_fn(pages)
-        texts = [t.get_text() for _, fig in pages.pages for t in fig.findobj(Text)]
+        texts = [t.get_text() for page in pages.pages for t in page.figure.findobj(Text)]
     return " ".join(" ".join(texts).split())
 
 
@@ -305,12 +309,12 @@ def test_environment_sd_is_over_repeats_or_labelled_as_over_epochs():
     assert table.loc["gpu", "sd_over"] == "epochs"
     assert table.loc["gpu", "epoch_seconds_sd"] == pytest.approx(0.05)
     assert not table["time_boxed"].any()
-    texts = draw(lambda pages: experiment_pages.environment_pages(pages, df, []), df)
+    texts = draw(lambda pages: environments.environment_pages(pages, df, []), df)
     assert "time box" not in texts  # no run had minutes
     assert "1 run: sd over epochs" in texts and "2 repeats" in texts
     assert "(each bar's label says which)" in texts
     boxed = df.assign(minutes=0.5)
-    texts = draw(lambda pages: experiment_pages.environment_pages(pages, boxed, []), boxed)
+    texts = draw(lambda pages: environments.environment_pages(pages, boxed, []), boxed)
     assert "in its time box" in texts
 
 
@@ -355,7 +359,7 @@ def test_pairs_of_more_swept_keys_than_the_cap_are_named():
     every = sweeps.pairs(df, "s", table)
     assert len(every) == 10 > sweeps.MAX_PAIRS
     assert every[0].held == {"c": 2, "d": 2, "e": 2}  # the best run: the last, all 2
-    texts = draw(lambda pages: experiment_pages.sweep_pages(pages, df), df)
+    texts = draw(lambda pages: sweep.sweep_pages(pages, df), df)
     assert "Sweep: s: a x b (1 of 6)" in texts and "(6 of 6)" in texts
     assert "10 pairs of swept keys; drawn: the first 6; left out: b x e, c x d, c x e, d x e" in (
         texts
@@ -364,7 +368,7 @@ def test_pairs_of_more_swept_keys_than_the_cap_are_named():
 
 def test_a_sweep_page_without_any_time_says_so():
     df = sweep_frame({k: np.nan for k in itertools.product([0.1, 0.2], [None, 0.5])})
-    texts = draw(lambda pages: experiment_pages.sweep_pages(pages, df), df)
+    texts = draw(lambda pages: sweep.sweep_pages(pages, df), df)
     assert "No time per epoch: no run here has an epoch after the 1 warm-up epoch" in texts
     assert "validation accuracy (%)" in texts  # the accuracy heatmap is still drawn
 

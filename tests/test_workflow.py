@@ -132,6 +132,10 @@ def test_html_report_builds(finished: Path):
     run_local(finished, "--report", str(html))
     text = html.read_text(errors="replace")
     assert "report.pdf" in text and "runs.csv" in text
+    # each figure with its own page's caption (clusterbench.report.captions), the PDF its pages
+    for title in ("Time per epoch", "Throughput", "Training curves", "Backend comparison"):
+        assert f"<strong>{title}</strong>" in text, title
+    assert "page 1: the title page: summary and provenance" in text
 
 
 def test_second_invocation_does_nothing(finished: Path):
@@ -230,7 +234,7 @@ def test_editing_the_report_code_reruns_only_the_report(finished: Path):
     reran = _change(
         finished,
         _every_config_change,
-        edit=checkout_of(finished) / "workflow/clusterbench/report/pages.py",
+        edit=checkout_of(finished) / "workflow/clusterbench/report/pages/title.py",
     )
     assert reran == {("report", "")}
 

@@ -21,18 +21,24 @@ runs, each named ``<site>/<run>``, with the site as one more dimension: no table
 averages runs of two sites (environments, sweep points, repeats, scaling baselines, backend
 pairs are all per site). Also written beside it: ``compare.csv`` (the site table)
 and ``compare-runs.csv`` (every run, with its site).
+
+This module finds, reads and matches the runs and writes the tables; the PDF's own pages and
+the PDF are :mod:`clusterbench.compare_report`'s (which imports nothing from here).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterbench.atomic import atomic_open
 from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json, schema_default
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
@@ -69,7 +75,18 @@ def results_root(path: Path) -> Path:
     )
 
 
-def find_runs(path: Path, read_json) -> tuple[list[SiteRun], list[tuple[str, str]]]:
+def read_run_json(path: Path) -> dict[str, Any]:
+    """A run.json, as far as the comparison needs it (its ``run`` object and ``site``)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CompareError(f"{path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("run"), dict):
+        raise CompareError(f"{path}: not a run.json (no 'run' object)")
+    return data
+
+
+def find_runs(path: Path) -> tuple[list[SiteRun], list[tuple[str, str]]]:
     """The finished runs of one results tree (a run.json and its evaluation's metrics.json),
     and the unfinished ones as ``(site/run, why)``: a run directory without run.json or
     without its evaluation. The site of an unfinished run is that of the tree's finished runs
@@ -86,7 +103,7 @@ def find_runs(path: Path, read_json) -> tuple[list[SiteRun], list[tuple[str, str
                 (run_dir.name, f"no {eval_dir / 'metrics.json'}: not evaluated, so not compared")
             )
             continue
-        info = read_json(run_dir / "run.json")
+        info = read_run_json(run_dir / "run.json")
         site = str(info.get("site") or tree_name(path))
         runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir))
     if not runs:
@@ -125,6 +142,38 @@ def find_skipped(path: Path, site: str) -> list[dict[str, Any]]:
     if rows and not {"run", "reason"} <= rows[0].keys():
         raise CompareError(f"{file}: no run and reason columns: not a clusterbench skipped.csv")
     return [{**row, "run": f"{site}/{row['run']}", "site": site} for row in rows]
+
+
+@dataclass
+class Loaded:
+    """Every tree's finished runs (with the report's view of each, named ``site/run``, its
+    site set), the runs that did not finish (``site/run``, why) and the skipped runs."""
+
+    runs: list[SiteRun]
+    data: list[Any]  # clusterbench.report.inputs.RunData
+    pending: list[tuple[str, str]]
+    skipped: list[dict[str, Any]]
+
+
+def load_all(dirs: Sequence[Path]) -> Loaded:
+    """Read every tree: its runs as the report reads them, each named and sited as the
+    comparison names it (an older run.json: the tree's directory is its site)."""
+    from clusterbench.report.inputs import load_run
+
+    loaded = Loaded([], [], [], [])
+    for path in dirs:
+        runs, pending = find_runs(path)
+        for run in runs:
+            try:
+                data = load_run(run.run_dir, run.eval_dir)
+            except (OSError, ValueError) as exc:
+                raise CompareError(f"{run.label}: {exc}") from None
+            info = {**data.info, "site": run.site}
+            loaded.runs.append(run)
+            loaded.data.append(dataclasses.replace(data, name=run.label, info=info))
+        loaded.pending += pending
+        loaded.skipped += find_skipped(path, tree_site(runs, tree_name(path)))
+    return loaded
 
 
 def match_key(config: dict[str, Any]) -> str:
@@ -213,6 +262,40 @@ def site_table(groups: Sequence[Sequence[SiteRun]], runs_df: Any) -> Any:
     return pd.DataFrame(rows)
 
 
+def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) -> int:
+    """Compare the trees ``dirs``: ``compare.csv``, ``compare-runs.csv`` and the PDF
+    ``output``; returns 0."""
+    from clusterbench import compare_report, provenance
+    from clusterbench.report import tables
+    from clusterbench.report.inputs import ReportParams
+
+    loaded = load_all(dirs)
+    sites = list(dict.fromkeys(r.site for r in loaded.runs))
+    groups, unmatched = match_runs(loaded.runs)
+    runs_df = tables.runs_table(loaded.data, warmup)
+    epochs_df = tables.epochs_table(loaded.data, warmup)
+    table = site_table(groups, runs_df)
+    not_compared = [(r.label, why) for r, why in unmatched] + loaded.pending
+    output.parent.mkdir(parents=True, exist_ok=True)
+    for name, df in (("compare", table), ("compare-runs", runs_df)):
+        with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
+            df.to_csv(fh, index=False)
+    title = title or f"clusterbench: {', '.join(sites)} compared"
+    params = ReportParams(title, "", "compare", warmup)
+    n_pages = compare_report.write_comparison(
+        output,
+        compare_report.Comparison(params, provenance.collect(), loaded.data, runs_df, epochs_df),
+        compare_report.Sites(sites, table, not_compared, loaded.skipped),
+    )
+    print(
+        f"compare: {len(loaded.runs)} runs on {len(sites)} sites ({', '.join(sites)}), "
+        f"{len(groups)} matched, {len(not_compared)} not, {len(loaded.skipped)} skipped; "
+        f"{n_pages} pages -> {output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="clusterbench-compare", description=__doc__.split("\n\n")[0]
@@ -230,10 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.dirs) < 2:
         parser.error("give at least two results trees to compare")
-    from clusterbench.compare_report import write_comparison
-
     try:
-        return write_comparison(args.dirs, args.output, args.title, args.warmup_epochs)
+        return compare(args.dirs, args.output, args.title, args.warmup_epochs)
     except CompareError as exc:
         print(f"clusterbench-compare: error: {exc}", file=sys.stderr)
         return 2
@@ -243,7 +324,5 @@ def cli() -> None:
     sys.exit(main())
 
 
-if __name__ == "__main__":  # run the package's module, whose CompareError the report raises
-    from clusterbench.compare import cli as _cli
-
-    _cli()
+if __name__ == "__main__":
+    cli()

@@ -10,12 +10,16 @@ python scripts/report.py \
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
 ``confusion.csv`` + ``per_class.csv`` (evaluate stage), paired by directory name, plus the
 Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
-``runs.csv`` (one row per run, sorted by accuracy), ``epochs.csv`` (one row per run and epoch),
-``benchmarks.csv`` (one row per benchmark record), ``figures/*.png`` and, last, ``report.pdf``
-(A4 landscape): title page with a summary and provenance, runs table, provenance of each run,
-time per epoch, throughput, scaling, backend comparison, training curves, confusion matrix of
-the best run, per-rule wall time and memory. Every page and every PNG figure carries the same
-footer (:func:`footer_text`: title, config hash, commit of the report's code).
+``runs.csv`` (one row per run, sorted by accuracy), ``results.csv`` (the answer, best first on
+validation), ``epochs.csv`` (one row per run and epoch), ``benchmarks.csv`` (one row per
+benchmark record), ``skipped.csv``, ``figures/*.png``, ``captions.rst`` (the figures' captions
+for Snakemake's HTML report, :mod:`~clusterbench.report.captions`) and, last, ``report.pdf``
+(A4 landscape): the pages of the page modules of :mod:`clusterbench.report.pages`, in their
+order (title page with a summary and provenance, results, runs, provenance of each run, time
+per epoch, throughput, scaling, backends, training curves, confusion matrix of the best run,
+Snakemake jobs, and the experiments' pages where there are experiments). Every page and every
+PNG figure carries the same footer (:func:`~clusterbench.report.book.footer_text`: title,
+config hash, commit of the report's code).
 
 Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
 where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
@@ -38,8 +42,9 @@ run's ``metrics.jsonl`` must hold epochs 1, 2, ..., N, each once and in order, a
 trains the run again).
 
 Text from the config and the data files (title, author, run, dataset and class names, hosts)
-is drawn literally: a ``$`` is a dollar sign, never mathtext (:func:`theme`). Installed fonts
-of wide coverage back up the report's own (:data:`FALLBACK_FONTS`); characters that no font
+is drawn literally: a ``$`` is a dollar sign, never mathtext
+(:func:`clusterbench.report.theme.theme`). Installed fonts of wide coverage back up the
+report's own (:data:`~clusterbench.report.theme.FALLBACK_FONTS`); characters that no font
 here can draw are named on stderr (the rule's log), per text, and drawn as boxes.
 """
 
@@ -60,6 +65,16 @@ from clusterbench.config import (
     ConfigError,
     bad_settings,
 )
+from clusterbench.report import theme
+from clusterbench.report.book import (
+    Page,
+    footer_text,
+    pdf_metadata,
+    stamp_footers,
+    write_pdf,
+)
+from clusterbench.report.captions import captions_template
+from clusterbench.report.context import Context
 from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
     SKIPPED_COLUMNS,
@@ -72,20 +87,10 @@ from clusterbench.report.inputs import (
     parse_params,
     parse_skipped,
 )
-from clusterbench.report.pages import build_pages
-from clusterbench.report.style import (
-    FALLBACK_FONTS,
-    REPORT_FACES,
-    _plural,
-    drawable_codepoints,
-    font_files,
-    footer_text,
-    glyph_warnings,
-    pdf_metadata,
-    stamp_footer,
-    theme,
-)
+from clusterbench.report.pages import build
 from clusterbench.report.tables import epochs_table, results_table, runs_table
+from clusterbench.report.text import plural
+from clusterbench.report.theme import drawable_codepoints, fonts_used, glyph_warnings
 
 
 def user_texts(
@@ -126,6 +131,32 @@ def user_texts(
     return [(what, text) for text, what in texts.items()]
 
 
+def write_tables(out_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as ``<name>.csv`` in ``out_dir``."""
+    for name, df in tables.items():
+        with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
+            df.to_csv(fh, index=False)
+
+
+def warn_missing_glyphs(texts: list[tuple[str, str]]) -> None:
+    """Name on stderr (the rule's log) the characters of ``texts`` that no font here can
+    draw, once per text, and the fonts the report draws in (call inside the theme)."""
+    missing = glyph_warnings(texts, drawable_codepoints())
+    for line in missing:
+        print(line, file=sys.stderr)
+    if missing:
+        print(fonts_used(), file=sys.stderr)
+
+
+def write_figures(out_dir: Path, pages: list[Page], params: ReportParams, footer: str) -> None:
+    """``figures/<png>.png`` of every page that has a figure, its footer also in its metadata."""
+    metadata = {"Title": params.title, "Description": footer}
+    for page in pages:
+        if page.png:
+            with atomic_path(out_dir / "figures" / f"{page.png}.png") as tmp:
+                page.figure.savefig(tmp, format="png", metadata=metadata)
+
+
 def write_outputs(
     out_dir: Path,
     params: ReportParams,
@@ -139,50 +170,24 @@ def write_outputs(
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.backends.backend_pdf import PdfPages
 
     runs_df = runs_table(runs, params.timing_warmup_epochs)
     epochs_df = epochs_table(runs, params.timing_warmup_epochs)
-    tables = (
-        ("runs", runs_df),
-        ("results", results_table(runs_df)),
-        ("epochs", epochs_df),
-        ("benchmarks", bench),
-    )
-    for name, df in tables:
-        with atomic_open(out_dir / f"{name}.csv", newline="") as fh:
-            df.to_csv(fh, index=False)
-
-    with matplotlib.rc_context(theme()), warnings.catch_warnings():
+    tables = {"runs": runs_df, "results": results_table(runs_df), "epochs": epochs_df}
+    write_tables(out_dir, {**tables, "benchmarks": bench})
+    with matplotlib.rc_context(theme.theme()), warnings.catch_warnings():
         # matplotlib warns of each missing glyph at each save: said once per text below instead
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
-        texts = user_texts(params, runs_df, runs, bench, bench_missing)
-        missing = glyph_warnings(texts, drawable_codepoints())
-        for line in missing:
-            print(line, file=sys.stderr)
-        if missing:
-            fonts = [Path(f).name for g, w in REPORT_FACES for f in font_files(g, w)]
-            print(
-                f"report: fonts used: {', '.join(dict.fromkeys(fonts))}. The report also uses "
-                f"these where installed: {', '.join(f for g in FALLBACK_FONTS for f in g)} "
-                "(e.g. the Debian packages fonts-noto-cjk, fonts-noto-core, fonts-symbola)",
-                file=sys.stderr,
-            )
-        pages = build_pages(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
-        total = len(pages.pages)
+        warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
+        ctx = Context(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
+        pages = build(ctx)
         footer = footer_text(params, prov)
-        for i, (_, fig) in enumerate(pages.pages, start=1):
-            stamp_footer(fig, footer, i, total)
-        png_metadata = {"Title": params.title, "Description": footer}
-        for png, fig in pages.pages:
-            if png:
-                with atomic_path(out_dir / "figures" / f"{png}.png") as tmp:
-                    fig.savefig(tmp, format="png", metadata=png_metadata)
-        with atomic_path(out_dir / "report.pdf") as tmp:
-            with PdfPages(tmp, metadata=pdf_metadata(params, prov)) as pdf:
-                for _, fig in pages.pages:
-                    pdf.savefig(fig)
-    return total
+        stamp_footers(pages, footer)
+        write_figures(out_dir, pages, params, footer)
+        with atomic_open(out_dir / "captions.rst", encoding="utf-8") as fh:
+            fh.write(captions_template(pages))
+        write_pdf(pages, out_dir / "report.pdf", pdf_metadata(params, prov))
+    return len(pages)
 
 
 def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
     n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped)
     print(
-        f"report: {_plural(len(runs), 'run')}, {_plural(len(bench), 'benchmark record')}, "
+        f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "
         f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"
     )
     return 0

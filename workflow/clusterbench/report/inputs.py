@@ -20,7 +20,7 @@ from clusterbench.config import (
 )
 from clusterbench.integrity import forcerun_command
 from clusterbench.params import read_json_object
-from clusterbench.report.style import _plural
+from clusterbench.report.text import plural
 
 EPOCH_FIELDS = (
     "epoch",
@@ -216,7 +216,7 @@ def check_epochs_completed(completed: Any, recorded: int, run_dir: Path) -> None
         )
     if completed != recorded:
         raise ValueError(
-            f"{metrics} records {_plural(recorded, 'epoch')} but {info} says "
+            f"{metrics} records {plural(recorded, 'epoch')} but {info} says "
             f"epochs_completed = {completed}: the train stage writes both from the same epochs, "
             f"so one of them was cut or edited. Train the run again with: "
             f"{forcerun_command(info)}"

@@ -18,7 +18,7 @@ from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
     RunData,
 )
-from clusterbench.report.style import UNKNOWN, _plural, commit_text, list_runs
+from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
 
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
 
@@ -187,7 +187,7 @@ def timed_mask(epochs: pd.DataFrame, warmup: int) -> np.ndarray:
 
 def warmup_reason(n_epochs: int, warmup: int) -> str:
     """Why a run has no timed epoch, e.g. 'only 1 epoch, 1 warm-up epoch excluded'."""
-    return f"only {_plural(n_epochs, 'epoch')}, {_plural(warmup, 'warm-up epoch')} excluded"
+    return f"only {plural(n_epochs, 'epoch')}, {plural(warmup, 'warm-up epoch')} excluded"
 
 
 def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""What every page function gets: :class:`Context`, the results (as read and as tables), the
+report's settings, the runs skipped here and the :class:`~clusterbench.report.book.Book` the
+pages are drawn into."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from clusterbench.report.book import Book
+from clusterbench.report.inputs import ReportParams, RunData
+
+#: The most runs a chart with one bar or line per run draws (the best on validation).
+RUNS_PER_CHART = 24
+
+
+@dataclass
+class Context:
+    """The report's inputs for its pages. Every table is the one written beside the PDF."""
+
+    params: ReportParams  # title, author, config hash, timing_warmup_epochs
+    prov: dict[str, Any]  # where, when and with what the report is made (provenance.collect)
+    runs: Sequence[RunData]  # each run as read (its confusion matrix, per-class scores, ...)
+    runs_df: pd.DataFrame  # runs.csv: one row per run, best first on validation
+    epochs_df: pd.DataFrame  # epochs.csv: one row per run and epoch
+    bench: pd.DataFrame  # benchmarks.csv: one row per Snakemake benchmark record
+    bench_missing: Sequence[str] = ()  # --benchmarks arguments that matched no file
+    skipped: Sequence[dict[str, Any]] = ()  # the runs skipped here, each with its reason
+    book: Book = field(init=False)  # the style: new pages, the runs' colours and order
+
+    def __post_init__(self) -> None:
+        self.book = Book(self.params, self.runs_df)
+
+    @property
+    def warmup(self) -> int:
+        """Epochs left out of every run's timing."""
+        return self.params.timing_warmup_epochs
+
+    def run_data(self, name: str) -> RunData:
+        """The run ``name`` as read."""
+        return next(r for r in self.runs if r.name == name)
+
+    @contextlib.contextmanager
+    def per_run_charts(self) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+        """For charts with one bar or line per run: the runs table and the epochs of at most
+        :data:`RUNS_PER_CHART` runs, the best on validation; the pages made inside say so
+        (every run stays in the CSVs)."""
+        shown = self.runs_df.head(RUNS_PER_CHART)
+        epochs = self.epochs_df[self.epochs_df["run"].isin(shown["run"])]
+        note = None
+        if len(shown) < len(self.runs_df):
+            note = (
+                f"Shown: the {len(shown)} best of {len(self.runs_df)} runs on validation "
+                "(every run is in runs.csv and epochs.csv)."
+            )
+        with self.book.subset(note, list(shown["run"])):
+            yield shown, epochs

@@ -1,0 +1,53 @@
+"""Results, best first: every run sorted by its final validation accuracy, with what it is
+(experiment, environment, swept values), its validation and test accuracy and its time."""
+
+from __future__ import annotations
+
+from clusterbench.report.context import Context
+from clusterbench.report.describe import point_label
+from clusterbench.report.table_pages import best_first, cell_text, table_pages
+from clusterbench.report.text import fmt_pct, fmt_seconds_sd
+
+ORDER = 20
+
+COLUMNS = (
+    ("#", 0.03, True),
+    ("Run", 0.24, False),
+    ("Experiment /\nenvironment", 0.1, False),
+    ("Swept values", 0.2, False),
+    ("Workers\n(nodes)", 0.065, True),
+    ("Epochs", 0.05, True),
+    ("Validation\naccuracy", 0.075, True),
+    ("Test\naccuracy", 0.065, True),
+    ("Time per epoch\n(mean \u00b1 sd)", 0.11, True),
+    ("Images/s", 0.065, True),
+)
+
+CAPTION = (
+    "Every run sorted by its final validation accuracy (then validation loss): the best run "
+    "(highlighted) is chosen on validation, never on the test split, and is kept in "
+    "results/best/. Test accuracy is the evaluation's, on data no choice has seen."
+)
+
+
+def draw(ctx: Context) -> None:
+    rows = []
+    for rank, r in enumerate(ctx.runs_df.itertuples(index=False), start=1):
+        origin = "\n".join(x for x in (r.experiment, r.environment) if x) or "by hand"
+        rows.append(
+            [
+                str(rank),
+                cell_text(r.run, 0.24),
+                origin,
+                cell_text(point_label(r.point), 0.2) or "-",
+                f"{r.workers} ({r.nodes})",
+                str(r.epochs),
+                fmt_pct(r.final_val_accuracy),
+                fmt_pct(r.accuracy),
+                fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)
+                if r.timed_epochs
+                else "n/a",
+                f"{r.images_per_second:,.0f}" if r.timed_epochs else "n/a",
+            ]
+        )
+    table_pages(ctx.book, "Results, best first", CAPTION, COLUMNS, rows, style=best_first)

@@ -1,0 +1,88 @@
+"""Runs: the table of every run, best first on evaluation accuracy, with its training
+conventions (backend, BN mode, global batch, effective learning rate), its accuracy and its
+timing over the timed epochs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterbench.report.context import Context
+from clusterbench.report.describe import first_epochs, untimed_note
+from clusterbench.report.table_pages import best_first, table_pages
+from clusterbench.report.text import (
+    fmt_duration,
+    fmt_number_sd,
+    fmt_pct,
+    fmt_seconds_sd,
+    wrap_label,
+)
+
+ORDER = 70
+
+
+def draw(ctx: Context) -> None:
+    runs_df, warmup = ctx.runs_df, ctx.warmup
+    splits = runs_df["eval_split"].unique()
+    acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
+    columns = [  # header, relative width, right-aligned
+        ("#", 0.025, True),
+        ("Run", 0.157, False),
+        ("Dataset /\nmodel", 0.085, False),
+        ("Workers\n(nodes)", 0.066, True),
+        ("Device", 0.055, False),
+        ("Backend /\nBN", 0.086, False),
+        ("Global\nbatch", 0.073, True),
+        ("Eff.\nLR", 0.045, True),
+        ("Deter-\nministic", 0.062, False),
+        ("Epochs", 0.055, True),
+        (acc_header, 0.07, True),
+        ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
+        ("Throughput\n(images/s)", 0.088, True),
+        ("Total\ntrain time", 0.092, True),
+    ]
+    rows = [
+        run_cells(rank, r, len(splits) > 1)
+        for rank, r in enumerate(runs_df.itertuples(index=False), start=1)
+    ]
+    caption = (
+        "Sorted by evaluation accuracy, best first (highlighted). Workers = processes (ranks). "
+        "Global batch = images per optimiser step over all workers; convention: global = the "
+        "configured batch size is the global batch, per worker = it is per worker (times the "
+        "workers). Eff. LR = learning rate after warm-up. Time per epoch and throughput (all "
+        "workers): mean \u00b1 sample sd over the timed epochs (ep.), "
+        + (
+            f"excluding {first_epochs(warmup)} of each run (warm-up)."
+            if warmup
+            else "all epochs of each run."
+        )
+    )
+    note = untimed_note(runs_df, "* ")
+    bottom = 0.08 if note else 0.06
+    table_pages(ctx.book, "Runs", caption, columns, rows, best_first, note, bottom=bottom)
+
+
+def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
+    """One run's row (``r``: a runs.csv row as a named tuple); ``splits``: the runs were
+    evaluated on several splits (each cell names its own)."""
+    acc = fmt_pct(r.accuracy)
+    convention = "per worker" if r.batch_scaling == "per_worker" else r.batch_scaling
+    return [
+        str(rank),
+        wrap_label(r.run, 17),
+        f"{r.dataset}\n{r.model}",
+        f"{r.workers} ({r.nodes})",
+        r.device,
+        f"{r.backend}\n{r.bn}",
+        f"{r.global_batch}\n{convention}",
+        f"{r.effective_lr:g}",
+        "yes" if r.deterministic else "no",
+        str(r.epochs),
+        f"{acc}\n({r.eval_split})" if splits else acc,
+        (
+            f"{fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)}\n({r.timed_epochs} ep.)"
+            if r.timed_epochs
+            else "n/a\n(0 ep.*)"
+        ),
+        fmt_number_sd(r.images_per_second, r.std_images_per_second).replace(" \u00b1", "\n\u00b1"),
+        fmt_duration(r.train_seconds),
+    ]
