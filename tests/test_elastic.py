@@ -273,7 +273,10 @@ def test_a_slot_added_to_the_hosts_file_joins_at_the_next_commit(data, tmp_path)
     joins at the next commit (every 3 steps here), and the run finishes on 3."""
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:2\n")
-    run = run_config(workers=2, min_workers=1, max_workers=3, epochs=3, batch_size=24)
+    # channels-last weights: the joining rank gets them through the runtime's broadcast
+    run = run_config(
+        workers=2, min_workers=1, max_workers=3, epochs=3, batch_size=24, channels_last=True
+    )
     out = tmp_path / "out"
     train_elastic(
         data, run, out, hosts, when_epochs(out, 1, lambda: hosts.write_text("localhost:3\n"))

@@ -463,8 +463,10 @@ def test_runs_csv_training_conventions(default_report):
 def test_runs_table_page_shows_conventions(default_report):
     _, out = default_report
     page = pdf_text(out / "report.pdf").split("\f")[PAGE["runs"]]
+    words = " ".join(page.split())
     assert "per-worker base learning rate" not in page
-    assert "Backend" in page and "Global batch" in page and "Eff." in page
+    assert "Backend" in words and "Global batch" in words and "Eff." in words
+    assert "Device /" in words and "memory" in words and "NCHW" in words
     assert "ddp" in page and "horovod" in page and "aggregate" in page
     assert re.search(r"\d\.\d\d s ± \d\.\d\d", page)  # mean ± sd
     assert "(14 ep.)" in page
@@ -613,7 +615,7 @@ def _scaling_frame(**changes: dict) -> pd.DataFrame:
     """A 1-worker and a 2-worker run of one series; ``changes`` overrides the 2-worker run."""
     common = {"dataset": "digits", "model": "small_cnn", "global_batch": 128, "device": "cpu",
               "backend": "horovod", "bn": "aggregate", "precision": "fp32",
-              "channels_last": False, "site": "east"}  # fmt: skip
+              "memory_format": "contiguous", "site": "east"}  # fmt: skip
     rows = [
         {**common, "run": "one", "workers": 1, "images_per_second": 1000.0},
         {**common, "run": "two", "workers": 2, "images_per_second": 1800.0, **changes},
@@ -639,7 +641,7 @@ def test_baseline_same_series():
         {"model": "resnet18"},
         {"dataset": "mnist"},
         {"precision": "bf16"},
-        {"channels_last": True},
+        {"memory_format": "channels_last"},
         {"site": "west"},  # another site's 1-worker run is no baseline
     ],
 )

@@ -439,6 +439,8 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "global_batch": 25,
         "per_worker_batch": [13, 12],
         "lr": 0.05,
+        "memory_format": "contiguous",
+        "memory_format_reason": "channels_last: false",
     }
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
     assert_provenance(info, ranks=[0, 1])
@@ -447,6 +449,29 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     assert model_file["arch"] == {"model": "small_cnn", "num_classes": 4, "input_shape": [1, 8, 8]}
     net = build_model(**model_file["arch"])
     net.load_state_dict(model_file["state_dict"])  # strict: same keys as a plain model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bn", ["aggregate", "sync", "local"])
+@pytest.mark.parametrize("backend", ["horovod", "ddp"])
+def test_channels_last_trains_on_two_workers_with_identical_weights(backend, bn, tmp_path):
+    """Channels-last weights and inputs under both backends and every BN mode: Horovod's
+    broadcasts take the non-contiguous weights, DDP's buckets match the gradients' strides (no
+    stride warning: ResNet's 1x1 shortcut convolutions have ambiguous strides), and both ranks
+    end with the same weights."""
+    data = make_dataset(tmp_path / "data", n_train=100, n_val=20)
+    run = run_config(model="resnet", epochs=1, backend=backend, bn=bn, channels_last="auto")
+    proc = run_training(data, run, tmp_path / "out", "--dump-final-weights", str(tmp_path / "d"))
+    assert "Grad strides do not match" not in proc.stdout + proc.stderr
+    w0, w1 = (
+        torch.load(tmp_path / "d" / run["name"] / f"rank-{r}.pt", weights_only=True) for r in (0, 1)
+    )
+    for key in w0:  # bn local: each rank keeps its own shard's running statistics
+        if bn != "local" or not key.endswith(("running_mean", "running_var")):
+            assert torch.equal(w0[key], w1[key]), key
+    effective = json.loads((tmp_path / "out" / "run.json").read_text())["effective"]
+    assert effective["memory_format"] == "channels_last"
+    assert effective["memory_format_reason"] == "auto: a convolutional model (resnet) on cpu"
 
 
 @pytest.mark.slow

@@ -60,7 +60,7 @@ def train(
         print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
 
         def make_data(device: Any) -> ResidentImages:
-            return ResidentImages(splits, device, run["channels_last"], run["seed"])
+            return ResidentImages(splits, device, run["seed"])
 
         result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps)
     except BaseException:

@@ -39,6 +39,23 @@ if TYPE_CHECKING:
 _HANDED: deque[torch.Tensor] = deque(maxlen=2)
 #: How long shutdown waits for Gloo to let go (it takes microseconds to milliseconds).
 RELEASE_TIMEOUT_S = 5.0
+#: The environment variable that sets DDP's bucket size (MiB; PyTorch's default, 25, unset):
+#: a site's tuning knob, no run setting (it changes no result). Measured: benchmarks/README.md.
+BUCKET_ENV = "CLUSTERBENCH_DDP_BUCKET_MB"
+
+
+def bucket_cap_mb(env: Mapping[str, str]) -> float | None:
+    """DDP's ``bucket_cap_mb`` from :data:`BUCKET_ENV` (None: PyTorch's default)."""
+    value = env.get(BUCKET_ENV, "")
+    if not value:
+        return None
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ValueError(f"${BUCKET_ENV} must be a number of MiB above 0, got {value!r}")
+    return mb
 
 
 def all_reduce(tensor: torch.Tensor) -> None:
@@ -188,6 +205,7 @@ class TorchRuntime(Runtime):
                 device_ids=[params.device.index] if params.is_cuda else None,
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
+                bucket_cap_mb=bucket_cap_mb(os.environ),
             )
         return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn))
 

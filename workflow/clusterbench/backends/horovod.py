@@ -104,7 +104,10 @@ class HorovodRuntime(ElasticRuntime):
 
     def elastic_state(self, model: nn.Module, optimizer: Any, **values: Any) -> Any:
         """``hvd.elastic.TorchState`` of ``model``, ``optimizer`` and ``values``: committed,
-        restored after a failure, and sent from rank 0 to every rank at each (re)start."""
+        restored after a failure, and sent from rank 0 to every rank at each (re)start. The
+        model and optimiser are sent through this runtime (:func:`use_runtime_handlers`):
+        Horovod's own handlers refuse a channels-last weight (not contiguous)."""
+        use_runtime_handlers(self)
         return self.hvd.elastic.TorchState(model=model, optimizer=optimizer, **values)
 
     def elastic_run(self, func: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -158,6 +161,38 @@ class HorovodRuntime(ElasticRuntime):
 
 #: The backend's runtime (clusterbench.backends).
 RUNTIME = HorovodRuntime
+
+
+def use_runtime_handlers(runtime: HorovodRuntime) -> None:
+    """Make Horovod elastic send a model's weights and an optimiser's state through
+    ``runtime`` (its broadcasts take any memory format), instead of ``broadcast_parameters``
+    and ``broadcast_optimizer_state``, which refuse tensors that are not contiguous."""
+    from horovod.torch.elastic import state as elastic
+    from torch import nn, optim
+
+    # A sync comes right after a reset re-formed the world: the runtime reads it first.
+    class ModelHandler(elastic.ModelStateHandler):
+        def sync(self) -> None:
+            runtime.refresh()
+            runtime.broadcast_tensors_(self.value.state_dict())
+
+    class OptimizerHandler(elastic.OptimizerStateHandler):
+        def sync(self) -> None:
+            runtime.refresh()
+            sent = runtime.broadcast_object(
+                self.value.state_dict() if runtime.rank == 0 else None, name="elastic.optimizer"
+            )
+            if runtime.rank != 0:
+                self.value.load_state_dict(sent)
+
+    others = [
+        (kind, handler)
+        for kind, handler in elastic.get_handler_registry()
+        if kind not in (nn.Module, optim.Optimizer)
+    ]
+    elastic.set_handler_registry(
+        [(nn.Module, ModelHandler), (optim.Optimizer, OptimizerHandler), *others]
+    )
 
 
 def _identity(hvd: Any) -> Identity:

@@ -29,20 +29,21 @@ EVAL_BATCH = 1024
 
 class ResidentImages:
     """Images and labels of a preprocessed dataset, on ``device``; the network gets them
-    normalised, in NCHW shape, channels-last in memory when ``channels_last`` (else NCHW)."""
+    normalised, in NCHW shape (channels-last in memory: the loop makes them contiguous in the
+    run's memory format, :mod:`clusterbench.training.memory_format`)."""
 
     task = "classification"
     #: Units a sample counts for in the loss and throughput (one image).
     units_per_sample = 1
 
-    def __init__(self, splits: TrainingSplits, device: Any, channels_last: bool, seed: int):
+    def __init__(self, splits: TrainingSplits, device: Any, seed: int):
         import torch
 
         def tensor(a: np.ndarray) -> Any:
             return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
         meta = splits.meta
-        self.device, self.channels_last, self.seed = device, channels_last, seed
+        self.device, self.seed = device, seed
         self.train_x, self.train_y = tensor(splits.train.x), tensor(splits.train.y)
         self.val_x, self.val_y = tensor(splits.val.x), tensor(splits.val.y)
         self.mean = torch.tensor(meta["mean"], dtype=torch.float32, device=device)
@@ -59,10 +60,9 @@ class ResidentImages:
         return len(self.train_y)
 
     def inputs(self, images: Any) -> Any:
-        """uint8 NHWC images on the device -> the normalised network input."""
-        x = normalize_images(images, self.mean, self.std)
-        # normalize_images permutes NHWC to NCHW: that view already is channels_last in memory
-        return x if self.channels_last else x.contiguous()
+        """uint8 NHWC images on the device -> the normalised network input (an NCHW view of
+        channels-last memory)."""
+        return normalize_images(images, self.mean, self.std)
 
     def epoch_batches(
         self, epoch: int, batches: list[tuple[int, int]], first: int, rank: int, size: int

@@ -29,7 +29,7 @@ def describe_series(key: dict[str, Any] | pd.Series) -> str:
     """A scaling series (``BASELINE_KEY``) in words: 'digits / small_cnn, batch 256, cpu,
     horovod, aggregate BN'."""
     extra = "" if key["precision"] == "fp32" else f", {key['precision']}"
-    extra += ", channels_last" if key["channels_last"] else ""
+    extra += ", channels-last" if key["memory_format"] == "channels_last" else ""
     return (
         f"{key['dataset']} / {key['model']}, batch {key['global_batch']}, {key['device']}, "
         f"{key['backend']}, {key['bn']} BN{extra}"

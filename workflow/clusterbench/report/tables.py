@@ -32,7 +32,7 @@ BASELINE_KEY = (
     "backend",
     "bn",
     "precision",
-    "channels_last",
+    "memory_format",
     "site",
 )
 
@@ -47,7 +47,7 @@ BACKEND_MATCH_KEY = (
     "bn",
     "global_batch",
     "precision",
-    "channels_last",
+    "memory_format",
     "site",
 )
 
@@ -234,6 +234,15 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def memory_format(info: dict[str, Any]) -> str:
+    """The memory format a run trained in: run.json's ``effective.memory_format``; a run.json
+    written before it existed trained in what its ``channels_last`` said."""
+    chosen = (info.get("effective") or {}).get("memory_format")
+    if chosen is not None:
+        return str(chosen)
+    return "channels_last" if info["run"].get("channels_last") is True else "contiguous"
+
+
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
     """One row per run (runs.csv), sorted by validation accuracy, best first. Timing columns
     leave out the first ``warmup`` epochs of each run (see ``timing_stats``)."""
@@ -264,7 +273,8 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "effective_lr": float(eff["lr"]),
                 "deterministic": bool(cfg["deterministic"]),
                 "precision": str(cfg["precision"]),
-                "channels_last": bool(cfg["channels_last"]),
+                "channels_last": str(cfg["channels_last"]),
+                "memory_format": memory_format(r.info),
                 "eval_split": r.metrics["split"],
                 "eval_n": int(r.metrics["n"]),
                 "accuracy": float(r.metrics["accuracy"]),

@@ -32,7 +32,9 @@ from typing import Any, Protocol
 from clusterbench import checkpoints, preemption
 from clusterbench.atomic import atomic_path
 from clusterbench.runtime import Runtime
+from clusterbench.training import memory_format
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
+from clusterbench.training.memory_format import torch_format
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
 from clusterbench.training.record import (
     epoch_line,
@@ -134,8 +136,11 @@ def make_session(rt: Runtime, run: dict[str, Any], settings: dict[str, Any]) -> 
     return ElasticSession(rt, run, settings["elastic_commit_steps"])
 
 
-def build(rt: Runtime, run: dict[str, Any], data: Any, device: Any) -> tuple[dict, Any, Any]:
-    """The run's architecture description, model (seeded: equal on every rank) and SGD."""
+def build(
+    rt: Runtime, run: dict[str, Any], data: Any, device: Any, memory_format: str
+) -> tuple[dict, Any, Any]:
+    """The run's architecture description, model (seeded: equal on every rank; in
+    ``memory_format``) and SGD."""
     import torch
 
     from clusterbench.models import architecture, build_model
@@ -143,8 +148,7 @@ def build(rt: Runtime, run: dict[str, Any], data: Any, device: Any) -> tuple[dic
     arch = architecture(run["model"], data.num_classes, data.input_shape)
     torch.manual_seed(run["seed"])
     model = rt.prepare_model(build_model(**arch), run["bn"], device).to(device)
-    if run["channels_last"]:
-        model = model.to(memory_format=torch.channels_last)
+    model = model.to(memory_format=torch_format(memory_format))
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=run["lr"],
@@ -176,7 +180,8 @@ def fit(
     session = make_session(rt, run, settings)
     device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     data = make_data(device)
-    arch, model, optimizer = build(rt, run, data, device)
+    layout = memory_format.choose(run, device_type, data.task)
+    arch, model, optimizer = build(rt, run, data, device, layout[0])
     found = checkpoints.newest_valid(out_dir, run) if rt.rank == 0 else None
     ckpt = found[1] if found else None
     if found is not None:
@@ -186,6 +191,7 @@ def fit(
     saved_ranks = ckpt["ranks"] if ckpt else None
     state = session.make_state(model, optimizer, session.prepare(values_of(ckpt), saved_ranks))
     trainer = Trainer(rt, run, data, Path(out_dir), session, device, settings)
+    trainer.layout = layout
     trainer.partial = session.start(state, saved_ranks)
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
@@ -214,6 +220,7 @@ class Trainer:
         self.arch: dict[str, Any] = {}
         self.dump_dir: Path | None = None
         self.max_steps: int | None = None
+        self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
         self._outputs: Outputs | None = None
 
     def outputs(self, state: Any) -> Outputs | None:
@@ -230,6 +237,9 @@ class Trainer:
         rt = self.rt
         net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"])
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
+        ctx.memory_format = (
+            torch_format(self.layout[0]) if self.data.task == "classification" else None
+        )
         facts = rt.allgather_object(
             rank_provenance(rt.rank, rt.local_rank, self.device), name="train.provenance"
         )
@@ -354,7 +364,11 @@ class Trainer:
         provenance = run_provenance(facts)
         summary = {
             "world": self.session.extend_world(world, state),
-            "effective": effective_settings(self.run),
+            "effective": {
+                **effective_settings(self.run),
+                "memory_format": self.layout[0],
+                "memory_format_reason": self.layout[1],
+            },
             "epochs_completed": len(state.records),
             "train_seconds": state.train_seconds,
             "versions": provenance["versions"],  # rank 0's, as before provenance existed

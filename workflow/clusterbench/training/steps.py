@@ -42,6 +42,8 @@ class StepContext:
     net: Any  # what is called in training (the backend's wrapper around ``model``)
     optimizer: Any
     data: Any
+    #: The torch memory format the inputs are given to the network in (None: as they come).
+    memory_format: Any = None
 
     @property
     def objective(self) -> Any:
@@ -93,6 +95,7 @@ def run_steps(
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
     scale, steps = lr_scale(run), len(batches)
     loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
+    fmt = ctx.memory_format
     ctx.net.train()
     loss_sum = torch.full((), begin.partial.loss_sum, dtype=torch.float64, device=ctx.device)
     # the first step whose loss is not finite (-1: none), tracked on the device: no sync
@@ -106,6 +109,8 @@ def run_steps(
         for group in ctx.optimizer.param_groups:
             group["lr"] = lr
         x, y = next(inputs)
+        if fmt is not None:
+            x = x.contiguous(memory_format=fmt)
         with ctx.autocast():
             summed = loss_sum_of(ctx.net(x), y)
         ctx.optimizer.zero_grad()
@@ -175,6 +180,8 @@ def validate(ctx: StepContext) -> tuple[float, float]:
     count = 0
     with torch.no_grad(), ctx.autocast():
         for x, y in ctx.data.val_batches(ctx.rt.rank, ctx.rt.size):
+            if ctx.memory_format is not None:
+                x = x.contiguous(memory_format=ctx.memory_format)
             logits = ctx.model(x).float()
             loss_sum += objective.loss_sum(logits, y)
             correct += objective.correct(logits, y)

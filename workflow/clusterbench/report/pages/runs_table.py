@@ -18,6 +18,8 @@ from clusterbench.report.text import (
 )
 
 ORDER = 70
+#: The memory formats as the table names them.
+MEMORY_FORMATS = {"channels_last": "NHWC (ch.-last)", "contiguous": "NCHW"}
 
 
 def draw(ctx: Context) -> None:
@@ -26,10 +28,10 @@ def draw(ctx: Context) -> None:
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
     columns = [  # header, relative width, right-aligned
         ("#", 0.025, True),
-        ("Run", 0.157, False),
+        ("Run", 0.137, False),
         ("Dataset /\nmodel", 0.085, False),
         ("Workers\n(nodes)", 0.066, True),
-        ("Device", 0.055, False),
+        ("Device /\nmemory", 0.075, False),
         ("Backend /\nBN", 0.086, False),
         ("Global\nbatch", 0.073, True),
         ("Eff.\nLR", 0.045, True),
@@ -46,6 +48,7 @@ def draw(ctx: Context) -> None:
     ]
     caption = (
         "Sorted by evaluation accuracy, best first (highlighted). Workers = processes (ranks). "
+        "Memory = the memory format trained in. "
         "Global batch = images per optimiser step over all workers; convention: global = the "
         "configured batch size is the global batch, per worker = it is per worker (times the "
         "workers). Eff. LR = learning rate after warm-up. Time per epoch and throughput (all "
@@ -71,7 +74,7 @@ def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
         wrap_label(r.run, 17),
         f"{r.dataset}\n{r.model}",
         f"{r.workers} ({r.nodes})",
-        r.device,
+        f"{r.device}\n{MEMORY_FORMATS.get(r.memory_format, r.memory_format)}",
         f"{r.backend}\n{r.bn}",
         f"{r.global_batch}\n{convention}",
         f"{r.effective_lr:g}",
