@@ -65,6 +65,12 @@ class DistributedOptimizer:
         """Make this step's gradients (and BN statistics) equal on every worker. A backend
         that already did it during backward (DDP) waits here for nothing."""
 
+    def gradients_ready(self) -> Any:
+        """When the last gradient of this step was ready, where the backend communicates while
+        backward still computes (a host time on the CPU, a CUDA event on a GPU); None where it
+        communicates after backward (:mod:`clusterbench.training.step_times`)."""
+        return None
+
     def step(self) -> None:
         self.synchronize()
         self.inner.step()

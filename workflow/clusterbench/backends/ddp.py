@@ -97,15 +97,48 @@ def allreduce_sum_function() -> type:
     return AllreduceSum
 
 
+class ReadyClock:
+    """The state of DDP's communication hook when steps are timed: when each gradient bucket
+    was handed to the collective (the last one: backward's compute is done)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.last: Any = None
+
+    def mark(self) -> None:
+        if self.cuda:
+            import torch
+
+            self.last = torch.cuda.Event(enable_timing=True)
+            self.last.record()
+        else:
+            self.last = time.perf_counter()
+
+
+def timed_allreduce_hook(clock, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations
+    """DDP's own allreduce of a bucket (``default_hooks.allreduce_hook``), its start noted."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    clock.mark()
+    return default_hooks.allreduce_hook(None, bucket)
+
+
 class AggregatingOptimizer(DistributedOptimizer):
     """``step()``: DDP averaged the gradients during backward already; with ``bn: aggregate``
     one all_reduce of the BatchNorm running statistics, then the optimiser step."""
 
     def __init__(
-        self, inner: torch.optim.Optimizer, aggregator: RunningStatsAggregator | None
+        self,
+        inner: torch.optim.Optimizer,
+        aggregator: RunningStatsAggregator | None,
+        clock: ReadyClock | None = None,
     ) -> None:
         super().__init__(inner)
         self.aggregator = aggregator
+        self.clock = clock
+
+    def gradients_ready(self) -> Any:
+        return None if self.clock is None else self.clock.last
 
     def synchronize(self) -> None:
         if self.aggregator is not None:
@@ -195,7 +228,9 @@ class TorchRuntime(Runtime):
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
     ) -> tuple[nn.Module, DistributedOptimizer]:
-        module = model
+        from clusterbench.training import step_times
+
+        module, clock = model, None
         if self.size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -207,7 +242,10 @@ class TorchRuntime(Runtime):
                 gradient_as_bucket_view=True,
                 bucket_cap_mb=bucket_cap_mb(os.environ),
             )
-        return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn))
+            if step_times.enabled():  # when backward's compute ends: the last bucket's start
+                clock = ReadyClock(params.is_cuda)
+                module.register_comm_hook(clock, timed_allreduce_hook)
+        return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn), clock)
 
 
 #: The backend's runtime (clusterbench.backends).

@@ -20,6 +20,7 @@ from clusterbench.config import (
 )
 from clusterbench.integrity import forcerun_command
 from clusterbench.params import read_json_object
+from clusterbench.report import step_times
 from clusterbench.report.text import plural
 
 EPOCH_FIELDS = (
@@ -131,7 +132,7 @@ def read_epochs(path: Path) -> pd.DataFrame:
         except (ValueError, TypeError):
             raise ValueError(f"{path}: field {col!r} has non-numeric values") from None
     check_epoch_sequence(df["epoch"].tolist(), [n for n, _ in numbered], path)
-    return df.reset_index(drop=True)
+    return step_times.flatten(df).reset_index(drop=True)
 
 
 def check_epoch_sequence(epochs: list[Any], linenos: list[int], path: Path) -> None:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from clusterbench import provenance
 from clusterbench.experiments import format_value
+from clusterbench.report import step_times
 from clusterbench.report.inputs import (
     LOCAL_NAMES,
     PROVENANCE_COMPARED,
@@ -192,10 +193,12 @@ def warmup_reason(n_epochs: int, warmup: int) -> str:
 
 def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
     """Mean and sample standard deviation (ddof=1) of epoch time and throughput over the timed
-    epochs; NaN where there is no timed epoch (and sd NaN with only one)."""
+    epochs; NaN where there is no timed epoch (and sd NaN with only one); and where the step's
+    time goes over them (:func:`clusterbench.report.step_times.run_columns`)."""
     timed = epochs[timed_mask(epochs, warmup)]
     sec, ips = timed["epoch_seconds"], timed["images_per_second"]
     return {
+        **step_times.run_columns(timed),
         "timing_warmup_epochs": warmup,
         "timed_epochs": len(timed),
         "mean_epoch_seconds": float(sec.mean()) if len(timed) else np.nan,

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from clusterbench import checkpoints, preemption
 from clusterbench.atomic import atomic_path
 from clusterbench.runtime import Runtime
-from clusterbench.training import memory_format
+from clusterbench.training import memory_format, step_times
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
 from clusterbench.training.memory_format import torch_format
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
@@ -221,6 +221,7 @@ class Trainer:
         self.dump_dir: Path | None = None
         self.max_steps: int | None = None
         self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
+        self.time_steps = step_times.enabled()
         self._outputs: Outputs | None = None
 
     def outputs(self, state: Any) -> Outputs | None:
@@ -270,6 +271,7 @@ class Trainer:
             raise self.preempted(checkpoints.Position(state.epoch))
         batches = ctx.batches(self.max_steps)
         inputs = self.data.epoch_batches(state.epoch, batches, place.step, rt.rank, rt.size)
+        ctx.step_times = step_times.StepTimes(self.device, self.time_steps)
         synchronize(self.device)
         clock.epoch = time.perf_counter()
         self.train_pass(ctx, state, clock, batches, inputs)
@@ -278,6 +280,9 @@ class Trainer:
         record = epoch_record(
             self.run, state.epoch + 1, state.place, seconds, validate(ctx), rt.size, self.data
         )
+        if self.time_steps:  # every rank's phases: one small gather per epoch
+            phases = rt.allgather_object(ctx.step_times.result(), name="train.step_times")
+            record["step_seconds"] = step_times.summarise(phases)
         record = self.session.extend_record(record, state)
         state.epoch += 1
         state.records = [*state.records, record]

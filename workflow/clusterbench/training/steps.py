@@ -44,6 +44,8 @@ class StepContext:
     data: Any
     #: The torch memory format the inputs are given to the network in (None: as they come).
     memory_format: Any = None
+    #: This rank's phase times of the epoch's steps (:mod:`clusterbench.training.step_times`).
+    step_times: Any = None
 
     @property
     def objective(self) -> Any:
@@ -95,7 +97,7 @@ def run_steps(
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
     scale, steps = lr_scale(run), len(batches)
     loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
-    fmt = ctx.memory_format
+    fmt, times, optimizer = ctx.memory_format, ctx.step_times, ctx.optimizer
     ctx.net.train()
     loss_sum = torch.full((), begin.partial.loss_sum, dtype=torch.float64, device=ctx.device)
     # the first step whose loss is not finite (-1: none), tracked on the device: no sync
@@ -106,18 +108,24 @@ def run_steps(
     for step in range(begin.step, end):
         start, stop = batches[step]
         lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, steps)
-        for group in ctx.optimizer.param_groups:
+        for group in optimizer.param_groups:
             group["lr"] = lr
+        times.fetching()
         x, y = next(inputs)
         if fmt is not None:
             x = x.contiguous(memory_format=fmt)
+        times.fetched()
         with ctx.autocast():
             summed = loss_sum_of(ctx.net(x), y)
-        ctx.optimizer.zero_grad()
+        optimizer.zero_grad()
         # The backend averages over the W workers: W / U * (local sum) makes that average the
         # mean over the global batch's U units (images, tokens), whatever each rank's share.
         (summed * (workers / ((stop - start) * units))).backward()
-        ctx.optimizer.step()
+        times.backward_done(optimizer.gradients_ready())
+        optimizer.synchronize()
+        times.synchronized()
+        optimizer.inner.step()
+        times.stepped()
         loss_sum += summed.detach()
         first_bad = torch.where(torch.isfinite(summed.detach()) | (first_bad >= 0), first_bad, step)
         images += stop - start

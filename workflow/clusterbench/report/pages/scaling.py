@@ -54,7 +54,8 @@ def draw(ctx: Context) -> None:
         "per GPU on GPU runs). A line joins the runs of one series (their mean where a series has "
         "several runs with one worker count): "
         f"{BASELINE_WORDS}. Speed-up and efficiency are relative to the series' 1-worker run "
-        "(the fastest if there are several); a run without one is compared with no other run.",
+        "(the fastest if there are several); a run without one is compared with no other run. "
+        "Efficiencies below 100 %: the step's shares of exposed communication and data wait.",
         png="scaling",
         note="\n".join(notes) if notes else None,
     )
@@ -113,14 +114,26 @@ def plot_series(axes: list[Any], series: Series, runs_df: pd.DataFrame) -> None:
             if label and annotate:  # the line's values (a mean where runs share a count)
                 for w, v in line.items():
                     if math.isfinite(v):
+                        why = shares(group, w) if col == "efficiency" and v < 1 else ""
                         ax.annotate(
-                            label.format(v),
+                            label.format(v) + why,
                             (w, v),
                             textcoords="offset points",
                             xytext=offset,
                             fontsize=9,
                             color=color,
                         )
+
+
+def shares(group: pd.DataFrame, workers: int) -> str:
+    """Where an efficiency below 100 % went: the measured shares of the step's time spent on
+    exposed communication and waiting for data, of the runs with ``workers`` workers ("" where
+    not measured)."""
+    runs = group[group["workers"] == workers]
+    if "comm_share" not in runs or runs["comm_share"].isna().all():
+        return ""
+    comm, data = runs["comm_share"].mean(), runs["data_share"].mean()
+    return f"\ncomm {comm:.0%}, data {data:.0%}"
 
 
 def scaling_axis(ax: Any, col: str, ylabel: str, runs_df: pd.DataFrame) -> None:
