@@ -2,16 +2,17 @@
 
 ```
 .venv/bin/python benchmarks/assembly.py --data-dir DATA [--batch-size 128] [--epochs 8]
-    [--seed 1] [--out-dir OUT]
+    [--seed 1] [--memory-format channels_last|contiguous] [--out-dir OUT]
 ```
 
-Per epoch, as ``clusterbench.train`` with one worker, but without the model: the epoch's
-permutation (``numpy.random.default_rng([seed, epoch])``) moved to the device, then for each
-global batch the resident uint8 tensor indexed with its slice of it, ``normalize_images`` made
-NCHW-contiguous (the trainer without ``channels_last``) and the labels indexed. Threads: all
-CPUs of the affinity mask. After one warm-up pass, each "epoch" here repeats that pass over the
-training set (with a new permutation each time) until ``--min-seconds`` have passed (small data
-sets take milliseconds per pass); ``metrics.jsonl`` gets images/s per epoch.
+The trainer's own data source (:class:`clusterbench.data.resident.ResidentImages`, one worker)
+without the model: its batches of each epoch (the epoch's permutation, each global batch's
+indices, the uint8 images indexed and normalised), each made contiguous in the memory format
+the trainer would train in (``--memory-format``: a no-op for channels-last, a copy for NCHW),
+and the labels. Threads: all CPUs of the affinity mask. After one warm-up pass, each "epoch"
+here repeats that pass over the training set (with a new permutation each time) until
+``--min-seconds`` have passed (small data sets take milliseconds per pass); ``metrics.jsonl``
+gets images/s per epoch.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from bench_data import cpu_cores, load_arrays, write_metrics
-from clusterbench.data.images import normalize_images
+from bench_data import cpu_cores, write_metrics
+from clusterbench.data.arrays import load_training
+from clusterbench.data.resident import ResidentImages
+from clusterbench.training.memory_format import torch_format
+from clusterbench.training.schedule import global_batches
 
 
 def measure(
@@ -34,24 +37,20 @@ def measure(
     seed: int = 1,
     min_seconds: float = 0.5,
     out_dir: Path | None = None,
+    memory_format: str = "channels_last",
 ) -> list[dict[str, Any]]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(cpu_cores())
-    x_np, y_np, meta = load_arrays(data_dir)
-    train_x, train_y = torch.from_numpy(x_np).to(device), torch.from_numpy(y_np).to(device)
-    mean = torch.tensor(meta["mean"], dtype=torch.float32, device=device)
-    std = torch.tensor(meta["std"], dtype=torch.float32, device=device)
-    n = len(train_y)
+    splits = load_training(Path(data_dir), {"dataset": _dataset(data_dir), "workers": 1})
+    data = ResidentImages(splits, device, seed)
+    fmt = torch_format(memory_format)
+    batches = global_batches(data.train_size, batch_size, 1)
+    n = sum(stop - start for start, stop in batches)
 
     def one_pass(epoch: int) -> None:
-        order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n))
-        order = order.to(device)
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            inputs = normalize_images(train_x[idx], mean, std).contiguous()
-            target = train_y[idx]
-        del inputs, target
+        for images, _labels in data.epoch_batches(epoch, batches, 0, 0, 1):
+            images.contiguous(memory_format=fmt)
         if device.type == "cuda":
             torch.cuda.synchronize()
 
@@ -81,6 +80,12 @@ def measure(
     return records
 
 
+def _dataset(data_dir: Path) -> str:
+    import json
+
+    return json.loads((Path(data_dir) / "meta.json").read_text())["dataset"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
@@ -89,8 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--min-seconds", type=float, default=0.5, help="per epoch (repeats)")
     parser.add_argument("--out-dir", type=Path, help="write metrics.jsonl here")
+    parser.add_argument("--run", help="the trainer's run JSON (its batch_size and seed)")
+    parser.add_argument(
+        "--memory-format", choices=("channels_last", "contiguous"), default="channels_last"
+    )
     args = parser.parse_args(argv)
-    measure(args.data_dir, args.batch_size, args.epochs, args.seed, args.min_seconds, args.out_dir)
+    if args.run:
+        import json
+
+        run = json.loads(args.run)
+        args.batch_size, args.seed = run["batch_size"], run["seed"]
+    measure(
+        args.data_dir,
+        args.batch_size,
+        args.epochs,
+        args.seed,
+        args.min_seconds,
+        args.out_dir,
+        args.memory_format,
+    )
     return 0
 
 

@@ -1,26 +1,27 @@
-"""Reference 1: a minimal hand-written single-process PyTorch training loop.
+"""Reference 1: a single-process PyTorch training loop, written the way a user would write it.
 
 ```
 .venv/bin/python benchmarks/hand_loop.py --data-dir DATA [--model small_cnn] [--epochs 8]
     [--batch-size 128] [--lr 0.05] [--run RUN_JSON] [--out-dir OUT]
 ```
 
-It does what ``clusterbench.train`` does for one worker, and nothing else, so that the two can be
-diffed: the same model (``build_model``) and seed, the whole data set resident as tensors on the
-device, one permutation per epoch from ``numpy.random.default_rng([seed, epoch])``, global
-batches taken in that order (the last one may be smaller), ``normalize_images`` on the uint8
-batch, forward, cross-entropy (mean over the batch), backward, SGD with momentum and weight decay.
-Not done: LR warm-up (a constant LR costs the same), validation, checkpoints, logging.
+The data as stored (uint8 images, height x width x channels), in the simplest correct form and
+with PyTorch's defaults: the training arrays resident as tensors on the device, one shuffle per
+epoch, each batch ``x[idx].permute(0, 3, 1, 2).float() / 255`` normalised with the dataset's
+per-channel mean and std, forward, ``F.cross_entropy`` (the batch mean), ``backward``, SGD with
+momentum and weight decay. The model in PyTorch's default memory format, unless ``--run`` asks
+for ``channels_last: true``; bf16 autocast where ``precision`` is ``bf16``; on GPU
+``torch.backends.cudnn.benchmark = True`` (what every GPU training script sets). Not done: LR
+warm-up (a constant LR costs the same), validation, checkpoints, logging.
 
-Each batch is made contiguous in the model's memory format: NCHW, or NHWC with
-``channels_last`` (``normalize_images`` returns an NHWC-strided view). Threads: all the CPUs of
-this process's affinity mask (as the trainer with one worker). On GPU:
-``torch.backends.cudnn.benchmark = True``; ``precision="bf16"`` runs forward and loss under
-``torch.autocast(dtype=torch.bfloat16)``; ``channels_last`` also converts the model.
+What it does differently from the trainer (``clusterbench.train`` with one worker) is listed in
+benchmarks/README.md. The shuffle is ``numpy.random.default_rng([seed, epoch])`` so that both
+train on the same batches; the last batch may be smaller (the trainer's too, with one worker).
 
-Each epoch is timed with ``time.perf_counter`` (after ``torch.cuda.synchronize`` on GPU);
-``--out-dir`` gets ``metrics.jsonl`` in the trainer's format (epoch, epoch_seconds,
-images_per_second, train_loss). ``--run`` takes the trainer's run JSON slice instead of flags.
+Threads: the CPUs of this process's affinity mask. Each epoch is timed with
+``time.perf_counter`` (after ``torch.cuda.synchronize`` on GPU); ``--out-dir`` gets
+``metrics.jsonl`` in the trainer's format (epoch, epoch_seconds, images_per_second, train_loss).
+``--run`` takes the trainer's run JSON slice instead of flags.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ from bench_data import (
     settings_cli,
     write_metrics,
 )
-from clusterbench.data.images import normalize_images
 from clusterbench.models import build_model
 
-DEFAULTS = {**TRAINING_DEFAULTS, "precision": "fp32", "channels_last": False}
+DEFAULTS = {**TRAINING_DEFAULTS, "precision": "fp32", "channels_last": "auto"}
 
 
 def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[dict[str, Any]]:
@@ -51,21 +51,21 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
     s = {**DEFAULTS, **settings}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = True  # what every GPU training script sets
     else:
         torch.set_num_threads(cpu_cores())
-    memory_format = torch.channels_last if s["channels_last"] else torch.contiguous_format
 
     x_np, y_np, meta = load_arrays(data_dir)
     height, width, channels = meta["image_shape"]
     train_x = torch.from_numpy(x_np).to(device)
     train_y = torch.from_numpy(y_np).to(device)
-    mean = torch.tensor(meta["mean"], dtype=torch.float32, device=device)
-    std = torch.tensor(meta["std"], dtype=torch.float32, device=device)
+    mean = torch.tensor(meta["mean"], device=device).view(1, -1, 1, 1)
+    std = torch.tensor(meta["std"], device=device).view(1, -1, 1, 1)
 
     torch.manual_seed(s["seed"])
-    model = build_model(s["model"], meta["num_classes"], [channels, height, width])
-    model = model.to(device, memory_format=memory_format)
+    model = build_model(s["model"], meta["num_classes"], [channels, height, width]).to(device)
+    if s["channels_last"] is True:
+        model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"]
     )
@@ -76,19 +76,18 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
         model.train()
         order = torch.from_numpy(np.random.default_rng([s["seed"], epoch]).permutation(n))
         order = order.to(device)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        loss_sum = 0.0
         t0 = time.perf_counter()
         for start in range(0, n, batch):
             idx = order[start : start + batch]
-            inputs = normalize_images(train_x[idx], mean, std)
-            inputs = inputs.contiguous(memory_format=memory_format)
+            x = (train_x[idx].permute(0, 3, 1, 2).float() / 255 - mean) / std
             with torch.autocast(device.type, torch.bfloat16, enabled=s["precision"] == "bf16"):
-                loss = F.cross_entropy(model(inputs), train_y[idx])
+                loss = F.cross_entropy(model(x), train_y[idx])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             loss_sum += loss.detach() * len(idx)
-        train_loss = float(loss_sum) / n  # .item() waits for the GPU, like synchronize
+        train_loss = float(loss_sum) / n  # waits for the device, like synchronize
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0

@@ -1,4 +1,5 @@
-"""Reference 2: plain PyTorch DistributedDataParallel, N processes started by this script.
+"""Reference 2: plain PyTorch DistributedDataParallel, N processes started by this script,
+written the way a user would write it.
 
 ```
 .venv/bin/python benchmarks/plain_ddp.py --data-dir DATA --nproc 2 [--model small_cnn]
@@ -10,13 +11,15 @@ this host (``MASTER_ADDR=127.0.0.1``, a free port), process group ``gloo`` on CP
 one GPU per rank on GPU), ``DistributedDataParallel`` with its defaults, *local* BatchNorm
 (each rank normalises with its own shard's statistics). Threads per rank: CPUs / ranks.
 
-Like ``clusterbench.train``: the whole data set resident as tensors on every rank, one
-permutation per epoch from ``numpy.random.default_rng([seed, epoch])`` (the same on every rank),
-global batches of ``batch_size`` in that order (a last one smaller than the number of ranks is
-dropped), each rank training its contiguous shard (``B // N``, one more for the first ``B % N``
-ranks), loss ``sum * N / B`` so that DDP's gradient average is the global-batch mean.
-``normalize_images`` made NCHW-contiguous (as the hand loop), SGD with momentum and weight
-decay, constant LR, no validation.
+The data as stored (uint8 images, height x width x channels), resident as tensors on every
+rank, one permutation per epoch from ``numpy.random.default_rng([seed, epoch])`` (the same on
+every rank: the trainer's batches), global batches of ``batch_size`` in that order (a last one
+smaller than the number of ranks is dropped), each rank training its contiguous shard (``B // N``,
+one more for the first ``B % N`` ranks) as ``x[idx].permute(0, 3, 1, 2).float() / 255``
+normalised with the dataset's mean and std, the model in PyTorch's default memory format, loss
+``sum * N / B`` so that DDP's gradient average is the global-batch mean, SGD with momentum and
+weight decay, constant LR, no validation. What it does differently from the trainer is listed in
+benchmarks/README.md.
 
 Timing: a barrier, then the epoch on ``time.perf_counter``; an all-reduce of the loss at the end
 of the epoch (as the trainer's) lines the ranks up again before rank 0 stops the clock.
@@ -44,7 +47,6 @@ from bench_data import (
     settings_cli,
     write_metrics,
 )
-from clusterbench.data.images import normalize_images
 from clusterbench.models import build_model
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -79,8 +81,8 @@ def _train(rank: int, nproc: int, data_dir: Path, out_dir: Path | None, s: dict,
     height, width, channels = meta["image_shape"]
     train_x = torch.from_numpy(x_np).to(device)
     train_y = torch.from_numpy(y_np).to(device)
-    mean = torch.tensor(meta["mean"], dtype=torch.float32, device=device)
-    std = torch.tensor(meta["std"], dtype=torch.float32, device=device)
+    mean = torch.tensor(meta["mean"], device=device).view(1, -1, 1, 1)
+    std = torch.tensor(meta["std"], device=device).view(1, -1, 1, 1)
 
     torch.manual_seed(s["seed"])
     model = build_model(s["model"], meta["num_classes"], [channels, height, width]).to(device)
@@ -104,8 +106,8 @@ def _train(rank: int, nproc: int, data_dir: Path, out_dir: Path | None, s: dict,
             size = min(start + batch, n) - start
             lo, hi = shard(size, nproc, rank)
             idx = order[start + lo : start + hi]
-            # NCHW-contiguous input, as the hand loop (and the trainer without channels_last)
-            logits = model(normalize_images(train_x[idx], mean, std).contiguous())
+            x = (train_x[idx].permute(0, 3, 1, 2).float() / 255 - mean) / std
+            logits = model(x)
             summed = F.cross_entropy(logits, train_y[idx], reduction="sum")
             optimizer.zero_grad()
             (summed * (nproc / size)).backward()  # DDP averages: the global-batch mean
