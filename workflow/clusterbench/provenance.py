@@ -206,16 +206,6 @@ def _proc_driver() -> str:
     return parse_proc_driver_version(text) or UNKNOWN
 
 
-def gpu_names() -> list[str]:
-    """Names of the visible NVIDIA GPUs; empty when there are none (see :func:`gpu_info`)."""
-    return gpu_info()["gpus"]
-
-
-def gpu_driver() -> str | None:
-    """The NVIDIA driver version; None without a GPU, ``"unknown"`` when it cannot be read."""
-    return gpu_info()["gpu_driver"]
-
-
 def versions() -> dict[str, str]:
     """Python's and the key packages' versions (no subprocess, no import of the packages)."""
     return {
