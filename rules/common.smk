@@ -22,6 +22,7 @@ sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
 from clusterbench import integrity, interrupt, preemption
+from clusterbench.data import storage
 from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
 
 # SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
@@ -155,14 +156,21 @@ def dirs_of(paths):
     return list(dict.fromkeys(dir_of(path) for path in paths))
 
 
-ARRAY_FILES = [
-    f"{split}_{kind}.npy" for split in ("train", "val", "test") for kind in "xy"
-]
+def stored_files(dataset, stored):
+    """Every file of a preprocessed dataset stored as ``stored`` (arrays, or an image folder's
+    files: clusterbench.data.storage); meta.json (written last) comes last."""
+    return [f"{data_dir(dataset)}/{name}" for name in storage.data_files(stored)]
 
 
 def data_files(dataset):
-    """Every file of a preprocessed dataset; meta.json (written last) comes last."""
-    return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
+    """Every file of the preprocessed ``dataset``, as its storage has it."""
+    return stored_files(dataset, CFG["datasets"][dataset]["storage"])
+
+
+#: The datasets stored as files (an image folder a run streams), and those stored as arrays:
+#: the preprocess rules of each (rules/preprocess.smk).
+FILE_DATASETS = [d for d in DATASETS if CFG["datasets"][d]["storage"] == "files"]
+ARRAY_DATASETS = [d for d in DATASETS if d not in FILE_DATASETS]
 
 
 #: A path as the rules declare it (relative to the working directory) -> the path Snakemake

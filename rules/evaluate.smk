@@ -16,7 +16,7 @@ rule evaluate:
         SOFTWARE
     params:
         settings=lambda wc: cbconfig.canonical_json(CFG["evaluate"]),
-        data_dir=lambda wc, input: dir_of(input.data[0]),
+        data_dir=lambda wc, input: dir_of(input.data[-1]),
         out_dir=lambda wc, output: dir_of(output.metrics),
     shell:
         "python {input.script:q} --data-dir {params.data_dir:q} --model {input.model:q} "

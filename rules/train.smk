@@ -32,10 +32,16 @@ rule train:
         workers=lambda wc: run_of(wc)["workers"],
         # elastic runs: the launcher's bounds (also in the run's slice, so no new trigger)
         elastic=lambda wc: elastic_options(run_of(wc)),
-        data_dir=lambda wc, input: dir_of(input.data[0]),
+        data_dir=lambda wc, input: dir_of(input.data[-1]),
         out_dir=lambda wc, output: dir_of(output.info),
+        # how the data is read (loading, loader_workers, staging): no result changes with it,
+        # so no rerun trigger. Snakemake counts a param whose function takes `output` as
+        # derived from the outputs and leaves it out of the params it compares.
+        data=lambda wc, output: cbconfig.canonical_json(
+            cbconfig.data_settings(run_of(wc), CFG)
+        ),
     shell:
         "python -m clusterbench.launch --np {params.workers} {params.elastic}"
         "--lock {params.out_dir:q}/train.lock -- "
         "python {input.script:q} --data-dir {params.data_dir:q} --run {params.run:q} "
-        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--data-settings {params.data:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

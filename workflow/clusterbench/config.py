@@ -35,6 +35,7 @@ from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
 from clusterbench.config_file import key_path
+from clusterbench.data import storage
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.formats import FORMATS, format_module
@@ -78,6 +79,9 @@ TRAIN_KEYS = _tagged(_RUN_SLICES, "train")
 #: Training keys added since run.json was first written (``x-added-later``): absent (null) in
 #: an older run.json.
 LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-added-later"))
+#: ``loading: auto`` holds a run's data resident when the node's ranks' copies fit in this
+#: share of the memory (the schema's ``x-resident-memory-fraction`` of ``loading``).
+RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
 #: of local jobs): never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
@@ -147,6 +151,14 @@ def load_schema() -> dict[str, Any]:
                 "maxLength": expansion.MAX_NAME_LENGTH,
             },
             "experiment": defs["experiment_origin"],
+        },
+    }
+    # the train stage's --data-settings: how it reads the data, which changes no result
+    defs["data_settings"] = {
+        "type": "object",
+        "properties": {
+            **{key: run_props[key] for key in DATA_SETTINGS_KEYS},
+            "staging": schema["properties"]["staging"],
         },
     }
     # the preprocess stage's --params: a dataset's preprocess keys (``files`` as names)
@@ -402,6 +414,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         problems += run_problems(run, where, models_seen)
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
+    problems += storage.resolve(resolved["datasets"], checked, extractable(resolved["datasets"]))
     problems += cache_dir_problems(resolved["download"]["cache_dir"])
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
@@ -742,6 +755,27 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(relevant).encode()).hexdigest()[:12]
 
 
+def extractable(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, bool]:
+    """Dataset -> whether its format can be stored as files (its module's ``EXTRACTS``)."""
+    found = {}
+    for name, ds in datasets.items():
+        spec = BUILTIN_DATASETS.get(name)
+        fmt = spec.format if spec is not None else ds.get("format")
+        found[name] = fmt in FORMATS.names() and getattr(format_module(fmt), "EXTRACTS", False)
+    return found
+
+
+#: Run keys the train stage takes outside its ``--run`` (``x-slice: workflow``: no rerun
+#: trigger): how it reads the data, which gives the same batches either way.
+DATA_SETTINGS_KEYS = ("loading", "loader_workers")
+
+
+def data_settings(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The train stage's ``--data-settings``: the run's :data:`DATA_SETTINGS_KEYS` and the
+    config's ``staging``. No rerun trigger (rules/train.smk)."""
+    return {**{k: run[k] for k in DATA_SETTINGS_KEYS}, "staging": dict(config["staging"])}
+
+
 def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
     """The train rule's ``--run``: the training keys, and for a run an experiment expanded to,
     ``experiment`` (where it came from: clusterbench.experiments.origin, recorded in
@@ -755,8 +789,12 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """How a dataset is split, and for a declared one, how its files are read: its
-    :data:`PREPROCESS_KEYS`, ``files`` as their names."""
-    split = {key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg}
+    :data:`PREPROCESS_KEYS`, ``files`` as their names, ``storage`` only when it is ``files``
+    (:func:`clusterbench.data.storage.preprocess_storage`)."""
+    split = {
+        key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg and key != "storage"
+    }
+    split.update(storage.preprocess_storage(dataset_cfg))
     if "files" in split:
         split["files"] = [declared_file_name(entry) for entry in split["files"]]
     if "image_size" in split:
@@ -798,6 +836,7 @@ STAGES: dict[str, StageSettings] = {
     "download": StageSettings("/properties/download"),
     "download_source": StageSettings("/$defs/download_params"),
     "preprocess": StageSettings("/$defs/preprocess_params", check=split_problems),
+    "data_settings": StageSettings("/$defs/data_settings"),
     "checkpoints": StageSettings("/properties/checkpoints"),
 }
 
