@@ -199,6 +199,11 @@ def test_the_train_stage_gets_how_to_read_the_data_outside_its_run_slice():
 # streamed arrays: the same batches as resident
 
 
+def same(a: tuple, b: tuple) -> bool:
+    """Two ``(inputs, targets)`` batches are equal, bit for bit."""
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
 @pytest.mark.parametrize("augment_setting", ["none", "standard"])
 def test_streamed_arrays_give_the_resident_batches_and_their_processes_end(
     tmp_path, augment_setting
@@ -214,12 +219,10 @@ def test_streamed_arrays_give_the_resident_batches_and_their_processes_end(
             want = list(resident.epoch_batches(epoch, batches, first, rank, 2))
             got = list(stream.epoch_batches(epoch, batches, first, rank, 2))
             assert len(got) == len(want) == len(batches) - first
-            assert all(
-                torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(want, got)
-            )
+            assert all(same(a, b) for a, b in zip(want, got, strict=True))
         want = list(resident.val_batches(1, 2))
         got = list(stream.val_batches(1, 2))
-        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(want, got))
+        assert all(same(a, b) for a, b in zip(want, got, strict=True))
         assert len(set(children()) - before) == workers
         half = stream.epoch_batches(2, batches, 0, 0, 1)
         next(half)  # a pass left open, as a preemption leaves it
@@ -320,7 +323,7 @@ def test_a_streamed_image_folder_is_decoded_at_the_input_size_and_resumes_exactl
     batches = global_batches(source.train_size, 8, 1)
     whole = list(source.epoch_batches(0, batches, 0, 0, 1))
     rest = list(source.epoch_batches(0, batches, 1, 0, 1))
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(whole[1:], rest))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(whole[1:], rest, strict=True))
     assert whole[0][0].shape[1:] == (3, 16, 12)
     other = list(source.epoch_batches(1, batches, 0, 0, 1))
     assert not torch.equal(whole[0][0], other[0][0])  # another epoch, other crops
