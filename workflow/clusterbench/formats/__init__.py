@@ -7,6 +7,8 @@ config gives one (``datasets.<name>.format``). Each module of this package is on
 ``FILES``       how many files the format takes (a tuple of the allowed counts);
 ``SUFFIXES``    the file-name endings it accepts (None: any);
 ``RESIZES``     whether ``image_size`` applies (images resized to it);
+``EXTRACTS``    (optional) its images can be stored as files, extracted and decoded per batch
+                by a streamed run's loader (``storage: files``: :mod:`clusterbench.data.storage`);
 ``decode(files, image_size, class_names)``  the dataset's files (in the config's order) ->
                 :class:`Images`; ``class_names`` (a built-in dataset's, known in advance) makes
                 integer labels indices into them, else the classes come from the data.
