@@ -425,3 +425,18 @@ def test_no_function_over_80_lines_and_no_import_cycle_in_the_data_package():
         return any(n == goal or reaches(n, goal, seen | {n}) for n in graph[start] - seen)
 
     assert [name for name in graph if reaches(name, name, frozenset())] == []
+
+
+@pytest.mark.gpu
+def test_streamed_batches_reach_the_gpu_through_pinned_memory_as_resident_ones(tmp_path):
+    data = make_dataset(tmp_path / "data", n_train=105)
+    run = data_run(augment="standard")
+    gpu = torch.device("cuda", 0)
+    resident = open_source(data, run, reading("resident"), gpu)
+    stream = open_source(data, run, reading("stream", 2), gpu)
+    assert stream.make_loader().pin_memory
+    batches = global_batches(105, 25, 1)
+    want = list(resident.epoch_batches(0, batches, 0, 0, 1))
+    got = list(stream.epoch_batches(0, batches, 0, 0, 1))
+    assert all(b[0].is_cuda and same(a, b) for a, b in zip(want, got, strict=True))
+    stream.close()
