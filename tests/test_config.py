@@ -79,6 +79,7 @@ def test_run_defaults_and_builtin_defaults_merge():
             "test_fraction": 0.2,
             "split_seed": 0,
             "min_split_size": 50,
+            "storage": "arrays",  # decided by its runs (none streams it)
         }
     }
 
@@ -162,6 +163,7 @@ CHANGED = {  # another valid value of each dataset key
     "test_fraction": 0.3,
     "split_seed": 7,
     "min_split_size": 10,
+    "storage": "files",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clusterbench.data.loading import gib
 from clusterbench.report.context import Context
 from clusterbench.report.table_pages import cell_text, table_pages
 from clusterbench.report.text import fmt_duration, fmt_pct, plural
@@ -59,14 +60,11 @@ def staging_text(staging: dict[str, Any] | None) -> str:
     if not staging:
         return "none"
     nodes = staging.get("nodes") or []
-    lines = [
-        staging["dir"],
-        f"{staging['bytes'] / 2**20:,.1f} MiB copied, {fmt_duration(staging['seconds'])}",
-    ]
-    lines += [f"{n['node']}: {n['action']}" for n in nodes[:3]]
-    if len(nodes) > 3:
-        lines.append(f"+ {plural(len(nodes) - 3, 'more node')}")
-    return "\n".join(lines)
+    lines = [f"{gib(staging['bytes'])} copied, {fmt_duration(staging['seconds'])}"]
+    lines += [f"{n['node']}: {n['action']}" for n in nodes[:2]]
+    if len(nodes) > 2:
+        lines.append(f"+ {plural(len(nodes) - 2, 'more node')}")
+    return "\n".join([*lines, staging["dir"]])  # the directory last: a long one is cut
 
 
 def row(name: str, data: dict[str, Any], epochs: Any) -> list[str]:
@@ -78,8 +76,9 @@ def row(name: str, data: dict[str, Any], epochs: Any) -> list[str]:
     )
     skipped = data.get("skipped_files") or 0
     skip_text = plural(skipped, "file") if skipped else "none"
-    if skipped:
-        skip_text += "\n" + "\n".join(list(data.get("skipped") or {})[:2])
+    if skipped:  # by their names in the archive, where run.json gives them
+        names = [n.rsplit("(archive member ", 1)[-1].rstrip(")") for n in data.get("skipped") or {}]
+        skip_text += "\n" + "\n".join(names[:2])
     return [
         cell_text(name, COLUMNS[0][1]),
         cell_text(f"{loading.get('decision', '?')}: {loading.get('reason', '')}", COLUMNS[1][1]),
