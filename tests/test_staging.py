@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clusterbench import integrity
+from clusterbench.data import DataError, staging
 from clusterbench.data.staging import MARKER, StagingError, expand_dir, stage
 from test_train import make_dataset
 
@@ -68,6 +69,23 @@ def test_a_source_file_that_differs_from_its_record_is_not_staged(data, tmp_path
     with pytest.raises(StagingError, match=r"val_y\.npy differs from what preprocessing"):
         stage(data, str(tmp_path / "local"), "digits", time.time(), "n1")
     assert not [p for p in (tmp_path / "local").iterdir() if p.is_dir()]  # no copy left
+
+
+@pytest.mark.parametrize("size", [1000, 1024, 5000, 7 * 1024])
+def test_a_file_of_many_chunks_is_copied_whole_hashed_in_order(tmp_path, monkeypatch, size):
+    """The chunked copy (its hash in a helper thread, three buffers in turn) gives the file's
+    bytes and its sha256, at chunk multiples and not; one byte changed is refused."""
+    monkeypatch.setattr(staging, "CHUNK", 512)
+    src = tmp_path / "src.bin"
+    src.write_bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes())
+    record = integrity.record(src)
+    staging.copy_file(src, tmp_path / "dst.bin", record)
+    assert (tmp_path / "dst.bin").read_bytes() == src.read_bytes()
+    bad = bytearray(src.read_bytes())
+    bad[size // 2] ^= 1
+    src.write_bytes(bytes(bad))
+    with pytest.raises(DataError, match=r"src\.bin differs from what preprocessing"):
+        staging.copy_file(src, tmp_path / "dst2.bin", record)
 
 
 @pytest.mark.parametrize("where", ["file", "proc"])
