@@ -92,6 +92,8 @@ def test_an_image_folder_streams_through_the_workflow_staged_and_skipping_a_bad_
     cfg = pics_config(tmp_path, archive, runs, str(tmp_path / "elsewhere"))
     cfg["run_defaults"]["loader_workers"] = 2
     cfg["runs"] = [{**run, "loading": "auto"} for run in cfg["runs"]]
+    # with no run streaming it, storage: null would decide arrays: say files (what it was)
+    cfg["datasets"]["pics"]["storage"] = "files"
     write_config(work, cfg)
     dry = snakemake(work, *PROFILE, "-n")
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
