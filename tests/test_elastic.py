@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from clusterbench import config as cbconfig
 from clusterbench.launch.cli import parse_args
-from clusterbench.launch.schedulers.base import AllocationError, LaunchError
+from clusterbench.launch.schedulers import AllocationError, LaunchError
 from clusterbench.launch.schedulers.local import LocalScheduler, slot_hosts, slot_index
 from clusterbench.resources import train_resources
 from conftest import REPO

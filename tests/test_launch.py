@@ -24,9 +24,9 @@ import psutil
 import pytest
 from clusterbench import launch
 from clusterbench.launch import runner
-from clusterbench.launch.cli import parse_args, prepare
-from clusterbench.launch.schedulers import local, sge, slurm
-from clusterbench.launch.schedulers.base import Allocation, Host
+from clusterbench.launch.cli import parse_args
+from clusterbench.launch.fixed import prepare
+from clusterbench.launch.schedulers import Allocation, Host, local, sge, slurm
 from clusterbench.launch.schedulers.slurm import parse_scontrol_job
 from test_schedulers import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
 

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from clusterbench import preflight
-from clusterbench.launch.schedulers import sge, slurm
-from clusterbench.launch.schedulers.base import LaunchError, PreflightContext, PreflightError
+from clusterbench.launch.schedulers import LaunchError, PreflightContext, PreflightError, sge, slurm
 from clusterbench.launch.schedulers.local import (
     LocalScheduler,
     count_gpus,
@@ -18,7 +17,6 @@ from clusterbench.launch.schedulers.local import (
 from clusterbench.launch.schedulers.sge import SgeScheduler
 from clusterbench.launch.schedulers.slurm import (
     SlurmScheduler,
-    check_slurm,
     parse_sinfo,
     slurm_problems,
 )
@@ -70,19 +68,6 @@ def test_slurm_problems(request_, partition, ok):
         resources["slurm_partition"] = partition
     problems = slurm_problems("r", resources, parse_sinfo(SINFO))
     assert (problems == []) == ok, problems
-
-
-def test_check_names_every_bad_run():
-    jobs = [
-        ("fine", train_resources(run(workers=4))),
-        ("huge", train_resources(run(workers=1000, nodes=10))),
-    ]
-    with pytest.raises(PreflightError) as err:
-        check_slurm(jobs, SINFO)
-    msg = str(err.value)
-    assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in msg
-    assert "partition 'cpu' (10 node(s), 640 CPUs" in msg and "fine" not in msg
-    check_slurm(jobs[:1], SINFO)  # no error
 
 
 def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
@@ -144,6 +129,8 @@ def test_the_slurm_scheduler_asks_sinfo_once_and_names_each_run_too_big(monkeypa
     reasons = SlurmScheduler.unavailable(context(runs, asked=asked))
     assert list(reasons) == ["huge"] and calls == ["sinfo"]
     assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in reasons["huge"]
+    assert "partition 'cpu' (10 node(s), 640 CPUs" in reasons["huge"]
+    assert "fine" not in reasons["huge"]
     assert asked == [(name, slurm.SLURM_RESOURCE_KEYS) for name in runs]
     assert preflight.unavailable("slurm", context(runs)) == reasons
 

@@ -21,7 +21,7 @@ from clusterbench.launch.placement import (
     local_nodes,
     spread_ranks,
 )
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers import (
     Allocation,
     AllocationError,
     Host,
@@ -581,7 +581,7 @@ def test_sge_verify_problem_names_what_qsub_said() -> None:
 
 
 def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
-    from clusterbench.launch.schedulers.base import LaunchError
+    from clusterbench.launch.schedulers import LaunchError
     from clusterbench.launch.schedulers.sge import verify_command, verify_problem
 
     cmd = verify_command({"threads": 2, "sge_pe": "mpi"}, "smp")

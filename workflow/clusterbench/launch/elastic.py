@@ -12,7 +12,7 @@ rendezvous, assigns slots and decides when the world changes; this module gives 
   its host out (Horovod blacklists the host, and the other ranks reset to the smaller world)
   instead of stopping every rank.
 
-Signals are handled as in a fixed launch (:class:`~clusterbench.launch.runner.StopSignals`):
+Signals are handled as in a fixed launch (:class:`~clusterbench.launch.signals.StopSignals`):
 SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank that runs.
 """
 
@@ -30,22 +30,17 @@ from typing import Any
 
 from clusterbench import preemption
 from clusterbench.launch import schedulers
-from clusterbench.launch.cli import local_ifaces, rank_env
+from clusterbench.launch.common import local_ifaces, rank_env
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
-from clusterbench.launch.runner import (
-    RankResult,
-    RankRunner,
-    StopSignals,
-    failure_message,
-    shutdown_event_without_handlers,
-)
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.runner import RankResult, RankRunner, failure_message
+from clusterbench.launch.schedulers import (
     Allocation,
     LaunchError,
     Scheduler,
     resolve,
     split_devices,
 )
+from clusterbench.launch.signals import StopSignals, shutdown_event_without_handlers
 
 log = logging.getLogger("clusterbench.launch")
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers._base import (
     RANK_ID_VAR,
     Allocation,
     AllocationError,
@@ -89,6 +89,7 @@ class LocalScheduler(Scheduler):
     any scheduler: it runs right where the launcher does)."""
 
     name = "local"
+    detection_priority = 0  # the fallback: asked last, it always detects
     how = "local processes"
 
     def __init__(self) -> None:
@@ -276,3 +277,7 @@ def local_problems(
         "its time per epoch would measure that; lower workers or cpus_per_worker, or run it "
         "through a cluster profile (--profile profiles/slurm or profiles/sge)"
     ]
+
+
+#: The scheduler of this module (the registry's plugin).
+SCHEDULER = LocalScheduler

@@ -4,10 +4,10 @@
 - :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
   ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``); for Horovod elastic,
   the hosts of ``$PE_HOSTFILE`` less those where a rank failed.
-- The train rule's SGE resources (:func:`train_resources`), what a job with them asks SGE for
-  (:meth:`SgeScheduler.job_request`), and the pre-flight check (:meth:`SgeScheduler.unavailable`:
-  ``qsub -w v`` of each training job as it would be submitted, :func:`verify_command`,
-  :func:`verify_problem`).
+- The train rule's SGE resources (:meth:`SgeScheduler.train_resources`), what a job with them
+  asks SGE for (:meth:`SgeScheduler.job_request`), and the pre-flight check
+  (:meth:`SgeScheduler.unavailable`: ``qsub -w v`` of each training job as it would be
+  submitted, :func:`verify_command`, :func:`verify_problem`).
 
 The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
 module imports only the standard library.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import preemption
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     TOOL_TIMEOUT_S,
     Allocation,
@@ -88,9 +88,11 @@ class SgeScheduler(Scheduler):
     """
 
     name = "sge"
+    detection_priority = 10
     how = "qrsh -inherit"
     remote = True
     cluster = True
+    resource_keys = ("threads", "sge_pe", "sge_resources", "sge_priority")
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,7 +153,40 @@ class SgeScheduler(Scheduler):
         )
         return proc.returncode == 0
 
-    # the workflow's side
+    # the workflow's side (snakemake-executor-plugin-sge 0.6.31)
+
+    @classmethod
+    def train_resources(cls, run: Mapping[str, Any], generic: Mapping[str, Any]) -> dict[str, Any]:
+        """The SGE part of a training job's resources (``qsub``):
+
+        ``threads``        slots: ``-pe <pe> N`` (the plugin ignores the rule's ``threads:``;
+                           without a PE it would write ``-l slots=N``).
+        ``sge_pe``         ``mpi`` for multi-worker jobs (a ``$fill_up`` PE with
+                           ``control_slaves``, so the launcher can ``qrsh -inherit``); one-worker
+                           jobs use the profile's ``sge-pe`` (``smp``).
+        ``sge_resources``  ``h_vmem=INFINITY`` and ``tmem=<per slot>``: the plugin turns
+                           ``mem_mb``/``mem_mb_per_cpu`` into ``-l h_vmem=`` per slot, enforced
+                           like ``ulimit -v``, which kills PyTorch (it reserves far more address
+                           space than it uses); ``sge_resources`` comes later on the command line
+                           and wins. No GPU mapping exists; a site with a GPU complex adds it
+                           to ``sge_resources`` in its profile.
+        ``sge_priority``   ``-p P`` for a run's ``priority`` P (-1023..1024; above 0 needs an
+                           operator or manager).
+
+        ``runtime`` (generic) becomes ``-l h_rt=``. The profile's ``sge_extra`` (``-w e
+        -notify``) is left alone.
+        """
+        resources: dict[str, Any] = {}
+        if generic["ranks"] > 1:
+            slots = generic["ranks"]
+            resources["sge_pe"] = SGE_MPI_PE
+        else:
+            slots = run["cpus_per_worker"]
+        resources["threads"] = slots
+        resources["sge_resources"] = _sge_memory(generic["mem_mb"], slots)
+        if run["priority"]:
+            resources["sge_priority"] = run["priority"]
+        return resources
 
     @classmethod
     def unavailable(cls, context: PreflightContext) -> dict[str, str]:
@@ -186,51 +221,15 @@ class SgeScheduler(Scheduler):
 
 
 # ------------------------------------------------------------------------------------------
-# the train rule's resources (snakemake-executor-plugin-sge 0.6.31)
+# the train rule's resources
 
 #: The SGE parallel environment multi-worker jobs run in (``$fill_up``, ``control_slaves TRUE``).
 SGE_MPI_PE = "mpi"
-
-#: The SGE keys :func:`train_resources` may return.
-TRAIN_RESOURCE_KEYS = ("threads", "sge_pe", "sge_resources", "sge_priority")
 
 
 def _sge_memory(mem_mb: int, slots: int) -> str:
     """``sge_resources`` that lift h_vmem and state the real memory per slot (``tmem``)."""
     return f"h_vmem=INFINITY,tmem={math.ceil(mem_mb / slots)}M"
-
-
-def train_resources(
-    *, workers: int, cpus_per_worker: int, mem_mb: int, priority: int = 0
-) -> dict[str, Any]:
-    """The SGE part of a training job's resources (``qsub``):
-
-    ``threads``        slots: ``-pe <pe> N`` (the plugin ignores the rule's ``threads:``; without
-                       a PE it would write ``-l slots=N``).
-    ``sge_pe``         ``mpi`` for multi-worker jobs (a ``$fill_up`` PE with ``control_slaves``,
-                       so the launcher can ``qrsh -inherit``); one-worker jobs use the
-                       profile's ``sge-pe`` (``smp``).
-    ``sge_resources``  ``h_vmem=INFINITY`` and ``tmem=<per slot>``: the plugin turns
-                       ``mem_mb``/``mem_mb_per_cpu`` into ``-l h_vmem=`` per slot, enforced like
-                       ``ulimit -v``, which kills PyTorch (it reserves far more address space
-                       than it uses); ``sge_resources`` comes later on the command line and wins.
-    ``sge_priority``   ``-p P`` for a run's ``priority`` P (-1023..1024; above 0 needs an
-                       operator or manager).
-    ``runtime`` (generic) becomes ``-l h_rt=``. No GPU mapping exists; a site with a GPU
-    complex adds it to ``sge_resources`` in its profile. The profile's ``sge_extra``
-    (``-w e``) is left alone.
-    """
-    resources: dict[str, Any] = {}
-    if workers > 1:
-        slots = workers
-        resources["sge_pe"] = SGE_MPI_PE
-    else:
-        slots = cpus_per_worker
-    resources["threads"] = slots
-    resources["sge_resources"] = _sge_memory(mem_mb, slots)
-    if priority:
-        resources["sge_priority"] = priority
-    return resources
 
 
 # ------------------------------------------------------------------------------------------
@@ -288,3 +287,7 @@ def sge_problems(run: str, resources: Mapping[str, Any], default_pe: str) -> lis
         raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
     problem = verify_problem(run, cmd, proc.returncode, proc.stdout + proc.stderr)
     return [problem] if problem else []
+
+
+#: The scheduler of this module (the registry's plugin).
+SCHEDULER = SgeScheduler
