@@ -294,3 +294,23 @@ def test_sbatch_asks_for_the_warning_and_the_profile_for_requeue(workers) -> Non
 
 def test_qsub_without_priority(tmp_path: Path) -> None:
     assert option(qsub_line(train_resources(run_config(workers=2)), tmp_path), "-p") is None
+
+
+# ------------------------------------------------------------------------------------------------
+# GPUs on SGE: the site's complex a run names
+
+
+def test_qsub_asks_the_sites_gpu_complex_for_the_gpus_per_node(tmp_path: Path) -> None:
+    """A run's `sge_gpu_complex` C and `gpus_per_node` G are `-l C=G` (beside the lifted
+    h_vmem); without a complex, or without GPUs, nothing is asked."""
+    run = run_config(workers=2, gpus_per_node=2, sge_gpu_complex="gpu")
+    argv = qsub_line(train_resources(run), tmp_path)
+    assert last_l(argv, "gpu") == "2"
+    assert last_l(argv, "h_vmem") == "INFINITY" and last_l(argv, "tmem") == "1000M"
+    one = qsub_line(train_resources({**run, "workers": 1}), tmp_path)
+    assert last_l(one, "gpu") == "2"
+    assert last_l(qsub_line(train_resources({**run, "gpus_per_node": 0}), tmp_path), "gpu") is None
+    plain = train_resources({**run, "sge_gpu_complex": None})
+    assert plain["sge_resources"] == "h_vmem=INFINITY,tmem=1000M"
+    # Slurm asks for them its own way, whatever the SGE complex is
+    assert option(sbatch_line(train_resources(run)), "--gpus-per-node") == "2"

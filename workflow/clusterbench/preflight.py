@@ -12,8 +12,9 @@ check lives in its own module of :mod:`clusterbench.launch.schedulers`, behind
   ``nvidia-smi -L``, no torch import);
 - Slurm: each training job against the partition's nodes, CPUs and GPUs as ``sinfo`` reports
   them (Slurm would accept a larger job and leave it pending forever);
-- SGE: ``qsub -w v`` (verify, submit nothing) of each training job as it would be submitted:
-  what the profile's ``qsub -w e`` would refuse at submission.
+- SGE: the GPU complex a run names (``sge_gpu_complex``) is one of the cell's (``qconf -sc``),
+  and ``qsub -w v`` (verify, submit nothing) of each training job as it would be submitted: what
+  the profile's ``qsub -w e`` would refuse at submission.
 
 A run's ``on_unavailable`` decides what follows: ``skip`` (the default) leaves the run out, with
 a warning naming it and the reason, and the report lists it (``skipped.csv``); ``fail`` stops

@@ -17,9 +17,9 @@ the executor):
                        slots say the same to their schedulers.
     ``gpus_per_node``  the GPUs each node is asked for: ``nodes x gpus_per_node`` GPUs in all.
                        No executor reads it: Slurm gets it as ``--gpus-per-node`` (in
-                       ``slurm_extra``), and SGE has no standard GPU request (a site adds its
-                       complex to ``sge_resources``). Change a run's GPUs in the config, not
-                       with ``--set-resources``.
+                       ``slurm_extra``), SGE as ``-l <sge_gpu_complex>=G`` (in
+                       ``sge_resources``) where the run names its site's complex. Change a run's
+                       GPUs in the config, not with ``--set-resources``.
     ``mem_mb``         the whole job's memory (the local executor schedules on it).
     ``mem_mb_per_cpu`` Slurm's ``--mem-per-cpu``, chosen before ``mem_mb`` (``--mem`` is *per
                        node*, so a multi-node job would get ``nodes`` times the memory asked
