@@ -484,6 +484,34 @@ def test_slurm_discover_hosts_asks_scontrol_again(monkeypatch) -> None:
         sched.discover_hosts({})
 
 
+def test_a_hosts_file_limits_every_schedulers_discovery_to_what_it_lists(
+    monkeypatch, tmp_path
+) -> None:
+    """Under Slurm (and SGE) the hosts file ``CLUSTERBENCH_HOSTS_FILE`` holds back the job's
+    hosts and slots: a host taken out (``:0``, or not listed) leaves, put back it joins again;
+    it never adds a host or a slot the allocation lacks."""
+    from clusterbench.launch.schedulers import slurm, within_hosts_file
+
+    monkeypatch.setattr(slurm, "run_tool", lambda cmd: SCONTROL_JOB_UNEVEN)  # node1:2, node2:1
+    hosts = tmp_path / "hosts"
+    env = {"SLURM_JOB_ID": "1", "CLUSTERBENCH_HOSTS_FILE": str(hosts)}
+    sched = SlurmScheduler()
+    hosts.write_text("node1:1\nnode2:0\nnode9:4\n")
+    assert sched.discover_hosts(env) == {"node1": 1}
+    hosts.write_text("node1:8\nnode2\n")
+    assert sched.discover_hosts(env) == {"node1": 2, "node2": 1}
+    assert within_hosts_file({"a": 2, "b": 1}, None) == {"a": 2, "b": 1}  # no file: all of it
+    assert within_hosts_file({"a": 2, "b": 1}, {"b": 4}) == {"a": 0, "b": 1}
+    pe = tmp_path / "pe_hostfile"
+    pe.write_text(PE_HOSTFILE)
+    sge_env = {"PE_HOSTFILE": str(pe), "CLUSTERBENCH_HOSTS_FILE": str(hosts)}
+    hosts.write_text("hostB.cluster:1\n")
+    assert SgeScheduler().discover_hosts(sge_env) == {"hostB.cluster": 1}
+    hosts.unlink()
+    with pytest.raises(LaunchError, match="cannot read the hosts file"):
+        sched.discover_hosts(env)
+
+
 def test_sge_discover_hosts_reads_the_pe_hostfile(tmp_path) -> None:
     hostfile = tmp_path / "pe_hostfile"
     hostfile.write_text("hostA 2 all.q@hostA UNDEFINED\nhostB 1 all.q@hostB UNDEFINED\n")

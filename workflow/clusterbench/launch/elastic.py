@@ -5,12 +5,17 @@ rendezvous, assigns slots and decides when the world changes; this module gives 
 
 - a :class:`SchedulerDiscovery`: the scheduler's ``elastic_hosts`` (local: each slot of this
   host or of the hosts file ``CLUSTERBENCH_HOSTS_FILE``, one host per slot; Slurm: the job's
-  nodes, SGE: the parallel environment's hosts, each less those where a rank failed), asked
-  again about every second;
+  nodes, SGE: the parallel environment's hosts, each limited to the hosts file when one is
+  named; less those where a rank failed), asked again about every second;
 - an :class:`ElasticRankRunner` as ``exec_command``: ranks start exactly as in a fixed launch
   (local process, ``srun`` step, ``qrsh -inherit``; no ssh), but a rank that fails takes only
   its host out (Horovod blacklists the host, and the other ranks reset to the smaller world)
-  instead of stopping every rank.
+  instead of stopping every rank; a rank whose host left the discovery is stopped by Horovod's
+  host event, which is no failure (the host may come back).
+
+Horovod's driver starts on every slot the discovery offers, up to ``--max-np``, once it offers
+at least ``--np`` (its ``num_proc``): an allocation sized for ``max_workers`` starts with that
+many, unless a hosts file holds slots back; ranks join and leave as the offer changes.
 
 Signals are handled as in a fixed launch (:class:`~clusterbench.launch.signals.StopSignals`):
 SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank that runs.
@@ -92,6 +97,14 @@ class ElasticRankRunner(RankRunner):
     def ended(self, result: RankResult, slot_info: Any) -> None:
         code = result.exit_code
         if code in (0, preemption.EXIT_PREEMPTED) or self.stop_all.is_set():
+            return
+        if result.after_stop:  # Horovod stopped it: its host left the discovery (no failure)
+            log.info(
+                "rank %d on %s was stopped: %s left the hosts the job may use",
+                result.rank,
+                result.host,
+                result.host,
+            )
             return
         self.failures.append(result)
         self.scheduler.rank_failed(slot_info)

@@ -79,7 +79,7 @@ class RankResult:
     host: str
     exit_code: int
     ended: float
-    after_stop: bool  # it ended after the launcher had started stopping the ranks
+    after_stop: bool  # it ended after the launcher had started stopping it (or every rank)
     tail: list[str]
 
 
@@ -197,7 +197,8 @@ class RankRunner:
         finally:
             done.set()
         ended = time.time()
-        result = RankResult(rank, host, exit_code, ended, self.stop_all.is_set(), list(tail))
+        stopped = self.stop_all.is_set() or kill.is_set()  # the launcher stopped it
+        result = RankResult(rank, host, exit_code, ended, stopped, list(tail))
         with self._lock:
             self.results[start] = result
             self.ended(result, slot_info)

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 
 from clusterbench.launch.schedulers._base import (
+    HOSTS_FILE_VAR,
     RANK_ID_VAR,
     Allocation,
     AllocationError,
@@ -31,13 +32,16 @@ from clusterbench.launch.schedulers._base import (
     PreflightError,
     Scheduler,
     node_devices,
+    parse_hosts_file,
     rank_device,
+    read_hosts_file,
     require_tools,
     resolve,
     run_tool,
     split_devices,
     spread_ranks,
     usable_hosts,
+    within_hosts_file,
 )
 from clusterbench.registry import Registry, unknown_message
 
@@ -106,6 +110,7 @@ def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
 
 
 __all__ = [
+    "HOSTS_FILE_VAR",
     "OLD_SCHEDULER_VAR",
     "RANK_ID_VAR",
     "REGISTRY",
@@ -123,7 +128,9 @@ __all__ = [
     "detect",
     "load",
     "node_devices",
+    "parse_hosts_file",
     "rank_device",
+    "read_hosts_file",
     "require_tools",
     "resolve",
     "run_tool",
@@ -131,4 +138,5 @@ __all__ = [
     "split_devices",
     "spread_ranks",
     "usable_hosts",
+    "within_hosts_file",
 ]

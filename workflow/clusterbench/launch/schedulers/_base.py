@@ -26,6 +26,7 @@ imports it.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -33,6 +34,7 @@ import socket
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 TOOL_TIMEOUT_S = 60  # scontrol / squeue / sinfo answering
@@ -114,6 +116,55 @@ def spread_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[s
         counts[i] += extra
         left -= extra
     return [(h, n) for (h, _), n in zip(capacities, counts, strict=True) if n]
+
+
+#: The environment variable naming a hosts file: the hosts (and slots) a Horovod elastic launch
+#: may use now (:meth:`Scheduler.discover_hosts`), edited while it trains.
+HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
+
+
+_HOST_LINE = re.compile(r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|\s+slots\s*=\s*(?P<m>\S+))?")
+
+
+def parse_hosts_file(text: str) -> dict[str, int]:
+    """Hosts and their slots from a hosts file, one host per line: ``host`` (1 slot),
+    ``host:N`` (Horovod's discovery format) or ``host slots=N`` (MPI's hostfile); ``#`` starts
+    a comment, blank lines are skipped, a host listed twice gets the sum. Hosts with 0 slots
+    are left out (a way to take a host out without deleting its line)."""
+    hosts: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _HOST_LINE.fullmatch(line)
+        count = (m.group("n") or m.group("m") or "1") if m else ""
+        if not m or not count.isdigit():
+            raise AllocationError(
+                f"hosts file line {lineno} is not 'host', 'host:slots' or 'host slots=N': {raw!r}"
+            )
+        hosts[m.group("host")] = hosts.get(m.group("host"), 0) + int(count)
+    return {h: n for h, n in hosts.items() if n > 0}
+
+
+def read_hosts_file(env: Mapping[str, str]) -> dict[str, int] | None:
+    """The hosts file ``env`` names (:data:`HOSTS_FILE_VAR`), parsed; None when it names none."""
+    path = env.get(HOSTS_FILE_VAR)
+    if not path:
+        return None
+    try:
+        return parse_hosts_file(Path(path).read_text())
+    except OSError as exc:
+        raise LaunchError(f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from exc
+
+
+def within_hosts_file(hosts: Mapping[str, int], listed: Mapping[str, int] | None) -> dict[str, int]:
+    """``hosts`` (an allocation's, name -> slots) limited to what the hosts file ``listed``
+    offers (None: no hosts file): a host it leaves out, or lists with ``:0``, has no slot; one
+    it lists with fewer slots has that many. It cannot add a host or a slot to the
+    allocation."""
+    if listed is None:
+        return dict(hosts)
+    return {name: min(slots, listed.get(name, 0)) for name, slots in hosts.items()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -293,11 +344,14 @@ class Scheduler:
 
     def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
         """The hosts (and their slots) the job could run ranks on now, asked again each time:
-        what Horovod elastic's host discovery needs: :meth:`allocated_hosts` less the hosts
-        where a rank failed (:meth:`rank_failed`), the same under every scheduler. ``env``: the
-        job's environment (default: the one :meth:`allocation` read)."""
+        what Horovod elastic's host discovery needs: :meth:`allocated_hosts`, limited to the
+        hosts file when ``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`within_hosts_file`: a host
+        taken out with ``:0`` leaves, put back it joins again), less the hosts where a rank
+        failed (:meth:`rank_failed`), the same under every scheduler. ``env``: the job's
+        environment (default: the one :meth:`allocation` read)."""
         env = self.job_env if env is None else env
-        return usable_hosts(self.allocated_hosts(env), self.failed_hosts)
+        hosts = within_hosts_file(self.allocated_hosts(env), read_hosts_file(env))
+        return usable_hosts(hosts, self.failed_hosts)
 
     def site(self) -> str:
         """The name of the cluster the job runs on, for results of several clusters: the
