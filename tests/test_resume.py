@@ -22,7 +22,7 @@ import torch
 from clusterbench import checkpoints, preemption
 from clusterbench.checkpoints import CHECKPOINTS_ENV
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.train import main
+from clusterbench.train import main, validate_run
 from conftest import (
     REPO,
     default_config,
@@ -59,7 +59,10 @@ def assert_same_training(out: Path, reference: Path) -> None:
 
 
 def slice_checkpoints(out: Path, run: dict) -> list[checkpoints.Position]:
-    return [p for p, _ in checkpoints.checkpoint_paths(checkpoints.slice_dir(out, run))]
+    """The checkpoints of ``run``'s slice as the trainer names it (with the schema's defaults of
+    the keys the test leaves out)."""
+    slice_dir = checkpoints.slice_dir(out, validate_run(run))
+    return [p for p, _ in checkpoints.checkpoint_paths(slice_dir)]
 
 
 def signal_when(path: Path, lines: int, send, delay: float = 0.3) -> threading.Thread:
@@ -145,7 +148,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(long_epochs, t
     out = tmp_path / "out"
     signal_when(out / "metrics.jsonl", 1, lambda: os.kill(os.getpid(), preemption.WARNING_SIGNAL))
     assert train_here(long_epochs, run, out) == preemption.EXIT_PREEMPTED
-    found = checkpoints.checkpoint_paths(checkpoints.slice_dir(out, run))
+    found = checkpoints.checkpoint_paths(checkpoints.slice_dir(out, validate_run(run)))
     assert [p.step > 0 for p, _ in found] == [False, True]  # after epoch 1; within epoch 2
     newest = found[-1][1]
     newest.write_bytes(newest.read_bytes()[:-100])  # truncated
