@@ -80,7 +80,10 @@ class Checks:
         if self.adapter.forced(rule, files):
             return
         try:
-            found = recorded_problems(Path(marker), layout.RECORDED[stored], self.cache)
+            names = layout.RECORDED[stored]
+            found = recorded_problems(
+                Path(marker), None if Path(marker).exists() else names, self.cache
+            )
         finally:
             self.cache.save()
         if found:
@@ -190,32 +193,30 @@ class Checks:
 
 
 def recorded_problems(
-    marker: Path, names: Iterable[str], cache: integrity.DigestCache | None = None
+    marker: Path, names: Iterable[str] | None, cache: integrity.DigestCache | None = None
 ) -> list[tuple[str, str]]:
-    """``(name, problem)`` for each of the files ``names`` beside ``marker`` that differs from
-    what ``marker`` recorded under ``files``, that it does not record, or, with the marker
-    missing, that is there unchecked. A marker that is not the JSON a step wrote is a problem
-    of its own (named by the marker's name)."""
-    folder, names = marker.parent, list(names)
+    """``(name, problem)`` for each file beside ``marker`` that differs from what ``marker``
+    recorded under ``files``: of ``names`` (None: every file it records), with one that is
+    there but not recorded. With the marker missing, each of ``names`` that is there is
+    unchecked; a marker that is not the JSON a step wrote is a problem of its own (named by the
+    marker's name)."""
+    folder = marker.parent
     if not marker.exists():
-        there = [name for name in names if (folder / name).exists()]
+        there = [name for name in names or () if (folder / name).exists()]
         if not there:
             return []  # none made yet, or all deleted: Snakemake makes them when needed
-        return [
-            (marker.name, f"{marker} is missing: {', '.join(there)} beside it cannot be checked")
-        ]
+        missing = f"{marker} is missing: {', '.join(there)} beside it cannot be checked"
+        return [(marker.name, missing)]
     files = recorded(marker)
     if files is None:
         return [(marker.name, f"{marker} records no 'files' (not the JSON the step wrote)")]
     found = []
-    for name in names:
-        if name not in files:
+    for name in sorted(files) if names is None else names:
+        if name in files:
+            problems = integrity.problems(folder, {name: files[name]}, cache)
+            found += [(name, problem) for problem in problems]
+        elif (folder / name).exists():
             found.append((name, f"{folder / name} is not recorded in {marker}"))
-        else:
-            found += [
-                (name, problem)
-                for problem in integrity.problems(folder, {name: files[name]}, cache)
-            ]
     return found
 
 
