@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from clusterbench import integrity
 from conftest import REPO, default_config, snakemake, write_config
 
@@ -131,14 +132,16 @@ def test_an_absent_scheduler_stops_a_training_job_to_submit_with_its_message_alo
 ):
     workdir = tmp_path / "work"
     shutil.copytree(finished, workdir, symlinks=True)
-    shutil.rmtree(workdir / "results" / "runs" / "two")  # to train again
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
+    cfg["runs"].append({"name": "three", "dataset": "digits", "workers": 1})  # to train
+    write_config(workdir, cfg)
     before = results_state(workdir)
     env = stand_ins(tmp_path / "bin")
     proc = snakemake(workdir, *profile(scheduler), check=False, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert says in out, out
-    assert "1 training job(s) are to be submitted: 'two'" in out, out
+    assert "1 training job(s) are to be submitted: 'three'" in out, out
     for word in ("Traceback", "InputFunctionException", "WorkflowError", 'File "'):
         assert word not in out, out
     assert not submitted(tmp_path / "bin"), calls(tmp_path / "bin")
