@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench import integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.data import DataError
