@@ -273,24 +273,29 @@ def test_the_steps_record_their_outputs_last(short_run: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "damage"),
-    [("model.pt", truncate), ("metrics.jsonl", garble_metrics), ("run.json", not_json)],
-    ids=["model.pt truncated", "metrics.jsonl garbled", "run.json not JSON"],
+    ("stage", "name", "damage"),
+    [
+        ("runs", "model.pt", truncate),
+        ("runs", "metrics.jsonl", garble_metrics),
+        ("runs", "run.json", not_json),
+        ("eval", "metrics.json", not_json),
+    ],
+    ids=["model.pt truncated", "metrics.jsonl garbled", "run.json not JSON", "eval not JSON"],
 )
 def test_a_damaged_run_output_stops_the_workflow_before_any_job_deleting_nothing(
-    short_run: Path, tmp_path: Path, name: str, damage
+    short_run: Path, tmp_path: Path, stage: str, name: str, damage
 ):
     """Snakemake would plan the steps reading it (the file is newer than their outputs), remove
     their good outputs (results/eval/RUN/, results/report/) and fail on it."""
     workdir = copy_of(short_run, tmp_path / "work")
-    path = workdir / "results" / "runs" / RUN / name
+    path = workdir / "results" / stage / RUN / name
     written = path.stat().st_size
     damage(path)
     said = (
-        f"results/runs/{RUN}/{name} has {path.stat().st_size} bytes, {written} were written "
-        f"(checked against results/runs/{RUN}/checksums.json)"
+        f"results/{stage}/{RUN}/{name} has {path.stat().st_size} bytes, {written} were written "
+        f"(checked against results/{stage}/{RUN}/checksums.json)"
     )
-    remedy = f"snakemake --forcerun results/runs/{RUN}/{name} <your usual options>"
+    remedy = f"snakemake --forcerun results/{stage}/{RUN}/{name} <your usual options>"
     before = results_state(workdir)
     for extra in (("--dry-run",), ()):
         proc = run_local(workdir, *extra, check=False)
