@@ -365,6 +365,30 @@ def test_damaged_arrays_or_arrays_without_their_record_stop(in_tmp):
     pipeline(FakeAdapter("local")).arrays_intact(wc(dataset="digits"))
 
 
+def test_a_dataset_stored_as_files_is_its_folder_and_index_checked_against_meta(in_tmp):
+    cfg = config()
+    cfg["datasets"]["digits"]["storage"] = "files"  # as clusterbench.data.storage decides
+    folder = layout.data_dir("digits")
+    want = [f"{folder}/files", f"{folder}/index.json", f"{folder}/meta.json"]
+    assert pipeline(FakeAdapter(None), cfg).run_data(wc(run="a")) == want
+    (in_tmp / folder / "files").mkdir(parents=True)
+    index, meta = in_tmp / folder / "index.json", in_tmp / folder / "meta.json"
+    index.write_text("{}")
+    meta.write_text(
+        json.dumps({"storage": "files", "files": {"index.json": integrity.record(index)}})
+    )
+    pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))  # intact
+    index.write_text("{ }x")
+    with pytest.raises(Stopped, match=rf"^{folder}/index.json has 4 bytes, 2 were written"):
+        pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))
+    adapter = FakeAdapter("local")
+    adapter.forced_rules = {"preprocess_files"}  # its own rule makes it again
+    pipeline(adapter, cfg).arrays_intact(wc(dataset="digits"))
+    meta.unlink()
+    with pytest.raises(Stopped, match=rf"^{folder}/meta.json is missing: index.json beside it"):
+        pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))
+
+
 def test_a_cluster_job_checks_no_file(in_tmp):
     recorded_arrays(in_tmp)[0].write_bytes(b"cut")
     pipeline(FakeAdapter("local", main=False)).arrays_intact(wc(dataset="digits"))
