@@ -19,8 +19,9 @@ help:
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
-	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100"
-	@echo "            runs (parse, no-op dry run) -> benchmarks/results/*.json"
+	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100,"
+	@echo "            1,000 and 5,000 runs (parse, no-op dry run; ratios to plain Snakemake on"
+	@echo "            the same job graph) -> benchmarks/results/*.json"
 	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
 
 setup:

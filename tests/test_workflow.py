@@ -257,25 +257,21 @@ def test_a_damaged_file_stops_the_workflow_before_any_job_naming_the_remedy(
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0
         assert f"{damaged} has {len(original) // 2} bytes" in out, out
-        remedy = f"rm {marker} && snakemake --forcerun {marker} <your usual options>"
+        remedy = f"snakemake --forcerun {marker} <your usual options>"
         assert f"Make it again with: {remedy}" in out, out
+        assert "Traceback" not in out and "Exception" not in out, out
         after = stage_mtimes(finished)
         for mtimes in (before, after):  # the damaged file itself changed, nothing else
             for files in mtimes.values():
                 files.pop(damaged.split("/", 2)[2], None)
         assert after == before  # no job ran, nothing was deleted
         # the command it names makes the file again: the stage reruns, from the marker on
-        saved = (finished / marker).read_bytes()
-        (finished / marker).rename(finished / f"{marker}.saved")
         dry = run_local(finished, "--dry-run", "--forcerun", marker).stdout
         stage = "preprocess" if "data" in marker else "download"
         assert re.search(rf"^rule {stage}:", dry, re.MULTILINE), dry
     finally:
-        if (finished / f"{marker}.saved").exists():
-            (finished / f"{marker}.saved").rename(finished / marker)
         path.write_bytes(original)
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert (finished / marker).read_bytes() == saved
     assert "Nothing to be done" in run_local(finished, "--dry-run").stdout
 
 
@@ -346,7 +342,8 @@ def test_invalid_config_stops_before_any_job(tmp_path: Path):
 
 
 def test_run_names_are_literal_in_the_wildcard_constraint(tmp_path: Path):
-    """``a.b`` is a name, not a pattern: it must not make ``aXb`` a run."""
+    """``a.b`` is a name, not a pattern: it must not make ``aXb`` a run (the ``run`` wildcard
+    matches any file name; the train rule's input names a run the config does not have)."""
     cfg = default_config()
     cfg["runs"][0]["name"], cfg["runs"][1]["name"] = "a.b", "aZb"
     write_config(tmp_path, cfg)
@@ -355,7 +352,9 @@ def test_run_names_are_literal_in_the_wildcard_constraint(tmp_path: Path):
     target = "results/eval/aXb/metrics.json"
     proc = snakemake(tmp_path, "--dry-run", "--cores", "1", target, check=False)
     assert proc.returncode != 0
-    assert f"No rule to produce {target}" in proc.stdout + proc.stderr, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "(no run 'aXb' in the config)" in out, out
+    assert "Traceback" not in out and "InputFunctionException" not in out, out
 
 
 def local_rules(workdir: Path, env: dict[str, str]) -> list[str]:
