@@ -137,13 +137,13 @@ def browse(html: Path, executable: str) -> Shown:
             url = html.resolve().as_uri()
             watch(page, shown, url)
             page.goto(url, timeout=STEP_MS)
-            page.locator("#loading-screen").wait_for(state="hidden", timeout=STEP_MS)
-            shown.results = page.evaluate("() => Object.keys(window.results ?? {})")
-            for category in page.evaluate("() => Object.keys(window.categories ?? {})"):
-                try:
+            try:  # a broken report stops where it breaks: each step says where
+                page.locator("#loading-screen").wait_for(state="hidden", timeout=STEP_MS)
+                shown.results = page.evaluate("() => Object.keys(window.results ?? {})")
+                for category in page.evaluate("() => Object.keys(window.categories ?? {})"):
                     show_category(page, category, shown)
-                except PlaywrightTimeout as exc:  # the report is broken: say where, go on
-                    shown.errors.append(f"category {category}: {exc.message.splitlines()[0]}")
+            except PlaywrightTimeout as exc:
+                shown.errors.append(f"the report broke: {exc.message.splitlines()[0]}")
             shown.injected = page.evaluate("() => window.cbInjected ?? null")
         finally:
             browser.close()
