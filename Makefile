@@ -41,6 +41,8 @@ plan: setup
 test: setup
 	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
+	@command -v chromium >/dev/null || { echo "installing chromium (the HTML report in a browser)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
 

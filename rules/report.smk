@@ -77,10 +77,12 @@ rule report:
     conda:
         SOFTWARE
     params:
-        # functions: Snakemake expands wildcards in a plain string, and a title may hold braces
-        settings=lambda wc: cbconfig.canonical_json(CFG["report"]),
+        # functions: Snakemake expands wildcards in a plain string, and a title may hold braces.
+        # Script-safe JSON (no < > &): the HTML report embeds these params in an inline
+        # <script> block as they are, and the title, author and skip reasons are user text.
+        settings=lambda wc: cbconfig.script_safe_json(CFG["report"]),
         config_hash=lambda wc: cbconfig.config_hash(CFG),
-        skipped=lambda wc: cbconfig.canonical_json(PIPELINE.skipped_runs()),
+        skipped=lambda wc: cbconfig.script_safe_json(PIPELINE.skipped_runs()),
         run_dirs=lambda wc, input: dirs_of(input.runs),
         eval_dirs=lambda wc, input: dirs_of(input.evals),
         out_dir=lambda wc, output: dir_of(output.pdf),

@@ -88,7 +88,7 @@ def expected_report_params(bench: dict) -> str:
     """The report's `--params` and `--config-hash` for ``bench``: its title and config hash."""
     cfg = cbconfig.validate(bench)
     return (
-        f"--params '{cbconfig.canonical_json(cfg['report'])}' "
+        f"--params '{cbconfig.script_safe_json(cfg['report'])}' "
         f"--config-hash {cbconfig.config_hash(cfg)}"
     )
 

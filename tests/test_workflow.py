@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import html_report
 import pytest
+import yaml
+from clusterbench import config as cbconfig
 from conftest import (
     REPO,
     copy_checkout,
@@ -412,3 +415,60 @@ def test_remote_download_switch_rejects_other_values(tmp_path: Path):
     )
     assert proc.returncode != 0
     assert "CLUSTERBENCH_REMOTE_DOWNLOAD='yes'" in proc.stdout + proc.stderr
+
+
+#: User text with markup in each free-text field of the config, each of which, if it ran as
+#: script, would set window.cbInjected or open a dialog (names cannot carry markup: the config
+#: refuses them, tests/bad_configs/*-script.yaml).
+INJECTED = {
+    "title": "</script><script>window.cbInjected='title';alert('title')</script>"
+    "<img src=x onerror=\"window.cbInjected='img'\">",
+    "author": "<!--<script>window.cbInjected='author'</script>--> & <b>A. N. Author</b>",
+}
+
+
+#: The tables the report rule registers with the HTML report (rules/report.smk).
+TABLES = ("runs.csv", "results.csv", "epochs.csv", "benchmarks.csv")
+
+
+def _inject(c):
+    c["report"].update(INJECTED)
+    # a run this machine cannot hold: skipped, with its reason among the report's params
+    c["runs"].append({"name": "digits-cnn-64w", "dataset": "digits", "workers": 64})
+
+
+def test_the_html_report_shows_every_result_in_a_browser_and_runs_no_user_text(finished: Path):
+    """Snakemake's HTML report of the finished pipeline, with markup in the title and author
+    and a skipped run, opened in Debian's chromium by Playwright (tests/html_report.py): it
+    shows every figure, table and report.pdf, logs no error, and runs no injected script."""
+    executable = html_report.chromium()
+    if executable is None:
+        pytest.skip("no chromium on PATH (make test installs Debian's chromium package)")
+    cfg = yaml.safe_load((finished / "config.yaml").read_text())  # as the tests above left it
+    _inject(cfg)
+    write_config(finished, cfg)
+    before = stage_mtimes(finished)
+    run_local(finished)
+    assert rerun_stages(before, stage_mtimes(finished)) == {("report", "")}
+    html = finished / "injected.html"
+    run_local(finished, "--report", str(html))
+    text = html.read_text()
+    for markup in ("<script>window", "<!--<script>", "<img src=x", "<b>A. N."):
+        assert markup not in text  # the user text is all escaped
+    shown = html_report.browse(html, executable)
+    assert (shown.errors, shown.dialogs, shown.injected) == ([], [], None)
+    report = finished / "results" / "report"
+    figures = {f"results/report/figures/{p.name}": p for p in (report / "figures").glob("*.png")}
+    tables = {f"results/report/{name}": report / name for name in TABLES}
+    assert len(figures) >= 8 and sorted(shown.results) == sorted(
+        [*figures, *tables, "results/report/report.pdf"]
+    )
+    assert sorted(shown.figures) == sorted(figures)
+    assert all(width > 100 and height > 100 for width, height in shown.figures.values())
+    assert all("<strong>" in shown.captions[path] for path in figures)
+    assert shown.tables == {path: file.read_bytes() for path, file in tables.items()}
+    assert shown.documents == {"results/report/report.pdf": (report / "report.pdf").read_bytes()}
+    # the settings the report job got, shown as text: the title and author as they were written
+    settings = cbconfig.script_safe_json(cbconfig.validate(cfg)["report"])
+    assert all(settings.replace('"', '\\"') in text for text in shown.info.values())
+    assert all("digits-cnn-64w" in text for text in shown.info.values())

@@ -737,6 +737,23 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+#: The characters :func:`script_safe_json` writes as JSON escapes: those that let text end an
+#: HTML script block (``</script>``, ``<!--``) or start markup.
+HTML_SPECIAL = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_safe_json(obj: Any) -> str:
+    """:func:`canonical_json` with ``<``, ``>`` and ``&`` written as JSON escapes (``\\u003c``
+    ...): the same value to any JSON reader, and text that cannot end a script block.
+
+    For the params of a rule whose outputs Snakemake's HTML report shows (rules/report.smk):
+    the report embeds each such job's params, as text, in the JSON of an inline ``<script>``
+    block without escaping them (snakemake/report/html_reporter/data/results.py), and the
+    report rule's params carry user text: the title, the author, the skipped runs' reasons. The
+    characters stand only inside JSON strings, so the text stays valid JSON."""
+    return canonical_json(obj).translate(HTML_SPECIAL)
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """Short hash of everything in a resolved config that can change a result.
 
