@@ -40,6 +40,7 @@ from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.formats import FORMATS, format_module
 from clusterbench.params import json_object
+from clusterbench.training.lr import schedule_problems
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
@@ -637,7 +638,7 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
-    return problems + elastic_problems(run, where)
+    return problems + schedule_problems(run, where) + elastic_problems(run, where)
 
 
 def is_elastic(run: Mapping[str, Any]) -> bool:
