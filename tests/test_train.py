@@ -103,6 +103,7 @@ def run_config(**overrides) -> dict:
         "deterministic": False,
         "precision": "fp32",
         "channels_last": False,
+        "grad_compression": "none",
         "min_workers": None,  # no elastic run
         "max_workers": None,
     }
@@ -256,6 +257,7 @@ def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
         "global_batch": global_batch,
         "per_worker_batch": shards,
         "lr": pytest.approx(lr),
+        "grad_compression": "none",
     }
     # under "global" the warm-up setting has nothing to ramp: the LR is lr from the first step
     rates = [learning_rate(lr_schedule({**run, "warmup_epochs": 2.0}), 0, s, 10) for s in range(10)]

@@ -68,12 +68,16 @@ def global_batch_size(run: Mapping[str, Any]) -> int:
 
 
 def effective_settings(run: Mapping[str, Any]) -> dict[str, Any]:
-    """What the run's convention makes of its settings (recorded in run.json)."""
+    """What the run's convention makes of its settings (recorded in run.json): the batch and
+    LR, and the type its gradients travel in (``grad_compression``; ``none`` for a run of one
+    worker, which exchanges none)."""
+    exchanges = max(run["workers"], run.get("max_workers") or 0) > 1
     return {
         "batch_scaling": run["batch_scaling"],
         "global_batch": global_batch_size(run),
         "per_worker_batch": shard_sizes(global_batch_size(run), run["workers"]),
         "lr": run["lr"] * lr_scale(run),
+        "grad_compression": (run.get("grad_compression") or "none") if exchanges else "none",
     }
 
 
