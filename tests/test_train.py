@@ -366,6 +366,20 @@ def test_zero_gpus_trains_on_the_cpu_even_where_a_gpu_is_visible(monkeypatch):
     assert check_device(run_config(gpus_per_node=1)) == "cuda"
 
 
+def test_bf16_on_a_gpu_without_bfloat16_is_an_error_naming_the_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    run = run_config(name="old-gpu", gpus_per_node=1, precision="bf16")
+    with pytest.raises(DeviceError, match=r"run 'old-gpu' asks for precision bf16, but .*V100"):
+        check_device(run)
+    assert check_device({**run, "precision": "fp32"}) == "cuda"
+    assert check_device({**run, "gpus_per_node": 0}) == "cpu"  # the CPU runs bf16 autocast
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert check_device(run) == "cuda"
+
+
 # --------------------------------------------------------------------------------------------
 # End to end with real ranks
 
