@@ -1,8 +1,9 @@
 """``grad_compression``: the gradients' allreduce in 16 bits, under both backends.
 
-Unit tests check what each backend hands its collective (a fake Horovod); the slow ones train
-with real ranks: every rank ends with the same weights, the loss falls, and the weights differ
-from an uncompressed run's (so the compression did take place).
+Unit tests check what each backend hands its collective (a fake Horovod) and that DDP's timed
+communication hook (the step-time breakdown) wraps the compress hook; the slow ones train with
+real ranks: every rank ends with the same weights, the loss falls, the weights differ from an
+uncompressed run's (so the compression did take place), and every epoch has its step times.
 """
 
 from __future__ import annotations
@@ -128,6 +129,55 @@ def test_ddp_registers_pytorchs_own_compress_hooks():
         compress_hook("int8")
 
 
+@pytest.fixture
+def world_of_one():
+    """A Gloo process group of one rank in this process (DDP's hooks run in it)."""
+    import torch.distributed as dist
+
+    mine = not dist.is_initialized()
+    if mine:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if mine:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "compression,timing", [("none", "on"), ("fp16", "on"), ("bf16", "on"), ("fp16", "off")]
+)
+def test_ddps_step_timing_wraps_the_compress_hook(compression, timing, world_of_one, monkeypatch):
+    """DDP takes one communication hook: with steps timed and compression asked for, the
+    timed hook notes when each bucket was ready and the bucket is still exchanged in 16 bits
+    (the gradients come back rounded to the 16-bit type), i.e. both are in effect."""
+    from clusterbench.backends.ddp import TorchRuntime
+    from clusterbench.runtime import Identity
+
+    monkeypatch.setenv("CLUSTERBENCH_STEP_TIMES", timing)
+    # a runtime that believes in two ranks (so it wraps in DDP) over the group of one
+    rt = TorchRuntime(Identity(0, 2, 0, 2, 0, 1), "cpu")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+    x = torch.randn(16, 5) / 3
+    exact = torch.autograd.grad(model(x).square().sum(), list(model.parameters()))
+    module, optimizer = rt.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), "local",
+                                compression)  # fmt: skip
+    assert optimizer.gradients_ready() is None  # no backward yet
+    module(x).square().sum().backward()
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    want = torch.cat([g.reshape(-1) for g in exact])
+    if compression == "none":
+        torch.testing.assert_close(got, want)
+    else:
+        wire = {"fp16": torch.float16, "bf16": torch.bfloat16}[compression]
+        assert torch.equal(got, want.to(wire).float()), "the bucket did not travel compressed"
+        assert not torch.equal(got, want)
+    ready = optimizer.gradients_ready()
+    if timing == "on":
+        assert isinstance(ready, float), "the step timing's hook did not run"
+    else:
+        assert ready is None
+
+
 # --------------------------------------------------------------------------------------------
 # Real ranks
 
@@ -160,8 +210,13 @@ def test_compressed_ranks_end_equal_train_and_differ_from_uncompressed(backend, 
         run = run_config(name=name, backend=backend, grad_compression=compression, epochs=3)
         out = tmp_path / name
         weights[compression] = train_two_ranks(data, run, out, tmp_path / "dump")
-        losses = [m["train_loss"] for m in read_metrics(out)]
+        metrics = read_metrics(out)
+        losses = [m["train_loss"] for m in metrics]
         assert losses[-1] < losses[0], (name, losses)
+        for m in metrics:  # the step-time breakdown is in effect beside the compression
+            times = m["step_seconds"]
+            assert times["ranks"] == 2 and times["steps"] > 0, (name, times)
+            assert times["comm"]["mean"] > 0 and times["compute"]["mean"] > 0, (name, times)
         info = json.loads((out / "run.json").read_text())
         assert info["run"]["grad_compression"] == compression
         assert info["effective"]["grad_compression"] == compression
