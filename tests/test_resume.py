@@ -116,9 +116,21 @@ def train_here(data: Path, run: dict, out: Path) -> int:
     return main(["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)])
 
 
+#: LR schedules that change the LR at every step (clusterbench.training.lr), beside a constant
+#: LR: a run continued mid-epoch steps with the LRs of the uninterrupted one.
+SCHEDULES = {
+    "constant": {},
+    "cosine": {"lr_schedule": "cosine", "lr_min": 0.001},
+    "inverse_time": {"lr_schedule": "inverse_time", "lr_decay": 0.001},
+}
+
+
 @pytest.mark.slow
-def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(long_epochs, tmp_path):
-    run = run_config(workers=1, epochs=3, batch_size=4)
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(
+    schedule, long_epochs, tmp_path
+):
+    run = run_config(workers=1, epochs=3, batch_size=4, **SCHEDULES[schedule])
     assert train_here(long_epochs, run, tmp_path / "full") == 0
 
     out = tmp_path / "out"
@@ -139,6 +151,8 @@ def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(long_epochs
 
     events = EventAccumulator(str(out / "tensorboard")).Reload()
     assert [e.step for e in events.Scalars("loss/train")] == [1, 2, 3]
+    lrs = [m["lr"] for m in read_metrics(out)]  # each epoch's last step's
+    assert len(set(lrs)) == (1 if schedule == "constant" else 3), lrs
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ import yaml
 
 from clusterbench import config_file, models
 from clusterbench import experiments as expansion
-from clusterbench.backends import BACKENDS
+from clusterbench.backends import BACKENDS, grad_compression_problems
 from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
@@ -40,6 +40,7 @@ from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.formats import FORMATS, format_module
 from clusterbench.params import json_object
+from clusterbench.training.lr import schedule_problems
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
@@ -82,6 +83,8 @@ LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-adde
 #: ``loading: auto`` holds a run's data resident when the node's ranks' copies fit in this
 #: share of the memory (the schema's ``x-resident-memory-fraction`` of ``loading``).
 RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
+#: What an older run.json that lacks a later key trained with: the key's default.
+LATER_TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in LATER_TRAIN_KEYS}
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
 #: of local jobs): never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
@@ -637,6 +640,7 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
+    problems += schedule_problems(run, where) + grad_compression_problems(run, where)
     return problems + elastic_problems(run, where)
 
 
