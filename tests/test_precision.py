@@ -13,6 +13,7 @@ import torch
 from clusterbench.runtime import DistributedOptimizer, Identity, Runtime
 from clusterbench.training.objectives import objective
 from clusterbench.training.state import Partial
+from clusterbench.training.step_times import StepTimes
 from clusterbench.training.steps import StepContext, Stretch, run_steps
 from test_train import run_config
 from torch import nn
@@ -66,6 +67,7 @@ def train_bf16(model: nn.Module, data: FixedBatches, epochs: int) -> list[float]
     optimizer = torch.optim.SGD(model.parameters(), lr=run["lr"], momentum=0.9)
     net, dist_optimizer = rt.wrap(model, optimizer, "local")
     ctx = StepContext(rt, run, torch.device("cpu"), model, net, dist_optimizer, data)
+    ctx.step_times = StepTimes(ctx.device)  # as the loop sets it each epoch
     n = len(data.y)
     batches = [(i * n, (i + 1) * n) for i in range(data.steps)]
     losses = []
