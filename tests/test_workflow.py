@@ -138,7 +138,7 @@ def test_html_report_builds(finished: Path):
     # each figure with its own page's caption (clusterbench.report.captions), the PDF its pages
     for title in ("Time per epoch", "Throughput", "Training curves", "Backend comparison"):
         assert f"<strong>{title}</strong>" in text, title
-    assert "page 1: the title page: summary and provenance" in text
+    assert "page 1: the title page: recommendation, summary and provenance" in text
 
 
 def test_second_invocation_does_nothing(finished: Path):

@@ -62,6 +62,7 @@ class ReportParams:
     author: str
     config_hash: str
     timing_warmup_epochs: int
+    target_accuracy: float | None = None  # time-to-accuracy's target (None: none)
 
 
 @dataclass
@@ -87,6 +88,7 @@ def parse_params(text: str, config_hash: str) -> ReportParams:
         author=settings["author"].strip(),
         config_hash=config_hash,
         timing_warmup_epochs=settings["timing_warmup_epochs"],
+        target_accuracy=settings["target_accuracy"],
     )
 
 
