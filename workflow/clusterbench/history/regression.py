@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,12 @@ PROVENANCE_FIELDS = {
     "python": "Python",
     "commit_sha": "commit",
 }
+
+#: The entries' columns the rule reads.
+ENTRY_COLUMNS = frozenset(
+    (*SERIES_KEY, "append_id", "date", "run", "current", "dirty", *PROVENANCE_FIELDS)
+    + ("images_per_second_mean", "images_per_second_sd", "timed_epochs")
+)
 
 #: The columns of :func:`points`.
 POINT_COLUMNS = (
@@ -97,9 +104,9 @@ def config_label(speed_settings: str) -> str:
     return ", ".join(words)
 
 
-def _value(row: pd.Series, field: str) -> str:
+def _value(row: Mapping[str, Any], field: str) -> str:
     value = row.get(field)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "unknown"
     if field == "hosts" and isinstance(value, str) and value.startswith("["):
         return ", ".join(json.loads(value)) or "unknown"
@@ -108,13 +115,17 @@ def _value(row: pd.Series, field: str) -> str:
     return str(value)
 
 
-def provenance_changes(last_good: pd.Series, point: pd.DataFrame) -> str:
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def provenance_changes(last_good: Mapping[str, Any], point: Sequence[Mapping[str, Any]]) -> str:
     """What differs in provenance between the entry ``last_good`` and the entries ``point``:
     'torch 2.12.0 -> 2.13.0; driver 550.54 -> 560.35'; the fields compared when nothing does."""
     changes = []
     for field, words in PROVENANCE_FIELDS.items():
         before = _value(last_good, field)
-        now = list(dict.fromkeys(_value(row, field) for _, row in point.iterrows()))
+        now = list(dict.fromkeys(_value(row, field) for row in point))
         if now != [before]:
             changes.append(f"{words} {before} \u2192 {' / '.join(now)}")
     if changes:
@@ -122,18 +133,29 @@ def provenance_changes(last_good: pd.Series, point: pd.DataFrame) -> str:
     return "no recorded change in " + ", ".join(PROVENANCE_FIELDS.values())
 
 
-def _estimate(entries: pd.DataFrame, sigma: float) -> stats.Estimate:
+def _floats(entries: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    return [math.nan if _missing(e.get(key)) else float(e[key]) for e in entries]
+
+
+def _epochs(entry: Mapping[str, Any]) -> int:
+    n = entry.get("timed_epochs")
+    return 0 if _missing(n) else int(n)
+
+
+def _estimate(entries: Sequence[Mapping[str, Any]], sigma: float) -> stats.Estimate:
     return stats.estimate(
-        entries["images_per_second_mean"].astype(float).tolist(),
-        entries["images_per_second_sd"].astype(float).tolist(),
-        entries["timed_epochs"].fillna(0).astype(int).tolist(),
+        _floats(entries, "images_per_second_mean"),
+        _floats(entries, "images_per_second_sd"),
+        [_epochs(e) for e in entries],
         sigma,
     )
 
 
-def judge(point: pd.DataFrame, reference: pd.DataFrame) -> dict[str, Any]:
+def judge(
+    point: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """The rule for one point against its reference (both entries of one series)."""
-    spreads = [stats.run_spread(e["images_per_second_mean"].tolist()) for e in (reference, point)]
+    spreads = [stats.run_spread(_floats(e, "images_per_second_mean")) for e in (reference, point)]
     finite = [x for x in spreads if math.isfinite(x)]
     sigma = max(finite) if finite else math.nan
     new, ref = _estimate(point, sigma), _estimate(reference, sigma)
@@ -155,36 +177,38 @@ def judge(point: pd.DataFrame, reference: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def series_points(entries: pd.DataFrame) -> list[dict[str, Any]]:
-    """The points of one series' entries, oldest first, each judged (see the module)."""
-    groups = sorted(
-        entries.groupby("append_id", sort=False),
-        key=lambda item: (item[1]["date"].max(), item[0]),
-    )
-    rows, good = [], []
-    last_good: pd.Series | None = None
+def series_points(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The points of one series' entries (the store's rows as mappings), oldest first, each
+    judged (see the module)."""
+    by_append: dict[Any, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        by_append.setdefault(e["append_id"], []).append(e)
+    groups = sorted(by_append.items(), key=lambda item: (max(e["date"] for e in item[1]), item[0]))
+    rows: list[dict[str, Any]] = []
+    good: list[Mapping[str, Any]] = []  # the entries of every earlier point not flagged
+    last_good: Mapping[str, Any] | None = None
     for append_id, point in groups:
-        point = point.sort_values("date")
+        point = sorted(point, key=lambda e: e["date"])
         row = {
-            **{k: point[k].iloc[0] for k in SERIES_KEY},
+            **{k: point[0][k] for k in SERIES_KEY},
             "append_id": append_id,
-            "date": point["date"].max(),
-            "runs": ", ".join(point["run"].astype(str)),
+            "date": point[-1]["date"],
+            "runs": ", ".join(str(e["run"]) for e in point),
             "n_runs": len(point),
-            "epochs": int(point["timed_epochs"].fillna(0).sum()),
-            "current": bool(point["current"].any()) if "current" in point else False,
+            "epochs": sum(_epochs(e) for e in point),
+            "current": any(bool(e.get("current", False)) for e in point),
             "changed": "",
         }
         if not good:
             est = _estimate(point, math.nan)
             row.update(mean=est.mean, se=est.se, status="first")
         else:
-            row.update(judge(point, pd.concat(good)))
+            row.update(judge(point, good))
             if row["status"] == "regression" and last_good is not None:
                 row["changed"] = provenance_changes(last_good, point)
         if row["status"] != "regression":
-            good.append(point)
-            last_good = point.iloc[-1]
+            good += point
+            last_good = point[-1]
         rows.append(row)
     return rows
 
@@ -192,10 +216,12 @@ def series_points(entries: pd.DataFrame) -> list[dict[str, Any]]:
 def points(entries: pd.DataFrame) -> pd.DataFrame:
     """Every series' points (:data:`POINT_COLUMNS`), judged by the rule, oldest first within a
     series; series in the order of their first entry."""
-    rows = []
-    if not entries.empty:
-        for _, series in entries.groupby(list(SERIES_KEY), sort=False, dropna=False):
-            rows += series_points(series)
+    series: dict[tuple, list[dict[str, Any]]] = {}
+    used = [c for c in entries.columns if c in ENTRY_COLUMNS]  # to_dict costs per column
+    for e in entries[used].to_dict("records") if not entries.empty else []:
+        key = tuple(None if _missing(e[k]) else e[k] for k in SERIES_KEY)
+        series.setdefault(key, []).append(e)
+    rows = [row for group in series.values() for row in series_points(group)]
     out = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     out["config"] = [config_label(s) for s in out["speed_settings"]]
     for col in ("mean", "se", "ref_mean", "ref_se", "threshold", "change"):
