@@ -89,6 +89,7 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
     )
     ax.set_ylabel("images/s")
     ax.set_ylim(bottom=0)
+    ax.margins(x=0.08)  # the first and last points' markers whole
     ax.tick_params(axis="x", labelsize=8.5, labelrotation=20)
     ax.legend(fontsize=8, frameon=False, loc="lower left")
 

@@ -138,6 +138,6 @@ def tta_bars(ctx: Context, ax: Any, tta: pd.DataFrame, target: float, first: pd.
     ax.set_xlim(0, float(np.nanmax(seconds)) * 1.6)
     ax.set_xlabel("training seconds to the target")
     first_run = "none" if recommend.missing(first["run"]) else first["run"]
-    ax.set_title(
-        shorten_text(f"Time to {fmt_pct(target, 1)}; first: {first_run}", 50), fontsize=9.5
+    ax.set_title(  # two lines: the panel is a third of the page wide
+        f"Time to {fmt_pct(target, 1)}\nfirst: {shorten_text(first_run, 40)}", fontsize=9.5
     )
