@@ -16,20 +16,22 @@ HISTORY_PATH = history_path()
 os.environ.update(CLUSTERBENCH_CONFIG_HASH=cbconfig.config_hash(CFG))
 
 
-def history_writable(wildcards):
-    """Input function of the history step; it adds no file. Before any job (Snakemake calls
-    it while it builds the job graph, dry runs included): a store that cannot be appended to
-    (not writable, or of a schema this clusterbench cannot use) stops the workflow, naming
-    it. Reads the file's schema version at most: a dry run writes nothing."""
-    if not workflow.is_main_process:
-        return []
+def check_history_writable():
+    """Before any job: a store that cannot be appended to (not writable, or of a schema this
+    clusterbench cannot use) stops the workflow, naming it. At parse time, dry runs included
+    (it reads the file's schema version at most: a dry run writes nothing); only in the main
+    process (cluster jobs parse again). Not in an input function: Snakemake prints an input
+    function's error with a traceback."""
     problem = history_store.check_writable(Path(HISTORY_PATH))
     if problem:
         raise WorkflowError(
             f"{problem}\n(history.path: {CFG['history']['path']!r}: every workflow run "
             "appends its runs there; give a file this user can write, see config/README.md)"
         )
-    return []
+
+
+if workflow.is_main_process:
+    check_history_writable()
 
 
 # On the submit host, like the report: it reads the runs and writes one small file. The store
@@ -38,7 +40,6 @@ rule history:
     input:
         script=script("history"),
         code=stage_module("history"),
-        writable=history_writable,
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
             run=PIPELINE.available_runs(),

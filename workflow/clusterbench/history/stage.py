@@ -66,7 +66,7 @@ def series_history(path: Path, made: list[dict]) -> pd.DataFrame:
 def summary(path: Path, appended: store.Appended, history: pd.DataFrame) -> list[str]:
     """The log's lines: what was appended, the series, the newest points that regressed."""
     lines = [
-        f"history: {appended.added} run(s) appended to {path}"
+        f"history: {appended.added} run(s) appended to {os.path.abspath(path)}"
         + (f" ({appended.present} already there)" if appended.present else "")
     ]
     pts = regression.points(history)
