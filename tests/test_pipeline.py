@@ -246,6 +246,29 @@ def test_a_planned_training_job_that_may_not_run_stops_before_any_job(scheduler)
         pipe.priority("report")(wc())
 
 
+def test_a_jobs_own_check_runs_only_when_that_job_is_planned(scheduler):
+    """check_before_jobs: the check of a rule (the history store's) runs before any job only
+    when a job of that rule is planned, and what it says stops the workflow."""
+    asked = []
+
+    def check():
+        asked.append(1)
+        return "history store /x/h.sqlite cannot be created: /x is not a directory"
+
+    adapter = FakeAdapter("dryrun")
+    pipe = pipeline(adapter)
+    pipe.check_before_jobs("history", check)
+    adapter.planned = [PlannedJob("report")]
+    assert pipe.priority("report")(wc()) == 0 and asked == []
+    adapter = FakeAdapter("local")
+    pipe = pipeline(adapter)
+    pipe.check_before_jobs("history", check)
+    adapter.planned = [PlannedJob("history"), PlannedJob("report")]
+    with pytest.raises(Stopped, match=r"^history store /x/h\.sqlite cannot be created"):
+        pipe.priority("report")(wc())
+    assert asked == [1]
+
+
 # ------------------------------------------------------------------ files and their records
 def write_recorded(folder: Path, names, content=b"x") -> Path:
     folder.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ class Pipeline:
         self.checks = Checks(self.runs, adapter, digests, self.storages)
         self._resources: dict[str, dict[str, Any]] = {}
         self._before_jobs_done = False
+        self._job_checks: list[tuple[str, Callable[[], str | None]]] = []
 
     # ------------------------------------------------------------------- parse time
     def environment(self, python: str = sys.executable) -> dict[str, str]:
@@ -189,8 +190,9 @@ class Pipeline:
 
     def before_jobs(self) -> None:
         """Once, before any job: stop if a planned training job may not run here
-        (:meth:`RunPlan.refusals`) or a planned job would read a damaged output
-        (:meth:`Checks.consumed`). Not in cluster jobs, nor where nothing runs (``--touch``,
+        (:meth:`RunPlan.refusals`), a planned job would read a damaged output
+        (:meth:`Checks.consumed`) or a planned job's own check fails
+        (:meth:`check_before_jobs`). Not in cluster jobs, nor where nothing runs (``--touch``,
         no executor)."""
         if self._before_jobs_done:
             return
@@ -205,6 +207,17 @@ class Pipeline:
         if refusals:
             self.adapter.stop("\n".join(refusals))
         self.checks.consumed(planned)
+        rules = {job.rule for job in planned}
+        for rule, check in self._job_checks:
+            problem = check() if rule in rules else None
+            if problem:
+                self.adapter.stop(problem)
+
+    def check_before_jobs(self, rule: str, check: Callable[[], str | None]) -> None:
+        """Have :meth:`before_jobs` call ``check()`` when a job of ``rule`` is planned, and stop
+        the workflow with what it returns (None: nothing wrong). For what only that job's
+        running needs (e.g. a store it appends to), checked then and not at every parse."""
+        self._job_checks.append((rule, check))
 
 
 def prepend_path(value: str, entry: str) -> str:
