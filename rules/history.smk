@@ -23,7 +23,7 @@ PIPELINE.check_before_jobs(
 rule history:
     input:
         script=script("history"),
-        code=stage_module("history"),
+        code=stage_code("history"),
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
             run=PIPELINE.available_runs(),
