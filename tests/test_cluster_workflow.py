@@ -441,7 +441,11 @@ def test_with_requeue_exit_75_slurm_itself_requeues_a_preempted_job_which_resume
                 assert time.time() < deadline, "Slurm did not requeue the job that exited 75"
                 time.sleep(0.5)
             requeued = time.time()
-            # a requeued job waits for a BeginTime about 2 min ahead: start it now
+            # A requeued job waits for a BeginTime about 2 min ahead: start it now, but not in
+            # the second of its requeue. slurmd revokes the ended instance's credential by the
+            # second, and a restart within that second is killed ("Job credential revoked";
+            # seen once in CI). Slurm's own delay avoids that; 2 s of ours do too.
+            time.sleep(2.0)
             slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
             out, _ = proc.communicate(timeout=900)
         finally:
