@@ -32,7 +32,7 @@ CLUSTER_FIXTURES = {"slurm_cluster", "sge_cluster"}
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    if config.getvalue("loadgroup"):  # a make test worker (pytest-xdist, --dist loadgroup)
+    if getattr(config.option, "loadgroup", False):  # a make test worker (pytest-xdist)
         for item in items:
             group_for_workers(item)
     if _has_cuda():

@@ -499,8 +499,8 @@ def test_stage_code_is_one_stamp_of_the_module_or_every_module_of_the_package(in
 
     adapter = FakeAdapter("local", prefix="sub/")
     pipe = pipeline(adapter)
-    stamp = Path(pipe.stage_code("train", "training"))
-    assert stamp == in_tmp / "sub" / code.STAMPS / "train+training.sha256"
+    stamp = Path(pipe.stage_code("train", "training"))  # not under the module's prefix
+    assert stamp == in_tmp / code.STAMPS / "train+training.sha256"
     lines = stamp.read_text().splitlines()
     paths = [line.split("  ", 1)[1] for line in lines]
     assert paths[0] == "workflow/clusterbench/train.py"

@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 #: The rules of the workflow, by the names rules/*.smk give them (a module renames them).
-RULES = ("download", "preprocess", "preprocess_files", "train", "evaluate", "report", "best")
+RULES = (
+    "download",
+    "preprocess",
+    "preprocess_files",
+    "train",
+    "evaluate",
+    "history",
+    "report",
+    "best",
+)
 
 
 @dataclass(frozen=True)

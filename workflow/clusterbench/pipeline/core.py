@@ -94,11 +94,12 @@ class Pipeline:
     def stage_code(self, *stages: str) -> str:
         """The code stamp of ``stages`` (:mod:`clusterbench.pipeline.code`): one input, so that
         editing the stage's code reruns the stage and what follows. Written here, while the
-        Snakefile is parsed, by the main process (cluster jobs read the one it wrote)."""
+        Snakefile is parsed, by the main process (cluster jobs read the one it wrote), in the
+        working directory's ``.snakemake`` (as the checksums: a module's prefix holds only
+        what its jobs make); an absolute path, which no module prefix changes."""
         name = "+".join(stages)
         if name not in self._stamps:
-            stamp = Path(os.path.abspath(self.adapter.in_workdir(str(code.STAMPS / name))))
-            stamp = stamp.with_name(f"{stamp.name}.sha256")
+            stamp = Path(os.path.abspath(code.STAMPS / f"{name}.sha256"))
             if self.adapter.is_main_process:
                 files = [f for stage in stages for f in code.stage_files(self.checkout, stage)]
                 code.write_stamp(stamp, files, self.checkout)
