@@ -57,6 +57,9 @@ except cbconfig.ConfigError as exc:
 
 RUNS = {run["name"]: run for run in CFG["runs"]}
 DATASETS = sorted({run["dataset"] for run in CFG["runs"]})
+#: The datasets generated where they train (format synthetic, synthetic-text): no arrays, their
+#: preprocessing writes meta.json alone (rules/preprocess.smk).
+SYNTHETIC = [d for d in DATASETS if cbconfig.synthetic_dataset(CFG["datasets"][d])]
 
 
 # Jobs (local, and cluster jobs, which parse this file again) run `python` and the package of
@@ -161,8 +164,10 @@ ARRAY_FILES = [
 
 
 def data_files(dataset):
-    """Every file of a preprocessed dataset; meta.json (written last) comes last."""
-    return [f"{data_dir(dataset)}/{name}" for name in ARRAY_FILES + ["meta.json"]]
+    """Every file of a preprocessed dataset (a synthetic one's: meta.json alone); meta.json
+    (written last) comes last."""
+    arrays = [] if dataset in SYNTHETIC else ARRAY_FILES
+    return [f"{data_dir(dataset)}/{name}" for name in arrays + ["meta.json"]]
 
 
 #: A path as the rules declare it (relative to the working directory) -> the path Snakemake

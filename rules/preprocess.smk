@@ -9,6 +9,8 @@ rule preprocess:
         "results/logs/preprocess/{dataset}.log",
     benchmark:
         "results/benchmarks/preprocess/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=alternatives([d for d in DATASETS if d not in SYNTHETIC]),
     conda:
         SOFTWARE
     params:
@@ -20,3 +22,11 @@ rule preprocess:
         "python {input.script:q} --dataset {wildcards.dataset:q} "
         "--manifest {input.manifest:q} --params {params.split:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# Synthetic data is generated where it trains: its preprocessing writes meta.json alone.
+use rule preprocess as preprocess_synthetic with:
+    output:
+        f"{data_dir('{dataset}')}/meta.json",
+    wildcard_constraints:
+        dataset=alternatives(SYNTHETIC),

@@ -787,6 +787,14 @@ def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return split
 
 
+def synthetic_dataset(dataset_cfg: Mapping[str, Any]) -> bool:
+    """Whether a resolved dataset entry is generated where it trains (its format is
+    ``synthetic`` or ``synthetic-text``): it has no files, and its preprocessing writes
+    ``meta.json`` alone."""
+    fmt = dataset_cfg.get("format")
+    return fmt in FORMATS and is_synthetic(fmt)
+
+
 def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Where a dataset's files come from (``clusterbench.download``'s ``source``).
 

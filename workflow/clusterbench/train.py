@@ -27,7 +27,9 @@ from typing import Any
 
 from clusterbench import checkpoints, preemption
 from clusterbench.config import ConfigError, bad_settings, stage_params
-from clusterbench.data.arrays import TrainingSplits, load_training
+from clusterbench.data.arrays import TrainingSplits
+from clusterbench.data.source import MakeData, prepare
+from clusterbench.models import ModelError
 from clusterbench.training.device import check_device, node_name
 
 
@@ -39,12 +41,15 @@ def validate_run(run: str | dict[str, Any]) -> dict[str, Any]:
 
 def train(
     run: dict[str, Any],
-    splits: TrainingSplits,
+    data: MakeData | TrainingSplits,
     out_dir: Path,
     dump_dir: Path | None = None,
     max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
+
+    ``data``: ``make(device)``, the run's data source on the training device
+    (:func:`clusterbench.data.source.prepare`), or the preprocessed splits of resident images.
 
     Raises :class:`clusterbench.preemption.Preempted` on every rank after a preemption
     warning, once rank 0 has written the checkpoint to continue from.
@@ -59,8 +64,10 @@ def train(
         identity = {**asdict(rt.identity), "backend": rt.name, "hostname": node_name()}
         print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
 
-        def make_data(device: Any) -> ResidentImages:
-            return ResidentImages(splits, device, run["seed"])
+        def make_data(device: Any) -> Any:
+            if isinstance(data, TrainingSplits):
+                return ResidentImages(data, device, run["seed"])
+            return data(device)
 
         result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps)
     except BaseException:
@@ -96,9 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         check_device(run)  # before reading data or starting any backend
     except ConfigError as exc:
         return bad_settings("train", exc)
-    splits = load_training(args.data_dir, run)
+    make_data = prepare(args.data_dir, run)
     try:
-        train(run, splits, args.out_dir, dump_dir=args.dump_final_weights, max_steps=args.max_steps)
+        train(
+            run, make_data, args.out_dir, dump_dir=args.dump_final_weights, max_steps=args.max_steps
+        )
     except preemption.Preempted:
         return preemption.EXIT_PREEMPTED
+    except ModelError as exc:  # the model cannot be built as asked: the cause, no traceback
+        return bad_settings("train", ConfigError(str(exc)))
     return 0
