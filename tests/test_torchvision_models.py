@@ -4,6 +4,7 @@ downloading weights) for the data's shape, and the names a user might try are an
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -115,7 +116,7 @@ def test_an_input_the_network_cannot_take_is_named_when_it_is_built():
 def test_names_a_user_might_try_are_answered(name, match):
     (problem,) = problems(name, "runs[0].model")
     assert problem.startswith("runs[0].model: ")
-    assert pytest.importorskip("re").search(match, problem), problem
+    assert re.search(match, problem), problem
 
 
 def test_what_a_torchvision_model_takes_is_checked_against_the_data():
@@ -125,3 +126,16 @@ def test_what_a_torchvision_model_takes_is_checked_against_the_data():
     assert "at least 75x75" in small
     (wrong,) = fit_problems("torchvision.resnet50", "language-model", [64])
     assert "classification model" in wrong and "holds token sequences" in wrong
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vit_b_32", "efficientnet_b0"])
+def test_bf16_autocast_trains_on_the_cpu(name):
+    torch.manual_seed(0)
+    net = build_model(f"torchvision.{name}", 3, [3, 32, 32]).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(torch.randn(4, 3, 32, 32))
+    assert logits.dtype == torch.bfloat16
+    loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor([0, 1, 2, 0]))
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
