@@ -120,8 +120,9 @@ LOCAL_DOWNLOAD = not remote_download()
 
 
 def alternatives(names):
-    """A wildcard constraint matching exactly ``names``: a run name may contain ``.``."""
-    return "|".join(re.escape(name) for name in names)
+    """A wildcard constraint matching exactly ``names``: a run name may contain ``.``; none,
+    if there are none (an empty constraint would be no constraint)."""
+    return "|".join(re.escape(name) for name in names) or "(?!)"
 
 
 wildcard_constraints:

@@ -53,7 +53,7 @@ def test_synthetic_data_is_a_function_of_seed_split_and_index_alone(monkeypatch)
 
 
 def test_synthetic_bytes_and_labels_are_uniform():
-    x = synthetic.uniform_bytes(1 << 18, synthetic._key(1, "train", synthetic.BYTES), "cpu")
+    x = synthetic.uniform_bytes(1 << 18, synthetic.stream_key(1, "train", synthetic.BYTES), "cpu")
     counts = torch.bincount(x.long(), minlength=256).double()
     assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
     assert float(x.double().mean() / 255) == pytest.approx(synthetic.PIXEL_MEAN, abs=0.005)

@@ -38,7 +38,7 @@ def _mix(x: Any) -> Any:
     return x ^ (x >> 16)
 
 
-def _key(seed: int, split: str, what: int) -> int:
+def stream_key(seed: int, split: str, what: int) -> int:
     """The hash key of one stream of values: a seed, a split, pixels/tokens or labels."""
     import torch
 
@@ -49,26 +49,39 @@ def _key(seed: int, split: str, what: int) -> int:
     return key
 
 
+def _hash_range(start: int, stop: int, key: int, device: Any) -> Any:
+    """The 32-bit hashes (int64) of the indices ``start..stop-1`` under ``key``; an index
+    above 2**32 changes the key of its upper half."""
+    import torch
+
+    i = torch.arange(start, stop, device=device)
+    return _mix((i & _M32) ^ _mix((i >> 32) ^ key))
+
+
 def hashed(count: int, key: int, device: Any) -> Any:
     """``count`` 32-bit hashes (int64) of the indices 0..count-1 under ``key``, on
-    ``device``; an index above 2**32 changes the key of its upper half."""
+    ``device``."""
     import torch
 
     out = torch.empty(count, dtype=torch.int64, device=device)
     for start in range(0, count, CHUNK):
-        i = torch.arange(start, min(start + CHUNK, count), device=device)
-        upper = _mix((i >> 32) ^ key)
-        out[start : start + len(i)] = _mix((i & _M32) ^ upper)
+        stop = min(start + CHUNK, count)
+        out[start:stop] = _hash_range(start, stop, key, device)
     return out
 
 
 def uniform_bytes(count: int, key: int, device: Any) -> Any:
-    """``count`` uint8 values, uniform over 0..255: four from each hash."""
+    """``count`` uint8 values, uniform over 0..255: the four bytes of each hash, written a
+    chunk at a time (no int64 copy of the whole)."""
     import torch
 
-    words = hashed((count + 3) // 4, key, device)
-    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-    return words.view(torch.uint8)[:count]
+    out = torch.empty((count + 3) // 4 * 4, dtype=torch.uint8, device=device)
+    words = out.view(torch.int32)
+    for start in range(0, len(words), CHUNK):
+        stop = min(start + CHUNK, len(words))
+        h = _hash_range(start, stop, key, device)
+        words[start:stop] = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
+    return out[:count]
 
 
 def images(
@@ -77,15 +90,15 @@ def images(
     """``samples`` uint8 images ``(N, H, W, C)`` (as preprocessed images are stored) of
     ``shape`` ``[C, H, W]`` and their int64 labels in ``0..classes-1``, on ``device``."""
     channels, height, width = shape
-    x = uniform_bytes(samples * channels * height * width, _key(seed, split, BYTES), device)
-    y = hashed(samples, _key(seed, split, LABELS), device) % classes
+    x = uniform_bytes(samples * channels * height * width, stream_key(seed, split, BYTES), device)
+    y = hashed(samples, stream_key(seed, split, LABELS), device) % classes
     return x.view(samples, height, width, channels), y
 
 
 def sequences(seed: int, split: str, samples: int, seq_len: int, device: Any) -> tuple[Any, Any]:
     """``samples`` uint8 token sequences ``(N, T)`` and their next tokens ``(N, T)`` (views of
     ``N`` sequences of ``T + 1``), on ``device``."""
-    tokens = uniform_bytes(samples * (seq_len + 1), _key(seed, split, BYTES), device)
+    tokens = uniform_bytes(samples * (seq_len + 1), stream_key(seed, split, BYTES), device)
     tokens = tokens.view(samples, seq_len + 1)
     return tokens[:, :-1], tokens[:, 1:]
 
