@@ -1,5 +1,5 @@
 """Reference of F10: a hand-written single-process training loop of ``gpt-tiny`` on byte
-tokens, written as a user would write it, with PyTorch's defaults.
+tokens, written as a user writes it, with PyTorch's defaults.
 
 ```
 .venv/bin/python benchmarks/gpt_hand_loop.py --data-dir DATA [--model gpt-tiny] [--epochs 4]
@@ -11,8 +11,9 @@ tokens, written as a user would write it, with PyTorch's defaults.
 (``build_model``), the training windows resident as int64 tensors on the device, one
 permutation per epoch from ``numpy.random.default_rng([seed, epoch])``, batches taken in that
 order, forward, ``F.cross_entropy`` over the flattened tokens (mean), backward, SGD with
-momentum and weight decay (``bf16``: forward and loss under ``torch.autocast``). Nothing else:
-no thread setting (PyTorch's default), no LR warm-up, validation, checkpoints or logging.
+momentum and weight decay (``bf16``: forward and loss under ``torch.autocast``). Threads: the
+CPUs of this process's affinity mask (as ``hand_loop.py``). Nothing else: no LR warm-up,
+validation, checkpoints or logging.
 
 Each epoch is timed with ``time.perf_counter`` (after ``torch.cuda.synchronize`` on a GPU) and
 printed with its tokens/s; ``--out-dir`` gets ``metrics.jsonl`` in the trainer's format (epoch,
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_data import TRAINING_DEFAULTS, parsed_settings, settings_cli, write_metrics
+from bench_data import TRAINING_DEFAULTS, cpu_cores, parsed_settings, settings_cli, write_metrics
 from clusterbench.models import build_model
 
 DEFAULTS = {
@@ -45,6 +46,8 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
     """Train on one device; returns (and writes to ``out_dir``) one record per epoch."""
     s = {**DEFAULTS, **settings}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_cores())
     meta = json.loads((Path(data_dir) / "meta.json").read_text())
     x = torch.from_numpy(np.load(Path(data_dir) / "train_x.npy")).long().to(device)
     y = torch.from_numpy(np.load(Path(data_dir) / "train_y.npy")).long().to(device)
@@ -59,7 +62,7 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
     for epoch in range(s["epochs"]):
         model.train()
         order = torch.from_numpy(np.random.default_rng([s["seed"], epoch]).permutation(n))
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
         t0 = time.perf_counter()
         for start in range(0, n, s["batch_size"]):
             idx = order[start : start + s["batch_size"]].to(device)
@@ -69,7 +72,8 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            loss_sum += loss.item() * len(idx)
+            loss_sum += loss.detach() * len(idx)
+        train_loss = float(loss_sum) / n  # waits for the device, like synchronize
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -78,7 +82,7 @@ def train(data_dir: Path, out_dir: Path | None = None, **settings: Any) -> list[
             "epoch_seconds": seconds,
             "images_per_second": n / seconds,
             "tokens_per_second": n * seq_len / seconds,
-            "train_loss": loss_sum / n,
+            "train_loss": train_loss,
         }
         records.append(record)
         print(

@@ -259,9 +259,11 @@ class Runner:
             print("\n".join(f"    {line}" for line in tail(log).splitlines()), flush=True)
             return row
         summarise(row, self.args.warmup_epochs)
-        per_epoch = " ".join(f"{r['images_per_second']:.0f}" for r in row.epochs)
+        unit = "tokens" if "tokens_per_second" in row.epochs[0] else "images"  # a language model's
+        per_epoch = " ".join(f"{r[f'{unit}_per_second']:.0f}" for r in row.epochs)
         print(
-            f"{row.images_per_second:.0f} images/s (per epoch: {per_epoch}; wall {wall:.0f} s)",
+            f"{row.median(f'{unit}_per_second'):.0f} {unit}/s (per epoch: {per_epoch}; "
+            f"wall {wall:.0f} s)",
             flush=True,
         )
         return row
