@@ -22,10 +22,10 @@ from benchlib.rows import Case, Runner, Spec
 ORDER = 70
 TITLE = "gpt-tiny on byte tokens: 1 worker / a hand loop, tokens/s (F10)"
 OPTIONS = {
-    "lm_kilobytes": (int, 48, 12, "KiB of text the lm rows train on"),
+    "lm_kilobytes": (int, 128, 12, "KiB of text the lm rows train on"),
     "lm_seq_len": (int, 64, 64, "tokens per sequence of the lm rows"),
     "lm_batch": (int, 32, 32, "global batch (sequences) of the lm rows"),
-    "lm_epochs": (int, 4, 2, "epochs of the lm rows"),
+    "lm_epochs": (int, 5, 2, "epochs of the lm rows"),
 }
 NEEDS: tuple[str, ...] = ()
 GPU = False
