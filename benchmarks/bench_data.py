@@ -2,20 +2,28 @@
 
 * :func:`build_digits`: the real digits data set, made offline by clusterbench's own download
   and preprocess stages (scikit-learn's bundled copy), exactly like ``results/data/digits``.
-* :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, 10 classes) in the
-  preprocessed layout, for compute-bound timing; the content does not matter for speed.
 * :func:`build_text`: a text of real English (config/examples/text's notes, repeated to the
   size asked) as byte-token windows, made by clusterbench's download and preprocess stages.
+* :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, or another size, 10
+  classes) in the preprocessed layout, for compute-bound timing; the content does not matter
+  for speed.
 * :func:`load_arrays`: a preprocessed data dir read with plain NumPy (what the references use).
+* :func:`jpeg_folder` and :func:`extract_folder`: an archive of JPEGs (smooth synthetic photos)
+  preprocessed by clusterbench as an image folder stored as files (the streamed image folder);
+  :func:`with_records`: arrays with their sizes and sha256 in meta.json, as preprocessing
+  records them (what staging checks its copy against).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import socket
+import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +111,20 @@ def build_text(root: Path, kilobytes: int, seq_len: int) -> Path:
     return out
 
 
-def make_cifar_like(path: Path, n_train: int, n_val: int = 256, seed: int = 0) -> Path:
-    """A preprocessed data dir of ``n_train`` random 32x32x3 uint8 images with random labels."""
+def make_cifar_like(
+    path: Path, n_train: int, n_val: int = 256, seed: int = 0, size: int = 32
+) -> Path:
+    """A preprocessed data dir of ``n_train`` random ``size`` x ``size`` x 3 uint8 images
+    with random labels (CIFAR's 32 by default)."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
     counts = {"train": n_train, "val": n_val, "test": n_val}
     for split, n in counts.items():
-        np.save(path / f"{split}_x.npy", rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8))
+        np.save(path / f"{split}_x.npy", rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8))
         np.save(path / f"{split}_y.npy", rng.integers(0, 10, n).astype(np.int64))
     meta = {
         "dataset": "cifar10",
-        "image_shape": [32, 32, 3],
+        "image_shape": [size, size, 3],
         "num_classes": 10,
         "class_names": [f"class{i}" for i in range(10)],
         "mean": [0.5, 0.5, 0.5],  # of x / 255 for uniform random bytes
@@ -122,6 +133,65 @@ def make_cifar_like(path: Path, n_train: int, n_val: int = 256, seed: int = 0) -
     }
     (path / "meta.json").write_text(json.dumps(meta))
     return path
+
+
+def with_records(data: Path) -> Path:
+    """The arrays' sizes and sha256 in ``data/meta.json``, as preprocessing records them."""
+    from clusterbench import integrity
+
+    meta = json.loads((data / "meta.json").read_text())
+    meta["files"] = {p.name: integrity.record(p) for p in sorted(data.glob("*.npy"))}
+    (data / "meta.json").write_text(json.dumps(meta))
+    return data
+
+
+def photo(rng: np.random.Generator, size: int, label: int) -> np.ndarray:
+    """A smooth RGB image (JPEG compresses it as it does a photo): gradients and a disc."""
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    base = rng.uniform(40, 200, 3)
+    image = base + 50 * np.stack([xx, yy, xx * yy], axis=-1) * rng.uniform(-1, 1, 3)
+    cy, cx, r = rng.uniform(0.2, 0.8), rng.uniform(0.2, 0.8), rng.uniform(0.1, 0.3)
+    disc = (yy - cy) ** 2 + (xx - cx) ** 2 < r**2
+    image[disc] = [230, 40, 40] if label else [40, 40, 230]
+    image += rng.normal(0, 6, image.shape)
+    return image.clip(0, 255).astype(np.uint8)
+
+
+def jpeg_folder(path: Path, n: int, size: int, seed: int = 0) -> Path:
+    """A zip of ``n`` ``size`` x ``size`` JPEGs (quality 90) in two class folders."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for i in range(n):
+            buf = io.BytesIO()
+            Image.fromarray(photo(rng, size, i % 2)).save(buf, "JPEG", quality=90)
+            archive.writestr(f"photos/c{i % 2}/img{i:06d}.jpg", buf.getvalue())
+    return path
+
+
+def extract_folder(archive: Path, out: Path, image_size: Sequence[int] | None) -> Path:
+    """The archive preprocessed by clusterbench as an image folder stored as files (dataset
+    ``photos``), decoded at ``image_size`` (None: the images' own)."""
+    from clusterbench import preprocess
+    from clusterbench.download import file_digests
+
+    manifest = archive.parent / "MANIFEST.json"
+    files = {archive.name: {"sha256": file_digests(archive)["sha256"]}}
+    manifest.write_text(json.dumps({"dataset": "photos", "files": files}))
+    params = {
+        "format": "image-folder",
+        "files": [archive.name],
+        "val_fraction": 0.1,
+        "test_fraction": 0.1,
+        "split_seed": 0,
+        "min_split_size": 5,
+        "storage": "files",
+        **({"image_size": list(image_size)} if image_size else {}),
+    }
+    preprocess.preprocess("photos", manifest, json.dumps(params), out)
+    return out
 
 
 def load_arrays(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:

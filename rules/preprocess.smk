@@ -1,16 +1,22 @@
+# Three rules, one per storage (clusterbench.data.storage): they write different files. The
+# same stage (scripts/preprocess.py) decodes into arrays, extracts an image folder's files (its
+# params say `storage: files`), or describes synthetic data (meta.json alone).
 rule preprocess:
     input:
         script=script("preprocess"),
         code=stage_module("preprocess"),
         manifest=rules.download.output.manifest,
+        # damaged arrays, or arrays whose meta.json is gone, stop the workflow; no file
+        intact=PIPELINE.arrays_intact,
     output:
-        data_files("{dataset}"),
+        stored_files("{dataset}", "arrays"),
     log:
         "results/logs/preprocess/{dataset}.log",
     benchmark:
         "results/benchmarks/preprocess/{dataset}.tsv"
     wildcard_constraints:
-        dataset=alternatives([d for d in DATASETS if d not in SYNTHETIC]),
+        dataset=alternatives(ARRAY_DATASETS),
+    priority: PIPELINE.priority("preprocess")
     conda:
         SOFTWARE
     params:
@@ -27,6 +33,37 @@ rule preprocess:
 # Synthetic data is generated where it trains: its preprocessing writes meta.json alone.
 use rule preprocess as preprocess_synthetic with:
     output:
-        f"{data_dir('{dataset}')}/meta.json",
+        stored_files("{dataset}", "synthetic"),
     wildcard_constraints:
         dataset=alternatives(SYNTHETIC),
+
+
+rule preprocess_files:
+    input:
+        script=script("preprocess"),
+        code=stage_module("preprocess"),
+        manifest=rules.download.output.manifest,
+        # a damaged index, or an index whose meta.json is gone, stops the workflow; no file
+        intact=PIPELINE.arrays_intact,
+    output:
+        files=directory("results/data/{dataset}/files"),
+        index="results/data/{dataset}/index.json",
+        meta="results/data/{dataset}/meta.json",
+    log:
+        "results/logs/preprocess/{dataset}.log",
+    benchmark:
+        "results/benchmarks/preprocess/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=alternatives(FILE_DATASETS),
+    priority: PIPELINE.priority("preprocess_files")
+    conda:
+        SOFTWARE
+    params:
+        split=lambda wc: cbconfig.canonical_json(
+            cbconfig.preprocess_slice(CFG["datasets"][wc.dataset])
+        ),
+        out_dir=lambda wc, output: dir_of(output.meta),
+    shell:
+        "python {input.script:q} --dataset {wildcards.dataset:q} "
+        "--manifest {input.manifest:q} --params {params.split:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clusterbench import compare
-from clusterbench.compare import CompareError, SiteRun, match_key, match_runs
+from clusterbench.compare import CompareError, SiteRun, differing_keys, match_key, match_runs
 from clusterbench.report.tables import environment_table
 from test_report import FAKE_RUNS, edit_run_json, make_fake_results, pdf_text
 
@@ -43,10 +43,14 @@ def test_runs_are_matched_by_their_training_settings_not_their_names():
     }
 
 
-def test_a_key_missing_from_an_older_run_json_counts_as_null():
+def test_a_key_missing_from_an_older_run_json_counts_as_its_default():
     assert match_key({"name": "x", "lr": 1}) == match_key(
         {"name": "y", "lr": 1, "max_workers": None}
     )
+    newer = {"name": "y", "lr": 1, "lr_schedule": "constant", "grad_compression": "none"}
+    assert match_key({"name": "x", "lr": 1}) == match_key(newer)
+    assert match_key({"name": "x", "lr": 1}) != match_key({**newer, "grad_compression": "fp16"})
+    assert differing_keys({"lr": 1}, {**newer, "lr_schedule": "cosine"}) == ["lr_schedule"]
 
 
 def test_the_same_site_and_run_twice_is_refused():

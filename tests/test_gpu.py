@@ -46,16 +46,15 @@ def test_bf16_autocast_with_channels_last(tmp_path):
 def test_training_data_stays_on_the_gpu(tmp_path):
     """No per-step host-to-device copy of the data set: the copies are counted by the profiler
     over an epoch of 200 steps; only the per-epoch permutation (and similar) may cross."""
-    from clusterbench.data.arrays import load_training
-    from clusterbench.train import train
+    from clusterbench.train import train, validate_run
     from torch.profiler import ProfilerActivity, profile
 
     data_dir = make_dataset(tmp_path / "data", n_train=2000)
-    run = gpu_run(backend="ddp", batch_size=10, epochs=1)
-    data = load_training(data_dir, run)
-    train(run, data, tmp_path / "warm")  # CUDA start-up outside the profile
+    run = validate_run(gpu_run(backend="ddp", batch_size=10, epochs=1))
+    resident = {"loading": "resident", "loader_workers": None, "staging": {"dir": None}}
+    train(run, data_dir, tmp_path / "warm", data_settings=resident)  # CUDA start-up first
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        train(run, data, tmp_path / "out")
+        train(run, data_dir, tmp_path / "out", data_settings=resident)
     htod = [e for e in prof.events() if "HtoD" in e.name]
     steps = 2000 // 10
     # the arrays, the model and the optimiser state once, plus a few per epoch: << one per step

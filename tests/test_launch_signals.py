@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 from clusterbench.launch import runner
+from clusterbench.launch import signals as launch_signals
 
 PY = sys.executable
 STARTUP_S = 60  # the ranks are up within this (2 busy cores)
@@ -269,14 +270,14 @@ def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkey
 
     seen.clear()
     shutdown = threading.Event()
-    signals = runner.StopSignals(
+    signals = launch_signals.StopSignals(
         shutdown, kill=lambda: None, sweep=lambda: None, final=lambda: None
     )
-    with signals, runner.shutdown_event_without_handlers(shutdown):
+    with signals, launch_signals.shutdown_event_without_handlers(shutdown):
         run_two()
     assert len(seen) == 2
     for on_int, on_term, events in seen:
-        assert on_int is on_term is runner._on_signal
+        assert on_int is on_term is launch_signals._on_signal
         assert events == [shutdown]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert signal.set_wakeup_fd(-1) == -1  # the wake-up fd was given back too
@@ -301,7 +302,7 @@ class _Recorder:
 
 
 def _stop_signals(rec: _Recorder, shutdown: threading.Event, **deadlines: float):
-    return runner.StopSignals(
+    return launch_signals.StopSignals(
         shutdown,
         kill=rec.hook("kill"),
         sweep=rec.hook("sweep"),
@@ -361,7 +362,7 @@ def test_without_a_signal_nothing_happens_and_handlers_come_back() -> None:
     rec, shutdown = _Recorder(), threading.Event()
     before = signal.getsignal(signal.SIGTERM)
     with _stop_signals(rec, shutdown) as signals:
-        assert signal.getsignal(signal.SIGTERM) is runner._on_signal
+        assert signal.getsignal(signal.SIGTERM) is launch_signals._on_signal
     assert signal.getsignal(signal.SIGTERM) is before
     assert signals.first is None and not shutdown.is_set() and rec.calls == []
 
@@ -379,7 +380,7 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
             both.set()
 
     before = signal.getsignal(signal.SIGUSR1)
-    signals = runner.StopSignals(
+    signals = launch_signals.StopSignals(
         shutdown,
         kill=rec.hook("kill"),
         sweep=rec.hook("sweep"),
@@ -391,7 +392,7 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
     )
     try:
         with signals:
-            assert signal.getsignal(signal.SIGUSR1) is runner._on_signal
+            assert signal.getsignal(signal.SIGUSR1) is launch_signals._on_signal
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGUSR1)

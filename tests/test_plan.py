@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from clusterbench import config as cb
+from clusterbench import integrity
 from clusterbench.launch.schedulers import SCHEDULERS
 from clusterbench.launch.schedulers.sge import SgeScheduler
 from clusterbench.launch.schedulers.slurm import SlurmScheduler
@@ -475,8 +476,9 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
     # `done` trained: its outputs (and benchmark), marked up to date
     run = workdir / "results" / "runs" / "done"
     (run / "tensorboard").mkdir(parents=True)
-    for name in ("run.json", "metrics.jsonl", "model.pt"):
+    for name in integrity.RUN_FILES:
         (run / name).touch()
+    integrity.write_checksums(run, integrity.RUN_FILES)  # as the train step does, last
     (workdir / "results" / "benchmarks" / "train").mkdir(parents=True)
     (workdir / "results" / "benchmarks" / "train" / "done.tsv").touch()
     snakemake(workdir, "--cores", "1", "--touch", "results/runs/done/model.pt")

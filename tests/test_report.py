@@ -615,7 +615,8 @@ def _scaling_frame(**changes: dict) -> pd.DataFrame:
     """A 1-worker and a 2-worker run of one series; ``changes`` overrides the 2-worker run."""
     common = {"dataset": "digits", "model": "small_cnn", "global_batch": 128, "device": "cpu",
               "backend": "horovod", "bn": "aggregate", "precision": "fp32",
-              "memory_format": "contiguous", "site": "east"}  # fmt: skip
+              "memory_format": "contiguous", "grad_compression": "none",
+              "site": "east"}  # fmt: skip
     rows = [
         {**common, "run": "one", "workers": 1, "images_per_second": 1000.0},
         {**common, "run": "two", "workers": 2, "images_per_second": 1800.0, **changes},
@@ -655,6 +656,22 @@ def test_baseline_never_crosses_series(changes: dict):
     assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
 
 
+def test_a_compressed_series_takes_the_1_worker_run_whatever_its_compression():
+    """One worker exchanges no gradients: its run is the baseline of the fp16 series too, which
+    stays a series of its own (its own line, its own backend pairs)."""
+    df = _scaling_frame(grad_compression="fp16")
+    plain = df.iloc[[1]].assign(run="two-plain", images_per_second=1600.0, grad_compression="none")
+    out = tables.add_scaling(pd.concat([df, plain], ignore_index=True)).set_index("run")
+    assert out.loc["two", "baseline_run"] == out.loc["two-plain", "baseline_run"] == "one"
+    assert out.loc["two", "speedup"] == pytest.approx(1.8)
+    assert out.loc["two-plain", "speedup"] == pytest.approx(1.6)
+    series = out.reset_index().groupby(list(tables.BASELINE_KEY)).groups
+    assert len(series) == 2  # none (1 and 2 workers), fp16 (2 workers)
+    labels, common = scaling.series_labels(list(series))
+    assert sorted(labels) == ["fp16 gradients", "fp32 gradients"]
+    assert "gradients" not in scaling.series_labels([list(series)[1]])[0][0]  # none only
+
+
 def test_baseline_fastest_of_several_and_untimed():
     df = _scaling_frame()
     extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)
@@ -682,6 +699,11 @@ def test_backend_comparison_pairs_only_identical_configs():
     assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
     df.loc[df["run"] == "two", "bn"] = "sync"  # no longer identical except for the backend
     assert tables.backend_comparison(df).empty
+    df.loc[df["run"] == "two", "bn"] = "aggregate"
+    df.loc[df["run"] == "two", "grad_compression"] = "fp16"  # like with like: compression too
+    assert tables.backend_comparison(df).empty
+    df["grad_compression"] = "fp16"
+    assert list(tables.backend_comparison(df)["grad_compression"]) == ["fp16", "fp16"]
 
 
 @pytest.mark.slow  # a whole report rendered (several seconds)

@@ -146,8 +146,8 @@ def test_page_modules_are_ordered_and_a_bad_one_is_named(tmp_path: Path, monkeyp
     or that has no draw, is an error naming it."""
     assert [name for _, name, _ in pages.ordered()] == [
         "title", "results", "skipped", "environments", "sweep", "repeats", "runs_table",
-        "provenance", "epoch_time", "throughput", "time_breakdown", "scaling", "world_size",
-        "backends", "curves", "language_models", "confusion", "benchmarks",
+        "provenance", "data_loading", "epoch_time", "throughput", "time_breakdown", "scaling",
+        "world_size", "backends", "curves", "language_models", "confusion", "benchmarks",
     ]  # fmt: skip
     extra = (15, "sites", lambda ctx: None)
     assert [name for _, name, _ in pages.ordered([extra])][:3] == ["title", "sites", "results"]

@@ -21,7 +21,7 @@ import torch
 from clusterbench import config as cb
 from clusterbench import download, evaluate, preprocess
 from clusterbench.data import synthetic
-from clusterbench.data.source import prepare
+from clusterbench.data.source import Reading, check, open_source
 from clusterbench.data.tokens import load_tokens
 from clusterbench.formats import FormatError, text
 from clusterbench.models import build_model
@@ -157,10 +157,18 @@ def test_a_synthetic_dataset_is_a_manifest_of_no_file_and_a_meta_json_alone(tmp_
     assert meta["class_names"] == ["0", "1", "2", "3", "4"]
 
 
+def source(data_dir, run):
+    """The run's data source on the CPU, as the train stage opens it (checked first)."""
+    check(data_dir, run)
+    reading = Reading({"loading": "auto", "loader_workers": 0}, 1, 1)
+    return open_source(data_dir, run, reading, torch.device("cpu"))
+
+
 def test_token_batches_are_the_ranks_shares_as_int64(tmp_path):
     out = stage_dataset(tmp_path, "notes", text_entry())
     run = {"dataset": "notes", "workers": 2, "seed": 1, "model": "gpt-tiny", "channels_last": False}
-    data = prepare(out, run)("cpu")
+    data = source(out, run)
+    assert data.facts["loading"]["decision"] == "resident"
     assert (data.task, data.units_per_sample, data.num_classes) == ("language-model", 32, 256)
     batches = global_batches(data.train_size, 10, 2)
     first = [next(data.epoch_batches(0, batches, 0, rank, 2)) for rank in (0, 1)]
@@ -175,12 +183,13 @@ def test_synthetic_data_takes_the_models_input_size_unless_it_has_its_own(tmp_pa
     entry = {"format": "synthetic", "classes": 3, "samples": 40, **SPLIT, "min_split_size": 4}
     out = stage_dataset(tmp_path, "fake", entry)
     run = {"dataset": "fake", "workers": 1, "seed": 1, "channels_last": False}
-    data = prepare(out, {**run, "model": "torchvision.inception_v3"})("cpu")
+    data = source(out, {**run, "model": "torchvision.inception_v3"})
+    assert data.facts["storage"] == "synthetic"
     assert data.input_shape == [3, 299, 299] and tuple(data.train_x.shape[1:]) == (299, 299, 3)
     tokens = stage_dataset(
         tmp_path, "toks", {"format": "synthetic-text", "samples": 40, **SPLIT, "min_split_size": 4}
     )
-    data = prepare(tokens, {**run, "dataset": "toks", "model": "gpt-tiny"})("cpu")
+    data = source(tokens, {**run, "dataset": "toks", "model": "gpt-tiny"})
     assert data.input_shape == [256]
 
 

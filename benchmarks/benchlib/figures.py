@@ -60,6 +60,26 @@ def ratio_figure(
     return fig
 
 
+def share_figure(runner: Runner, name: str, what: str, spec: Spec, phase: str = "data") -> Figure:
+    """The share of ``spec``'s step time spent in ``phase`` (the trainer's step-time breakdown,
+    ``metrics.jsonl``'s ``step_seconds``: the mean over the ranks), the median over its
+    measured epochs; reported, no goal."""
+    fig = Figure(name, what, None, rows=[f"{spec.case}: {spec.name}"])
+    row = runner.row(spec)
+    shares = []
+    for record in row.epochs if row is not None else []:
+        steps = record.get("step_seconds")
+        if record["epoch"] in row.measured_epochs and steps:
+            total = sum(steps[p]["mean"] for p in ("data", "compute", "comm", "optimizer"))
+            shares.append(steps[phase]["mean"] / total)
+    if not shares:
+        fig.detail = f"{spec.case}: {spec.name}: {'no step_seconds' if row else 'not run'}"
+        return fig
+    fig.value = statistics.median(shares)
+    fig.detail = f"{100 * fig.value:.1f} % of the step time waiting for {phase}"
+    return fig
+
+
 def formula_figure(
     runner: Runner,
     name: str,

@@ -49,9 +49,11 @@ class Case:
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """A row: ``kind`` is ``cb`` (the trainer) or a reference script's name. ``run`` holds
-    run keys that differ from the case's (a pair per key: hashable), ``env`` environment
-    variables of the row's processes, ``args`` further arguments of a script, ``label`` what
-    the tables call it (made from the rest when empty)."""
+    run keys that differ from the case's (a pair per key: hashable), ``data`` the trainer's
+    ``--data-settings`` that differ from the schema's defaults (``loading``, ``loader_workers``:
+    how it reads the data, no run key), ``env`` environment variables of the row's processes,
+    ``args`` further arguments of a script, ``label`` what the tables call it (made from the
+    rest when empty)."""
 
     case: str
     kind: str
@@ -59,6 +61,7 @@ class Spec:
     backend: str | None = None
     bn: str | None = None
     run: tuple[tuple[str, Any], ...] = ()
+    data: tuple[tuple[str, Any], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()
     label: str = ""
@@ -69,7 +72,7 @@ class Spec:
             return self.label
         if self.kind == "cb":
             bn = f", bn {self.bn}" if self.workers > 1 else ""
-            extra = "".join(f", {k} {v}" for k, v in (*self.run, *self.env))
+            extra = "".join(f", {k} {v}" for k, v in (*self.run, *self.data, *self.env))
             return f"clusterbench {self.backend}, {self.workers} worker(s){bn}{extra}"
         procs = f", {self.workers} processes" if self.workers > 1 else ", 1 process"
         return f"{self.kind.replace('_', ' ')}{procs}"
@@ -77,7 +80,7 @@ class Spec:
     @property
     def slug(self) -> str:
         parts = [self.case, self.kind, str(self.workers), self.backend, self.bn]
-        parts += [f"{k}={v}" for k, v in (*self.run, *self.env)] + list(self.args)
+        parts += [f"{k}={v}" for k, v in (*self.run, *self.data, *self.env)] + list(self.args)
         return "-".join(str(p).replace("/", "_") for p in parts if p is not None)
 
 
@@ -136,9 +139,18 @@ def command(case: Case, spec: Spec, out: Path) -> list[str]:
     io = ["--data-dir", str(case.data_dir), "--out-dir", str(out)]
     if spec.kind == "cb":
         train = [py, str(REPO / "scripts" / "train.py"), *io, "--run", run]
+        if spec.data:
+            train += ["--data-settings", json.dumps(data_settings(spec))]
         return [py, "-m", "clusterbench.launch", "--np", str(spec.workers), "--", *train]
     nproc = ["--nproc", str(spec.workers)] if spec.workers > 1 else []
     return [py, str(HERE / f"{spec.kind}.py"), *io, "--run", run, *nproc, *spec.args]
+
+
+def data_settings(spec: Spec) -> dict[str, Any]:
+    """The trainer's ``--data-settings`` of a row: the schema's defaults, the row's."""
+    from clusterbench.config import stage_params
+
+    return stage_params("data_settings", dict(spec.data), what="--data-settings")
 
 
 def child_env(gpu: bool, extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
@@ -210,10 +222,11 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def summarise(row: Row, warmup: int) -> None:
-    """The row's median images/s and epoch seconds over the epochs after ``warmup``."""
+    """The row's median images/s and epoch seconds over the epochs after ``warmup`` (a
+    measurement of something else, bytes/s, has neither: :meth:`Row.median` reads it)."""
     steady = [r for r in row.epochs if r["epoch"] > warmup] or row.epochs
     row.measured_epochs = [r["epoch"] for r in steady]
-    if steady:
+    if steady and "images_per_second" in steady[0]:
         row.images_per_second = statistics.median(r["images_per_second"] for r in steady)
         row.epoch_seconds = statistics.median(r["epoch_seconds"] for r in steady)
 
@@ -259,11 +272,14 @@ class Runner:
             print("\n".join(f"    {line}" for line in tail(log).splitlines()), flush=True)
             return row
         summarise(row, self.args.warmup_epochs)
-        unit = "tokens" if "tokens_per_second" in row.epochs[0] else "images"  # a language model's
-        per_epoch = " ".join(f"{r[f'{unit}_per_second']:.0f}" for r in row.epochs)
+        if "tokens_per_second" in row.epochs[0]:  # a language model's
+            unit = "tokens/s"
+        else:
+            unit = "images/s" if row.images_per_second is not None else "bytes/s"
+        key = unit.replace("/s", "_per_second")
+        per_epoch = " ".join(f"{r[key]:.0f}" for r in row.epochs)
         print(
-            f"{row.median(f'{unit}_per_second'):.0f} {unit}/s (per epoch: {per_epoch}; "
-            f"wall {wall:.0f} s)",
+            f"{row.median(key):.0f} {unit} (per epoch: {per_epoch}; wall {wall:.0f} s)",
             flush=True,
         )
         return row

@@ -39,10 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.atomic import atomic_open
-from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json, schema_default
+from clusterbench.config import (
+    LATER_TRAIN_DEFAULTS,
+    LATER_TRAIN_KEYS,
+    TRAIN_KEYS,
+    canonical_json,
+    schema_default,
+)
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
-#: added since (absent in an older run.json) count as null.
+#: added since (absent in an older run.json) count as their default, which such a run had.
 MATCH_KEYS = tuple(k for k in TRAIN_KEYS if k != "name")
 
 
@@ -179,12 +185,17 @@ def load_all(dirs: Sequence[Path]) -> Loaded:
 def match_key(config: dict[str, Any]) -> str:
     """What must be equal for two runs to be compared: the training slice without the name."""
     return canonical_json(
-        {k: config.get(k) for k in MATCH_KEYS if k in config or k in LATER_TRAIN_KEYS}
+        {k: setting(config, k) for k in MATCH_KEYS if k in config or k in LATER_TRAIN_KEYS}
     )
 
 
+def setting(config: dict[str, Any], key: str) -> Any:
+    """A training key of run.json's ``run``; a later key an older run.json lacks: its default."""
+    return config[key] if key in config else LATER_TRAIN_DEFAULTS.get(key)
+
+
 def differing_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in MATCH_KEYS if a.get(k) != b.get(k))
+    return sorted(k for k in MATCH_KEYS if setting(a, k) != setting(b, k))
 
 
 def match_runs(runs: Sequence[SiteRun]) -> tuple[list[list[SiteRun]], list[tuple[SiteRun, str]]]:

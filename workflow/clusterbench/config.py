@@ -30,15 +30,17 @@ import yaml
 
 from clusterbench import config_file, model_data, models
 from clusterbench import experiments as expansion
-from clusterbench.backends import BACKENDS
+from clusterbench.backends import BACKENDS, grad_compression_problems
 from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
 from clusterbench.config_file import key_path
+from clusterbench.data import storage
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
 from clusterbench.params import json_object
+from clusterbench.training.lr import schedule_problems
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
@@ -78,6 +80,11 @@ TRAIN_KEYS = _tagged(_RUN_SLICES, "train")
 #: Training keys added since run.json was first written (``x-added-later``): absent (null) in
 #: an older run.json.
 LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-added-later"))
+#: ``loading: auto`` holds a run's data resident when the node's ranks' copies fit in this
+#: share of the memory (the schema's ``x-resident-memory-fraction`` of ``loading``).
+RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
+#: What an older run.json that lacks a later key trained with: the key's default.
+LATER_TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in LATER_TRAIN_KEYS}
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
 #: of local jobs): never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
@@ -147,6 +154,14 @@ def load_schema() -> dict[str, Any]:
                 "maxLength": expansion.MAX_NAME_LENGTH,
             },
             "experiment": defs["experiment_origin"],
+        },
+    }
+    # the train stage's --data-settings: how it reads the data, which changes no result
+    defs["data_settings"] = {
+        "type": "object",
+        "properties": {
+            **{key: run_props[key] for key in DATA_SETTINGS_KEYS},
+            "staging": schema["properties"]["staging"],
         },
     }
     # the preprocess stage's --params: a dataset's preprocess keys (``files`` as names)
@@ -407,6 +422,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         problems += model_data.run_problems(run, where, resolved["datasets"])
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
+    problems += storage.resolve(resolved["datasets"], checked, extractable(resolved["datasets"]))
     problems += cache_dir_problems(resolved["download"]["cache_dir"])
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
@@ -647,6 +663,7 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
+    problems += schedule_problems(run, where) + grad_compression_problems(run, where)
     return problems + elastic_problems(run, where)
 
 
@@ -747,6 +764,23 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+#: The characters :func:`script_safe_json` writes as JSON escapes: those that let text end an
+#: HTML script block (``</script>``, ``<!--``) or start markup.
+HTML_SPECIAL = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_safe_json(obj: Any) -> str:
+    """:func:`canonical_json` with ``<``, ``>`` and ``&`` written as JSON escapes (``\\u003c``
+    ...): the same value to any JSON reader, and text that cannot end a script block.
+
+    For the params of a rule whose outputs Snakemake's HTML report shows (rules/report.smk):
+    the report embeds each such job's params, as text, in the JSON of an inline ``<script>``
+    block without escaping them (snakemake/report/html_reporter/data/results.py), and the
+    report rule's params carry user text: the title, the author, the skipped runs' reasons. The
+    characters stand only inside JSON strings, so the text stays valid JSON."""
+    return canonical_json(obj).translate(HTML_SPECIAL)
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """Short hash of everything in a resolved config that can change a result.
 
@@ -765,6 +799,27 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(relevant).encode()).hexdigest()[:12]
 
 
+def extractable(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, bool]:
+    """Dataset -> whether its format can be stored as files (its module's ``EXTRACTS``)."""
+    found = {}
+    for name, ds in datasets.items():
+        spec = BUILTIN_DATASETS.get(name)
+        fmt = spec.format if spec is not None else ds.get("format")
+        found[name] = fmt in FORMATS.names() and getattr(format_module(fmt), "EXTRACTS", False)
+    return found
+
+
+#: Run keys the train stage takes outside its ``--run`` (``x-slice: workflow``: no rerun
+#: trigger): how it reads the data, which gives the same batches either way.
+DATA_SETTINGS_KEYS = ("loading", "loader_workers")
+
+
+def data_settings(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The train stage's ``--data-settings``: the run's :data:`DATA_SETTINGS_KEYS` and the
+    config's ``staging``. No rerun trigger (rules/train.smk)."""
+    return {**{k: run[k] for k in DATA_SETTINGS_KEYS}, "staging": dict(config["staging"])}
+
+
 def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
     """The train rule's ``--run``: the training keys, and for a run an experiment expanded to,
     ``experiment`` (where it came from: clusterbench.experiments.origin, recorded in
@@ -778,8 +833,12 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """How a dataset is split, and for a declared one, how its files are read: its
-    :data:`PREPROCESS_KEYS`, ``files`` as their names."""
-    split = {key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg}
+    :data:`PREPROCESS_KEYS`, ``files`` as their names, ``storage`` only when it is ``files``
+    (:func:`clusterbench.data.storage.preprocess_storage`)."""
+    split = {
+        key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg and key != "storage"
+    }
+    split.update(storage.preprocess_storage(dataset_cfg))
     if "files" in split:
         split["files"] = [declared_file_name(entry) for entry in split["files"]]
     if "image_size" in split:
@@ -830,6 +889,7 @@ STAGES: dict[str, StageSettings] = {
     "download": StageSettings("/properties/download"),
     "download_source": StageSettings("/$defs/download_params"),
     "preprocess": StageSettings("/$defs/preprocess_params", check=split_problems),
+    "data_settings": StageSettings("/$defs/data_settings"),
     "checkpoints": StageSettings("/properties/checkpoints"),
 }
 

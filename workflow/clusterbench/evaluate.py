@@ -8,7 +8,8 @@ python scripts/evaluate.py --data-dir results/data/NAME --model results/runs/RUN
 Only reads the model (``torch.load(..., weights_only=True)``: a checkpoint holding anything but
 tensors and plain containers is refused, nothing in it is executed), rebuilds it with
 :func:`clusterbench.models.build_model` and runs it in one process on the GPU when there is one,
-else on the CPU. Writes ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json``.
+else on the CPU. Writes ``per_class.csv``, ``confusion.csv``, ``metrics.json`` and, last, their
+``checksums.json`` (:func:`clusterbench.integrity.write_checksums`).
 
 A language model (:func:`evaluate_tokens`) is measured per token: ``metrics.json`` holds its
 loss (cross-entropy per token), perplexity (``exp`` of the loss) and token accuracy (the
@@ -18,7 +19,10 @@ next token predicted exactly); classes do not apply, so ``per_class.csv`` and
 same as the training's; its ``metrics.json`` says ``synthetic: true``.
 
 Every input is checked (params, ``meta.json``, the split's arrays, the model file, the model's
-architecture against the data) before any inference runs.
+architecture against the data) before any inference runs. An image folder stored as files
+(``storage: files``) is read through its index, each image decoded as the model was trained
+to take it; an unreadable one stops the evaluation naming it, or (the run's ``on_bad_file:
+skip``) is left out and counted (``skipped_files``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench import integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.data import DataError
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
 from clusterbench.integrity import forcerun_command
@@ -87,6 +93,9 @@ def load_model_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: model file missing")
     retrain = f"Train the run again with: {forcerun_command(path)}"
+    # what the train step recorded beside it, if it did (run by hand, it may not have)
+    remedy = integrity.remake_command(path)
+    integrity.check(path.parent / integrity.CHECKSUMS, "files", remedy, prefix=path.name)
     size = path.stat().st_size
     if size == 0:
         raise ValueError(
@@ -209,24 +218,46 @@ def build(ckpt: dict[str, Any], model_path: Path):
     return model
 
 
-def predict(model, data: SplitData, mean, std, batch_size: int, device) -> tuple[np.ndarray, float]:
-    """Predicted classes for every image and the summed cross-entropy loss."""
+def split_batches(data: SplitData, batch_size: int):
+    """``(images, labels)`` of a split's arrays, ``batch_size`` at a time."""
+    for start in range(0, len(data.y), batch_size):
+        yield data.x[start : start + batch_size], data.y[start : start + batch_size]
+
+
+def predict(model, batches, mean, std, device) -> tuple[np.ndarray, np.ndarray, float]:
+    """The true and predicted classes of every image of ``batches`` (uint8 NHWC images and
+    labels) and the summed cross-entropy loss."""
     import torch
     import torch.nn.functional as F
 
     from clusterbench.data.images import normalize_images
 
     model.to(device).eval()
-    preds, loss_sum = [], 0.0
+    truth, preds, loss_sum = [], [], 0.0
     with torch.inference_mode():
-        for start in range(0, len(data.y), batch_size):
-            xb = torch.from_numpy(np.ascontiguousarray(data.x[start : start + batch_size]))
+        for x, y in batches:
+            xb = torch.as_tensor(np.ascontiguousarray(x))
             xb = normalize_images(xb.to(device), mean, std)
-            yb = torch.from_numpy(data.y[start : start + batch_size]).to(device)
+            yb = torch.as_tensor(np.asarray(y)).to(device)
             logits = model(xb)
             loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
             preds.append(logits.argmax(dim=1).cpu().numpy())
-    return np.concatenate(preds), loss_sum
+            truth.append(yb.cpu().numpy())
+    return np.concatenate(truth), np.concatenate(preds), loss_sum
+
+
+def split_of(data_dir: Path, params: EvalParams, ckpt: dict[str, Any]) -> tuple[dict, Any]:
+    """The split's ``meta`` (with the ``image_shape`` its images are made at) and its batches:
+    the arrays, or an image folder stored as files decoded as the model was trained to take
+    them (``model.pt``'s ``input``: :func:`clusterbench.data.folder.eval_batches`)."""
+    from clusterbench.data.storage import read_meta, storage_of
+
+    if storage_of(read_meta(data_dir)) == "files":
+        from clusterbench.data.folder import eval_batches
+
+        return eval_batches(data_dir, params.split, params.batch_size, ckpt)
+    data = image_split(data_dir, params.split, ckpt["arch"])
+    return data.meta, split_batches(data, params.batch_size)
 
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
@@ -255,8 +286,10 @@ def write_outputs(
     y_true: np.ndarray,
     y_pred: np.ndarray,
     loss_sum: float,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json``; return metrics."""
+    """Write ``per_class.csv``, ``confusion.csv``, ``metrics.json`` (with ``extra``) and, last,
+    their ``checksums.json``; return metrics."""
     import pandas as pd
 
     names = [str(n) for n in meta["class_names"]]
@@ -285,10 +318,13 @@ def write_outputs(
         "macro_precision": float(pc["precision"].mean()),
         "macro_recall": float(pc["recall"].mean()),
         "macro_f1": float(pc["f1"].mean()),
+        **(extra or {}),
     }
     if meta.get("synthetic"):
         metrics["synthetic"] = True
     write_json(out_dir / "metrics.json", metrics)
+    # last: the workflow checks the three files against it before later steps read them
+    integrity.write_checksums(out_dir, integrity.EVAL_FILES)
     return metrics
 
 
@@ -375,6 +411,8 @@ def evaluate_tokens(
         "perplexity": math.exp(min(loss, 700.0)) if math.isfinite(loss) else None,
     }
     write_json(out_dir / "metrics.json", metrics)
+    # last: the workflow checks the three files against it before later steps read them
+    integrity.write_checksums(out_dir, integrity.EVAL_FILES)
     return metrics
 
 
@@ -401,16 +439,26 @@ def main(argv: list[str] | None = None) -> int:
             f"({metrics['tokens']:,} tokens): loss {loss}, token accuracy {metrics['accuracy']:.4f}"
         )
         return 0
-    data = image_split(args.data_dir, params.split, ckpt["arch"])
-    check_compatible(ckpt, data.meta, args.model)
+    try:
+        meta, batches = split_of(args.data_dir, params, ckpt)
+    except DataError as exc:
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 1
+    check_compatible(ckpt, meta, args.model)
     model = build(ckpt, args.model)
 
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    y_pred, loss_sum = predict(model, data, ckpt["mean"], ckpt["std"], params.batch_size, device)
+    try:
+        y_true, y_pred, loss_sum = predict(model, batches, ckpt["mean"], ckpt["std"], device)
+    except DataError as exc:
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 1
     run = args.model.absolute().parent.name
-    metrics = write_outputs(args.out_dir, run, params.split, data.meta, data.y, y_pred, loss_sum)
+    skipped = getattr(batches, "skipped", None)
+    extra = {} if skipped is None else {"skipped_files": len(skipped)}
+    metrics = write_outputs(args.out_dir, run, params.split, meta, y_true, y_pred, loss_sum, extra)
     loss = "n/a" if metrics["loss"] is None else f"{metrics['loss']:.4f}"
     print(
         f"evaluate: {run} on {metrics['dataset']}/{params.split} (n={metrics['n']}, {device}): "

@@ -14,6 +14,10 @@ Text (``format: text``, :func:`preprocess_text`) is cut into windows of ``seq_le
 tokens: ``{split}_x.npy`` holds the inputs, ``{split}_y.npy`` the next-token targets, both uint8
 ``(N, seq_len)``. Synthetic data (``synthetic``, ``synthetic-text``, :func:`describe_synthetic`)
 is generated where it trains: ``meta.json`` alone describes it (no array is written).
+An image folder with ``storage: files`` (one a run streams: :mod:`clusterbench.data.storage`)
+is not decoded: its images are extracted into ``files/`` with an ``index.json`` of their
+checksums, classes and splits (:mod:`clusterbench.data.extract`), for the loader to decode per
+batch.
 """
 
 from __future__ import annotations
@@ -229,11 +233,41 @@ def decode(dataset: str, manifest: Path, params: dict[str, Any]) -> tuple[Decode
     return decoded, sha256
 
 
+def preprocess_files(
+    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
+) -> dict[str, Any]:
+    """``storage: files`` (an image folder a run streams): the archive's images extracted,
+    split as the arrays would be, ``index.json`` and then ``meta.json`` written
+    (:mod:`clusterbench.data.extract`); return meta."""
+    from clusterbench.data import extract
+
+    (name,) = params["files"]
+    files, sha256 = load_manifest(manifest, dataset, (name,))
+    try:
+        found = extract.unpack(files[name], out_dir)
+    except formats.FormatError as exc:
+        raise PreprocessError(f"dataset {dataset!r} (image-folder): {exc}") from None
+    problems = split_size_problems(dataset, params, len(found), None)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    test, val, train = split_indices(
+        len(found), [params["test_fraction"], params["val_fraction"]], params["split_seed"]
+    )
+    splits = {"train": train, "val": val, "test": test}
+    try:
+        return extract.finish(out_dir, dataset, found, splits, params, sha256)
+    except formats.FormatError as exc:
+        raise PreprocessError(f"dataset {dataset!r} (image-folder): {exc}") from None
+
+
 def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) -> dict[str, Any]:
-    """Validate inputs, decode, split, write the arrays and then ``meta.json``; return meta."""
+    """Validate inputs, decode, split, write the arrays and then ``meta.json``; return meta.
+    An image folder stored as files is extracted instead (:func:`preprocess_files`)."""
     params = parse_params(params_json)
     out_dir = Path(out_dir)
     (out_dir / "meta.json").unlink(missing_ok=True)  # stale marker must not outlive new arrays
+    if params.get("storage") == "files":
+        return preprocess_files(dataset, Path(manifest), params, out_dir)
     fmt = params.get("format")
     if fmt is not None and formats.is_synthetic(fmt):
         return describe_synthetic(dataset, Path(manifest), params, out_dir)

@@ -111,3 +111,42 @@ def load_training(data_dir: Path, run: Mapping[str, Any]) -> TrainingSplits:
             f"{data_dir}: {len(train.y)} training samples cannot feed workers={run['workers']}"
         )
     return TrainingSplits(train=train, val=val)
+
+
+def check_mapped(data_dir: Path, meta: Mapping[str, Any], splits: tuple[str, ...]) -> None:
+    """The arrays of ``splits`` as a streamed run reads them, memory-mapped: their headers
+    (shape, dtype) against ``meta.json`` and their sizes against its records. Their sha256 is
+    not read here (that would read every byte, on every rank): the workflow checks it before
+    any job, and staging as it copies."""
+    marker = data_dir / "meta.json"
+    records = {
+        name: {"size": record["size"]}
+        for name, record in (meta.get("files") or {}).items()
+        if name.startswith(splits)
+    }
+    found = integrity.problems(data_dir, records)
+    if found:
+        raise integrity.DamagedFile(
+            "; ".join(found) + f" (checked against {marker}). Make it again with: "
+            f"{integrity.remake_command(marker)}"
+        )
+    shape = tuple(meta["image_shape"])
+    for split in splits:
+        mapped = {}
+        for part in ("x", "y"):
+            path = data_dir / f"{split}_{part}.npy"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
+            try:
+                mapped[part] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as exc:
+                raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
+        x, y, path = mapped["x"], mapped["y"], data_dir / f"{split}_x.npy"
+        if x.dtype != np.uint8 or x.shape[1:] != shape or len(x) != meta["counts"][split]:
+            raise ValueError(
+                f"{path}: {x.dtype} {x.shape}, expected uint8 ({meta['counts'][split]}, "
+                f"*{list(shape)}) from meta.json"
+            )
+        if y.shape != (len(x),):
+            labels = data_dir / f"{split}_y.npy"
+            raise ValueError(f"{labels}: shape {y.shape}, expected ({len(x)},)")

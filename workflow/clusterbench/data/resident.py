@@ -9,7 +9,12 @@ The training loop (:mod:`clusterbench.training.loop`) asks a data source for
 
 and for ``task`` (:mod:`clusterbench.training.objectives`), ``units_per_sample`` (1 image; a
 sequence's tokens), ``train_size``, ``num_classes``, ``input_shape`` (the network's) and
-``normalisation`` (what ``model.pt`` records to prepare inputs again).
+``normalisation`` (what ``model.pt`` records to prepare inputs again). Where a source has them,
+``describe()`` (this rank's facts for ``run.json``'s ``data``, :mod:`clusterbench.data.source`)
+and ``close()`` (called on every way out: a streamed source's loader processes end).
+
+``augment: standard`` crops and flips each training batch on the device
+(:mod:`clusterbench.data.augment`), drawn per epoch from the run's seed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench.data import augment as augmentation
 from clusterbench.data.arrays import TrainingSplits
 from clusterbench.data.images import input_shape, normalize_images
 from clusterbench.training.schedule import epoch_permutation, shard_bounds
@@ -36,14 +42,14 @@ class ResidentImages:
     #: Units a sample counts for in the loss and throughput (one image).
     units_per_sample = 1
 
-    def __init__(self, splits: TrainingSplits, device: Any, seed: int):
+    def __init__(self, splits: TrainingSplits, device: Any, seed: int, augment: str = "none"):
         import torch
 
         def tensor(a: np.ndarray) -> Any:
             return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
         meta = splits.meta
-        self.device, self.seed = device, seed
+        self.device, self.seed, self.augment = device, seed, augment
         self.train_x, self.train_y = tensor(splits.train.x), tensor(splits.train.y)
         self.val_x, self.val_y = tensor(splits.val.x), tensor(splits.val.y)
         self.mean = torch.tensor(meta["mean"], dtype=torch.float32, device=device)
@@ -71,13 +77,27 @@ class ResidentImages:
 
         order = torch.from_numpy(epoch_permutation(self.train_size, self.seed, epoch))
         order = order.to(self.device)
+        table = None
+        if self.augment == "standard":
+            table = augmentation.crop_flip_table(self.train_size, self.seed, epoch)
+            table = torch.from_numpy(table).to(self.device)
         for start, stop in batches[first:]:
             lo, hi = shard_bounds(stop - start, size, rank)
             idx = order[start + lo : start + hi]
-            yield self.inputs(self.train_x[idx]), self.train_y[idx]
+            images = self.train_x[idx]
+            if table is not None:
+                images = augmentation.crop_flip(images, table[idx])
+            yield self.inputs(images), self.train_y[idx]
 
     def val_batches(self, rank: int, size: int) -> Iterator[tuple[Any, Any]]:
         lo, hi = shard_bounds(len(self.val_y), size, rank)
         for start in range(lo, hi, EVAL_BATCH):
             stop = min(start + EVAL_BATCH, hi)
             yield self.inputs(self.val_x[start:stop]), self.val_y[start:stop]
+
+    def describe(self) -> dict[str, Any]:
+        """This rank's facts for ``run.json``'s ``data``."""
+        return {"source": "resident", "augment": self.augment}
+
+    def close(self) -> None:
+        pass

@@ -1,28 +1,97 @@
-"""A run's data source, chosen by what ``meta.json`` describes: preprocessed images
-(:class:`~clusterbench.data.resident.ResidentImages`), a text's token windows
-(:class:`~clusterbench.data.tokens.ResidentTokens`), or synthetic images or tokens generated
-on the device (:mod:`clusterbench.data.synthetic`).
+"""The one place a run's data source is chosen (:func:`open_source`), and what the train stage
+checks of the data before any backend starts (:func:`check`).
 
-:func:`prepare` reads and checks what it can before any backend starts (``meta.json``, the
-arrays); the source itself is made on the training device (``make(device)``).
+The sources today, by the dataset's storage (``meta.json``) and the loading decision
+(:mod:`clusterbench.data.loading`):
+
+==========  ==========  =====================================================================
+storage     loading     source
+==========  ==========  =====================================================================
+arrays      resident    :class:`~clusterbench.data.resident.ResidentImages`
+arrays      stream      :class:`~clusterbench.data.stream.StreamedImages` over
+                        :class:`~clusterbench.data.stream.ArrayReader` (memory-mapped)
+files       stream      :class:`~clusterbench.data.stream.StreamedImages` over
+                        :class:`~clusterbench.data.folder.FileReader` (decoded per batch)
+arrays      resident    a text's token windows (``task: language-model``):
+            (always)    :class:`~clusterbench.data.tokens.ResidentTokens`
+synthetic   resident    images or tokens generated on the training device
+            (always)    (:mod:`clusterbench.data.synthetic`), at the dataset's or the model's
+                        shape (:func:`shape_of`)
+==========  ==========  =====================================================================
+
+A new kind of data adds its branch to :func:`open_source`, keyed by what its ``meta.json`` (or
+manifest) says, and gives the loop the attributes :mod:`clusterbench.data.resident` lists. Each
+source made here carries ``facts``: how ``loading`` was decided and the node's staging, for
+``run.json`` (:mod:`clusterbench.data.record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.params import read_json_object
+from clusterbench.config import RESIDENT_MEMORY_FRACTION
+from clusterbench.data import augment as augmentation
+from clusterbench.data import loading
+from clusterbench.data.images import input_shape
+from clusterbench.data.storage import read_meta, storage_of
 
-#: ``make(device)``: the data source on the training device.
-MakeData = Callable[[Any], Any]
+
+@dataclass(frozen=True)
+class Reading:
+    """How this rank reads its data: the settings (``--data-settings``: ``loading``,
+    ``loader_workers``), its node's ranks and CPUs per rank, and the staging facts (or None)."""
+
+    settings: Mapping[str, Any]
+    local_ranks: int
+    rank_cpus: int
+    staging: dict[str, Any] | None = None
+
+
+def check(data_dir: Path, run: Mapping[str, Any]) -> dict[str, Any]:
+    """The data's ``meta.json``, checked for ``run`` before any backend starts (the arrays'
+    shapes, an image folder's index and input size); the arrays themselves are read later."""
+    meta = read_meta(data_dir)
+    if meta.get("dataset") != run["dataset"]:
+        raise ValueError(
+            f"{data_dir / 'meta.json'}: dataset {meta.get('dataset')!r}, but run.dataset="
+            f"{run['dataset']!r}"
+        )
+    if storage_of(meta) == "synthetic":
+        shape_of(meta, run["model"])  # no array: what the device will generate
+    elif is_text(meta):
+        from clusterbench.data.tokens import load_tokens
+
+        for split in ("train", "val"):
+            load_tokens(data_dir, split)
+    elif storage_of(meta) == "files":
+        from clusterbench.data.folder import input_size, read_index
+
+        read_index(data_dir, meta)
+        input_size(meta, model_input_size(run), run["model"])
+    else:
+        from clusterbench.data.arrays import check_mapped
+
+        check_mapped(data_dir, meta, ("train", "val"))
+    if meta["counts"]["train"] < run["workers"]:
+        raise ValueError(
+            f"{data_dir}: {meta['counts']['train']} training samples cannot feed "
+            f"workers={run['workers']}"
+        )
+    return meta
+
+
+def is_text(meta: Mapping[str, Any]) -> bool:
+    """Whether ``meta.json`` describes a text's token windows (stored as arrays)."""
+    return meta.get("task") == "language-model" and not meta.get("synthetic")
 
 
 def shape_of(meta: Mapping[str, Any], model: str) -> list[int]:
     """The input shape of synthetic data: its own (``shape``, ``seq_len``), else the model's
     (:func:`clusterbench.model_data.input_shape`)."""
-    from clusterbench.model_data import input_shape
+    from clusterbench.model_data import input_shape as model_input_shape
     from clusterbench.models import resolve
 
     task = meta.get("task", "classification")
@@ -30,7 +99,7 @@ def shape_of(meta: Mapping[str, Any], model: str) -> list[int]:
         given = None if meta.get("seq_len") is None else [meta["seq_len"]]
     else:
         given = meta.get("shape")
-    shape = input_shape(task, given, resolve(model))
+    shape = model_input_shape(task, given, resolve(model))
     if shape is None:
         raise ValueError(
             f"dataset {meta.get('dataset')!r} is synthetic without a shape, and model {model!r} "
@@ -39,43 +108,147 @@ def shape_of(meta: Mapping[str, Any], model: str) -> list[int]:
     return shape
 
 
-def prepare(data_dir: Path, run: Mapping[str, Any]) -> MakeData:
-    """Read and check the run's data in ``data_dir``; returns ``make(device)``."""
-    from clusterbench.data.tokens import check_dataset
+def model_input_size(run: Mapping[str, Any]) -> tuple[int, int] | None:
+    from clusterbench.models import resolve
 
-    where = data_dir / "meta.json"
-    meta = read_json_object(where, f"is {data_dir} a preprocessed data dir?")
-    task = meta.get("task", "classification")
-    if meta.get("synthetic"):
-        check_dataset(meta, where, run)
-        return synthetic_maker(meta, run)
-    if task == "language-model":
+    return resolve(run["model"]).input_size
+
+
+def decide(meta: Mapping[str, Any], reading: Reading, device: Any) -> loading.Decision:
+    """Resident or stream, for this node (:mod:`clusterbench.data.loading`)."""
+    storage = storage_of(meta)
+    data_bytes = loading.resident_bytes(meta) if storage == "arrays" else 0
+    gpu_memory = None
+    if device.type == "cuda":
+        import torch
+
+        gpu_memory = torch.cuda.get_device_properties(device).total_memory
+    return loading.decide(
+        reading.settings["loading"],
+        storage,
+        data_bytes,
+        reading.local_ranks,
+        loading.node_memory(),
+        RESIDENT_MEMORY_FRACTION,
+        gpu_memory,
+    )
+
+
+def open_source(data_dir: Path, run: Mapping[str, Any], reading: Reading, device: Any) -> Any:
+    """The data source of ``run`` on ``device`` (module docstring's table)."""
+    meta = read_meta(data_dir)
+    storage = storage_of(meta)
+    if storage == "synthetic" or is_text(meta):
+        return resident_tokens_or_synthetic(data_dir, meta, run, reading, device)
+    augment = augmentation.effective(run["augment"], storage)
+    decision = decide(meta, reading, device)
+    workers = loading.loader_workers(reading.settings["loader_workers"], reading.rank_cpus)
+    settings = {
+        "seed": run["seed"],
+        "augment": augment,
+        "on_bad_file": run["on_bad_file"],
+        "loader_workers": workers,
+    }
+    if decision.loading == "resident":
+        from clusterbench.data.arrays import load_training
+        from clusterbench.data.resident import ResidentImages
+
+        source: Any = ResidentImages(load_training(data_dir, run), device, run["seed"], augment)
+    elif storage == "arrays":
+        source = streamed_arrays(data_dir, meta, device, settings)
+    else:
+        source = streamed_files(data_dir, meta, run, device, settings)
+    source.facts = {
+        "storage": storage,
+        "loading": decision.as_dict(reading.settings["loading"]),
+        **({"staging": reading.staging} if reading.staging else {}),
+    }
+    return source
+
+
+def resident_tokens_or_synthetic(
+    data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], reading: Reading, device: Any
+) -> Any:
+    """A text's token windows, or synthetic images or tokens: resident whatever ``loading``
+    says (a text's bytes are small; synthetic data is generated on the device)."""
+    storage = storage_of(meta)
+    if storage == "synthetic":
+        source = synthetic_source(meta, run, device)
+        why = "synthetic data is generated on the training device"
+    else:
         from clusterbench.data.tokens import ResidentTokens, load_tokens
 
         train, val = load_tokens(data_dir, "train"), load_tokens(data_dir, "val")
-        check_dataset(train.meta, where, run)
-        return lambda device: ResidentTokens.from_splits(train, val, device, run["seed"])
-    from clusterbench.data.arrays import load_training
-    from clusterbench.data.resident import ResidentImages
+        source = ResidentTokens.from_splits(train, val, device, run["seed"])
+        why = "a text's token windows are held in memory"
+    decision = loading.Decision("resident", why)
+    source.facts = {
+        "storage": storage,
+        "loading": decision.as_dict(reading.settings["loading"]),
+        **({"staging": reading.staging} if reading.staging else {}),
+    }
+    return source
 
-    splits = load_training(data_dir, run)
-    return lambda device: ResidentImages(splits, device, run["seed"])
 
-
-def synthetic_maker(meta: Mapping[str, Any], run: Mapping[str, Any]) -> MakeData:
-    """``make(device)`` of synthetic data: generated there, the same on every rank."""
+def synthetic_source(meta: Mapping[str, Any], run: Mapping[str, Any], device: Any) -> Any:
+    """Synthetic data generated on ``device``, the same on every rank."""
     from clusterbench.data import synthetic
     from clusterbench.data.tokens import ResidentTokens
 
     shape = shape_of(meta, run["model"])
     counts, seed = synthetic.split_counts(meta), int(meta["seed"])
+    if meta.get("task") == "language-model":
+        (seq_len,) = shape
+        train = synthetic.sequences(seed, "train", counts["train"], seq_len, device)
+        val = synthetic.sequences(seed, "val", counts["val"], seq_len, device)
+        return ResidentTokens(train, val, meta["vocabulary"], run["seed"])
+    return synthetic.SyntheticImages(meta, shape, device, run["seed"])
 
-    def make(device: Any) -> Any:
-        if meta.get("task") == "language-model":
-            (seq_len,) = shape
-            train = synthetic.sequences(seed, "train", counts["train"], seq_len, device)
-            val = synthetic.sequences(seed, "val", counts["val"], seq_len, device)
-            return ResidentTokens(train, val, meta["vocabulary"], run["seed"])
-        return synthetic.SyntheticImages(meta, shape, device, run["seed"])
 
-    return make
+def normalisation(meta: Mapping[str, Any]) -> dict[str, list[float]]:
+    return {"mean": [float(m) for m in meta["mean"]], "std": [float(s) for s in meta["std"]]}
+
+
+def streamed_arrays(data_dir: Path, meta: Mapping[str, Any], device: Any, settings: dict) -> Any:
+    """Preprocessed arrays streamed, memory-mapped (their headers checked here)."""
+    from clusterbench.data.arrays import check_mapped
+    from clusterbench.data.stream import ArrayReader, StreamedImages
+
+    check_mapped(data_dir, meta, ("train", "val"))
+    info = {
+        "train_size": meta["counts"]["train"],
+        "num_classes": meta["num_classes"],
+        "input_shape": input_shape(meta["image_shape"]),
+        "normalisation": normalisation(meta),
+        "storage": "arrays",
+    }
+    return StreamedImages(ArrayReader(data_dir, meta["counts"]), info, device, settings)
+
+
+def streamed_files(
+    data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], device: Any, settings: dict
+) -> Any:
+    """An image folder stored as files, decoded per batch at the input size."""
+    from clusterbench.data.folder import FileReader, input_size, read_index
+    from clusterbench.data.stream import StreamedImages
+
+    index = read_index(data_dir, meta)
+    size = input_size(meta, model_input_size(run), run["model"])
+    channels = int(meta["channels"])
+    reader = FileReader(index, size, channels, settings["augment"], run["seed"])
+    info = {
+        "train_size": meta["counts"]["train"],
+        "num_classes": meta["num_classes"],
+        "input_shape": [channels, *size],
+        "normalisation": {**normalisation(meta), "input": eval_input(settings)},
+        "storage": "files",
+        "eval_batch": 256,
+    }
+    return StreamedImages(reader, info, device, settings, name_bad=index.name)
+
+
+def eval_input(settings: Mapping[str, Any]) -> dict[str, str]:
+    """What ``model.pt`` records for evaluating an image folder stored as files: how its test
+    images are made the input (a centre crop under augment: standard, else resized), and
+    whether an unreadable one stops the evaluation."""
+    return {"augment": settings["augment"], "on_bad_file": settings["on_bad_file"]}

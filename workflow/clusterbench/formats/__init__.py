@@ -13,6 +13,8 @@ config gives one (``datasets.<name>.format``). Each module of this package is on
                 writes ``meta.json`` alone, :mod:`clusterbench.data.synthetic`);
 ``KEYS``, ``OPTIONAL_KEYS``  the dataset keys of :data:`FORMAT_KEYS` it requires and takes;
                 the others are refused for it;
+``EXTRACTS``    (optional) its images can be stored as files, extracted and decoded per batch
+                by a streamed run's loader (``storage: files``: :mod:`clusterbench.data.storage`);
 
 and, to read its files, an image format
 ``decode(files, image_size, class_names)``  the dataset's files (in the config's order) ->

@@ -9,7 +9,7 @@ import io
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -20,31 +20,36 @@ FILES = (1,)
 #: An image folder is one archive.
 SUFFIXES = (".zip", ".tar.gz", ".tgz")
 RESIZES = True
+#: Can be stored as its image files (``storage: files``), extracted by preprocessing and decoded
+#: per batch by a streamed run's loader (clusterbench.data.storage).
+EXTRACTS = True
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-def _archive_images(path: Path) -> list[tuple[PurePosixPath, bytes]]:
-    """(path inside the archive, bytes) of every image file in a zip or tar.gz archive."""
-    found = []
+def iter_archive_images(path: Path) -> Iterator[tuple[PurePosixPath, bytes]]:
+    """(path inside the archive, bytes) of each image file in a zip or tar.gz archive, in the
+    archive's order, one at a time (an archive larger than memory streams through)."""
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as archive:
                 for info in archive.infolist():
                     if not info.is_dir() and info.filename.lower().endswith(IMAGE_SUFFIXES):
-                        found.append((PurePosixPath(info.filename), archive.read(info)))
+                        yield PurePosixPath(info.filename), archive.read(info)
         else:
             with tarfile.open(path, "r:gz") as archive:
                 for member in archive:
                     if member.isfile() and member.name.lower().endswith(IMAGE_SUFFIXES):
-                        found.append(
-                            (PurePosixPath(member.name), archive.extractfile(member).read())
-                        )
+                        yield PurePosixPath(member.name), archive.extractfile(member).read()
     except (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError) as exc:
         raise FormatError(f"{path.name}: corrupt or truncated archive ({exc})") from exc
-    return found
 
 
-def _class_of(paths: list[PurePosixPath], archive: str) -> list[str]:
+def _archive_images(path: Path) -> list[tuple[PurePosixPath, bytes]]:
+    """(path inside the archive, bytes) of every image file in a zip or tar.gz archive."""
+    return list(iter_archive_images(path))
+
+
+def class_of(paths: list[PurePosixPath], archive: str) -> list[str]:
     """Each image's class: its folder, under at most one top-level folder common to all."""
     parts = [p.parts for p in paths]
     if any(len(p) < 2 for p in parts):
@@ -68,7 +73,7 @@ def decode(
     members = _archive_images(path)
     if not members:
         raise FormatError(f"{path.name}: no PNG or JPEG images in the archive")
-    classes = _class_of([p for p, _ in members], path.name)
+    classes = class_of([p for p, _ in members], path.name)
     names = tuple(sorted(set(classes)))
     check_classes(names, path.name)
     images = []

@@ -236,7 +236,8 @@ class Trainer:
     def body(self, state: Any) -> dict[str, Any]:
         """Train to the end from ``state``; in an elastic run, again after each reset."""
         rt = self.rt
-        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"])
+        compression = self.run.get("grad_compression") or "none"
+        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"], compression)
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
@@ -355,13 +356,17 @@ class Trainer:
         return message
 
     def finish(self, state: Any, facts: list[dict[str, Any]]) -> None:
-        """Every rank's weights (debug), then rank 0's ``run.json`` and ``model.pt``."""
+        """Every rank's weights (debug), then rank 0's ``run.json`` (with how every rank read its
+        data) and ``model.pt``."""
         import torch
+
+        from clusterbench.data import record
 
         rt = self.rt
         if self.dump_dir is not None:  # debug: every rank's final weights, to compare
             with atomic_path(Path(self.dump_dir) / self.run["name"] / f"rank-{rt.rank}.pt") as tmp:
                 torch.save(cpu_state(state.model), tmp)
+        data = rt.allgather_object(record.rank_record(self.data), name="train.data")
         out = self.outputs(state)
         if out is None:
             return
@@ -378,6 +383,7 @@ class Trainer:
             "train_seconds": state.train_seconds,
             "versions": provenance["versions"],  # rank 0's, as before provenance existed
             "provenance": provenance,
+            "data": record.merge(data),  # how it read its data (clusterbench.data.record)
         }
         model_file = {
             "arch": self.arch,

@@ -1,0 +1,81 @@
+"""Copying a preprocessed data dir: node-local staging (F9's numerator) or ``cp -r`` (its
+reference), bytes/s per copy.
+
+```
+.venv/bin/python benchmarks/staging_copy.py --data-dir DATA --tool stage|cp [--copies 4]
+    [--out-dir OUT]
+```
+
+Each copy goes into an empty directory under ``--out-dir`` (the same filesystem as the work
+dir) and is timed around the whole call: ``stage``: :func:`clusterbench.data.staging.stage`
+(the lock, the free-space check, the copy with every file hashed as it is read and checked
+against its record, the rename into place, the marker); ``cp``: ``cp -r DATA DEST/`` as a
+command. Neither syncs its writes to disk. The first copy brings the source into the page
+cache (left out of the medians as the warm-up epoch). ``metrics.jsonl`` gets bytes/s per copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_data import write_metrics
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def stage_once(data: Path, dest: Path) -> int:
+    """Stage ``data`` into the empty ``dest``; the bytes it copied."""
+    from clusterbench.data.staging import stage
+
+    facts = stage(data, str(dest), data.name, time.time(), "bench").facts
+    if facts["action"] != "copied":
+        raise RuntimeError(f"staging into the empty {dest} did not copy: {facts}")
+    return int(facts["bytes"])
+
+
+def cp_once(data: Path, dest: Path) -> int:
+    """``cp -r data dest/``; the bytes of ``data``."""
+    subprocess.run(["cp", "-r", str(data), str(dest)], check=True)
+    return folder_bytes(data)
+
+
+def measure(data: Path, tool: str, copies: int, where: Path) -> list[dict[str, Any]]:
+    copy = {"stage": stage_once, "cp": cp_once}[tool]
+    records = []
+    for i in range(copies):
+        dest = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=where))
+        began = time.perf_counter()
+        size = copy(data, dest)
+        seconds = time.perf_counter() - began
+        shutil.rmtree(dest)
+        records.append(
+            {"epoch": i + 1, "bytes_per_second": size / seconds, "epoch_seconds": seconds}
+        )
+        print(f"staging_copy: {tool} copy {i + 1}: {size / seconds / 2**20:.0f} MiB/s", flush=True)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
+    parser.add_argument("--out-dir", type=Path, required=True, help="copies and metrics.jsonl")
+    parser.add_argument("--run", help="the trainer's run JSON (unused: a row's common flag)")
+    parser.add_argument("--tool", choices=("stage", "cp"), required=True)
+    parser.add_argument("--copies", type=int, default=4)
+    args = parser.parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    records = measure(args.data_dir, args.tool, args.copies, args.out_dir)
+    write_metrics(args.out_dir, records)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
