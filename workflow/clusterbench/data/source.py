@@ -202,7 +202,8 @@ def synthetic_source(meta: Mapping[str, Any], run: Mapping[str, Any], device: An
         train = synthetic.sequences(seed, "train", counts["train"], seq_len, device)
         val = synthetic.sequences(seed, "val", counts["val"], seq_len, device)
         return ResidentTokens(train, val, meta["vocabulary"], run["seed"])
-    return synthetic.SyntheticImages(meta, shape, device, run["seed"])
+    augment = augmentation.effective(run.get("augment", "auto"), "synthetic")
+    return synthetic.SyntheticImages(meta, shape, device, run["seed"], augment)
 
 
 def normalisation(meta: Mapping[str, Any]) -> dict[str, list[float]]:

@@ -118,12 +118,13 @@ class SyntheticImages(ResidentImages):
         shape: Sequence[int],
         device: Any,
         seed: int,
+        augment: str = "none",
     ) -> None:
         import torch
 
         counts, data_seed = split_counts(meta), int(meta["seed"])
         classes = int(meta["num_classes"])
-        self.device, self.seed = device, seed
+        self.device, self.seed, self.augment = device, seed, augment
         self.train_x, self.train_y = images(
             data_seed, "train", counts["train"], shape, classes, device
         )
