@@ -17,6 +17,7 @@ include: "rules/download.smk"
 include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
+include: "rules/history.smk"
 include: "rules/report.smk"
 include: "rules/best.smk"
 

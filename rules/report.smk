@@ -32,6 +32,8 @@ rule report:
             name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
         benchmarks=lambda wc: PIPELINE.report_benchmarks(PIPELINE.available_runs()),
+        # the history of these runs' series (rules/history.smk: appended first)
+        history="results/history/series.csv",
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -90,4 +92,5 @@ rule report:
         "python {input.script:q} --params {params.settings:q} "
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
-        "--benchmarks {input.benchmarks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--benchmarks {input.benchmarks:q} --history {input.history:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -334,6 +334,7 @@ def default_report(tmp_path_factory) -> tuple[dict, Path]:
 
 
 EXPECTED_FIGURES = {
+    "recommendation.png",
     "epoch_time.png",
     "throughput.png",
     "scaling.png",
@@ -345,16 +346,17 @@ EXPECTED_FIGURES = {
 #: Page numbers (0-based) of the sections in a report with one runs-table page.
 PAGE = {
     "title": 0,
-    "results": 1,
-    "runs": 2,
-    "provenance": 3,
-    "epoch_time": 4,
-    "throughput": 5,
-    "scaling": 6,
-    "backends": 7,
-    "curves": 8,
-    "confusion": 9,
-    "benchmarks": 10,
+    "recommendation": 1,
+    "results": 2,
+    "runs": 3,
+    "provenance": 4,
+    "epoch_time": 5,
+    "throughput": 6,
+    "scaling": 7,
+    "backends": 8,
+    "curves": 9,
+    "confusion": 10,
+    "benchmarks": 11,
 }
 N_PAGES = len(PAGE)
 
@@ -375,7 +377,7 @@ def test_report_writes_all_outputs(default_report):
     assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
     for png in (out / "figures").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # title, runs table, provenance table, 7 sections
+    # title, recommendation, runs table, provenance table, 7 sections
     assert pdf_pages(out / "report.pdf") == N_PAGES
     if shutil.which("pdfinfo"):
         info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)

@@ -138,7 +138,7 @@ def test_html_report_builds(finished: Path):
     # each figure with its own page's caption (clusterbench.report.captions), the PDF its pages
     for title in ("Time per epoch", "Throughput", "Training curves", "Backend comparison"):
         assert f"<strong>{title}</strong>" in text, title
-    assert "page 1: the title page: summary and provenance" in text
+    assert "page 1: the title page: recommendation, summary and provenance" in text
 
 
 def test_second_invocation_does_nothing(finished: Path):
@@ -147,6 +147,45 @@ def test_second_invocation_does_nothing(finished: Path):
     assert "Nothing to be done" in proc.stdout + proc.stderr
     run_local(finished)
     assert rerun_stages(before, stage_mtimes(finished)) == set()
+
+
+def test_the_workflow_appends_its_runs_to_the_history_once(finished: Path):
+    """The history step appended every run (before the report, which draws their history);
+    running it again appends nothing; a dry run with another history.path writes nothing, and
+    one that cannot be written stops the workflow before any job, naming it."""
+    from clusterbench.history import store
+
+    res = finished / "results"
+    path = res / "history.sqlite"
+    names = sorted(r["name"] for r in default_config()["runs"])
+    rows = store.read_runs(path)
+    assert sorted(r["run"] for r in rows) == names
+    assert {r["run_dir"] for r in rows} == {str(res / "runs" / n) for n in names}
+    assert all(r["images_per_second_mean"] > 0 and r["timed_epochs"] == 14 for r in rows)
+    assert all(r["torch"] and r["cpu_model"] and r["commit_sha"] for r in rows)
+    log = (res / "logs" / "history" / "history.log").read_text()
+    assert f"history: 4 run(s) appended to {path}" in log
+    series = (res / "history" / "series.csv").read_text().splitlines()
+    assert len(series) == 5 and all(line.endswith(",True") for line in series[1:])
+    text = subprocess.run(
+        ["pdftotext", str(res / "report" / "report.pdf"), "-"], capture_output=True, text=True
+    ).stdout
+    assert "History: throughput over time" in text and "Recommendation" in text
+
+    run_local(finished, "--forcerun", "history")  # the step again, and the report after it
+    assert len(store.read_runs(path)) == 4
+    assert "history: 0 run(s) appended" in (res / "logs" / "history" / "history.log").read_text()
+
+    elsewhere = finished / "elsewhere" / "history.sqlite"
+    dry = run_local(finished, "--dry-run", "--config", f"history={{path: '{elsewhere}'}}")
+    assert "history" in dry.stdout and not (finished / "elsewhere").exists()
+    blocked = res / "report" / "report.pdf" / "history.sqlite"  # under a file
+    proc = run_local(finished, "--config", f"history={{path: '{blocked}'}}", check=False)
+    assert proc.returncode != 0
+    assert (
+        f"history store {blocked} cannot be created: {res / 'report' / 'report.pdf'} is not a "
+        in (proc.stdout + proc.stderr)
+    )
 
 
 @contextlib.contextmanager

@@ -10,6 +10,12 @@ run.json (the config's ``site``, else the cluster's own name: Slurm's ClusterNam
 the local host; :mod:`clusterbench.launch.schedulers`); a run.json older than site recording
 takes the directory's name.
 
+One cluster's results from two dates (before and after a driver upgrade, say) are two
+"sites": where trees share a site, each tree's runs of it are labelled with the site and the
+date of the tree's newest training there (``east@2026-01-05``; to the minute where two trees
+of a site share a day, by the tree's directory where they share that too), and compared as
+sites are.
+
 Runs are matched across sites by their training settings: two runs are the same benchmark on
 two sites only when their training slices (every training key but the name) are equal. The
 comparison says which runs could not be matched, and why: no run with those settings on
@@ -65,6 +71,7 @@ class SiteRun:
     config: dict[str, Any]  # run.json's "run"
     run_dir: Path
     eval_dir: Path
+    date: str = ""  # when its training ended (run.json's provenance date), ISO 8601
 
     @property
     def label(self) -> str:
@@ -111,11 +118,47 @@ def find_runs(path: Path) -> tuple[list[SiteRun], list[tuple[str, str]]]:
             continue
         info = read_run_json(run_dir / "run.json")
         site = str(info.get("site") or tree_name(path))
-        runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir))
+        date = training_date(info, run_dir / "run.json")
+        runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir, date))
     if not runs:
         raise CompareError(f"{root}: no finished run (run.json and eval metrics.json)")
     site = tree_site(runs, tree_name(path))
     return runs, [(f"{site}/{name}", why) for name, why in pending]
+
+
+def training_date(info: dict[str, Any], run_json: Path) -> str:
+    """When a run's training ended: its run.json's provenance date (as recorded, in the local
+    time of where it trained), else the file's modification time."""
+    date = (info.get("provenance") or {}).get("date")
+    if isinstance(date, str) and len(date) >= 16:
+        return date
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(run_json.stat().st_mtime).astimezone().isoformat()
+
+
+def dated_sites(trees: Sequence[tuple[str, list[SiteRun]]]) -> dict[tuple[int, str], str]:
+    """(tree index, site) -> the site's label, for trees given as (name, runs): the site
+    itself, or where several trees share it, ``site@date`` of that tree's newest training
+    there (to the day, else the minute), ``site@<tree name>`` where two trees share even
+    that."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for i, (_, runs) in enumerate(trees):
+        for site in dict.fromkeys(r.site for r in runs):
+            newest = max(r.date for r in runs if r.site == site)
+            found.setdefault(site, []).append((i, newest))
+    labels = {}
+    for site, seen in found.items():
+        if len(seen) == 1:
+            labels[seen[0][0], site] = site
+            continue
+        for width in (10, 16, None):
+            stamps = [d[:width].replace("T", " ") if width else "" for _, d in seen]
+            if width is None or len(set(stamps)) == len(stamps):
+                break
+        for (i, _), stamp in zip(seen, stamps, strict=True):
+            labels[i, site] = f"{site}@{stamp or trees[i][0]}"
+    return labels
 
 
 def tree_name(path: Path) -> str:
@@ -163,12 +206,20 @@ class Loaded:
 
 def load_all(dirs: Sequence[Path]) -> Loaded:
     """Read every tree: its runs as the report reads them, each named and sited as the
-    comparison names it (an older run.json: the tree's directory is its site)."""
+    comparison names it (an older run.json: the tree's directory is its site; a site of
+    several trees: dated, :func:`dated_sites`)."""
     from clusterbench.report.inputs import load_run
 
     loaded = Loaded([], [], [], [])
-    for path in dirs:
-        runs, pending = find_runs(path)
+    found = [(path, find_runs(path)) for path in dirs]
+    labels = dated_sites([(tree_name(path), runs) for path, (runs, _) in found])
+    for i, (path, (runs, pending)) in enumerate(found):
+        site = tree_site(runs, tree_name(path))
+        runs = [dataclasses.replace(r, site=labels[i, r.site]) for r in runs]
+        pending = [
+            (f"{labels.get((i, site), site)}/{label.split('/', 1)[1]}", why)
+            for label, why in pending
+        ]
         for run in runs:
             try:
                 data = load_run(run.run_dir, run.eval_dir)
@@ -178,7 +229,7 @@ def load_all(dirs: Sequence[Path]) -> Loaded:
             loaded.runs.append(run)
             loaded.data.append(dataclasses.replace(data, name=run.label, info=info))
         loaded.pending += pending
-        loaded.skipped += find_skipped(path, tree_site(runs, tree_name(path)))
+        loaded.skipped += find_skipped(path, labels.get((i, site), site))
     return loaded
 
 

@@ -4,7 +4,8 @@
 python scripts/report.py \
     --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
-    --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
+    --benchmarks results/benchmarks/**/*.tsv [--history results/history/series.csv] \
+    --out-dir results/report
 ```
 
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
@@ -82,6 +83,7 @@ from clusterbench.report.inputs import (
     RunData,
     expand_benchmark_args,
     load_benchmarks,
+    load_history,
     load_run,
     pair_dirs,
     parse_params,
@@ -167,6 +169,7 @@ def write_outputs(
     bench: pd.DataFrame,
     bench_missing: list[str],
     skipped: Sequence[dict[str, Any]] = (),
+    history: pd.DataFrame | None = None,
 ) -> int:
     """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count."""
     import matplotlib
@@ -181,7 +184,9 @@ def write_outputs(
         # matplotlib warns of each missing glyph at each save: said once per text below instead
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
-        ctx = Context(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
+        ctx = Context(
+            params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped, history
+        )
         pages = build(ctx)
         footer = footer_text(params, prov)
         stamp_footers(pages, footer)
@@ -218,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TSV",
         help="benchmark files, directories or glob patterns",
     )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="the history of these runs' series (results/history/series.csv, the history step)",
+    )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     parser.add_argument(
         "--skipped",
@@ -238,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
     bench = load_benchmarks(bench_files)
+    history = load_history(args.history)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
-    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped)
+    n_pages = write_outputs(
+        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history
+    )
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "
         f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"

@@ -30,6 +30,7 @@ class Context:
     bench: pd.DataFrame  # benchmarks.csv: one row per Snakemake benchmark record
     bench_missing: Sequence[str] = ()  # --benchmarks arguments that matched no file
     skipped: Sequence[dict[str, Any]] = ()  # the runs skipped here, each with its reason
+    history: pd.DataFrame | None = None  # the history of these runs' series (None: none)
     book: Book = field(init=False)  # the style: new pages, the runs' colours and order
 
     def __post_init__(self) -> None:
