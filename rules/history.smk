@@ -2,36 +2,22 @@
 # (clusterbench.history), before the report, which draws the history of their series.
 from clusterbench.history import store as history_store
 
-
-def history_path():
-    """``history.path`` with ``~`` and ``$VARIABLES`` expanded; a relative path lies under the
-    working directory (and a module's prefix, as every file clusterbench writes)."""
-    path = os.path.expandvars(os.path.expanduser(CFG["history"]["path"]))
-    return path if os.path.isabs(path) else IN_WORKDIR(path)
-
-
-HISTORY_PATH = history_path()
+HISTORY_PATH = history_store.workflow_path(CFG["history"]["path"], IN_WORKDIR)
 # the config's hash, recorded with each append: passed in the environment, as no param (a
 # rerun trigger: a new report title would append again)
 os.environ.update(CLUSTERBENCH_CONFIG_HASH=cbconfig.config_hash(CFG))
 
-
-def check_history_writable():
-    """Before any job: a store that cannot be appended to (not writable, or of a schema this
-    clusterbench cannot use) stops the workflow, naming it. At parse time, dry runs included
-    (it reads the file's schema version at most: a dry run writes nothing); only in the main
-    process (cluster jobs parse again). Not in an input function: Snakemake prints an input
-    function's error with a traceback."""
-    problem = history_store.check_writable(Path(HISTORY_PATH))
-    if problem:
-        raise WorkflowError(
-            f"{problem}\n(history.path: {CFG['history']['path']!r}: every workflow run "
-            "appends its runs there; give a file this user can write, see config/README.md)"
-        )
-
-
+# Before any job: a store that cannot be appended to (not writable, or of a schema this
+# clusterbench cannot use) stops the workflow, naming it. At parse time, dry runs included (it
+# reads the file's schema version at most: a dry run writes nothing); only in the main process
+# (cluster jobs parse again). Not in an input function: Snakemake prints an input function's
+# error with a traceback.
 if workflow.is_main_process:
-    check_history_writable()
+    HISTORY_PROBLEM = history_store.unwritable_message(
+        Path(HISTORY_PATH), CFG["history"]["path"]
+    )
+    if HISTORY_PROBLEM:
+        raise WorkflowError(HISTORY_PROBLEM)
 
 
 # On the submit host, like the report: it reads the runs and writes one small file. The store
@@ -45,7 +31,9 @@ rule history:
             run=PIPELINE.available_runs(),
             name=["run.json", "metrics.jsonl"],
         ),
-        evals=lambda wc: expand("results/eval/{run}/metrics.json", run=PIPELINE.available_runs()),
+        evals=lambda wc: expand(
+            "results/eval/{run}/metrics.json", run=PIPELINE.available_runs()
+        ),
     output:
         # every entry of the store in the series of this workflow's runs (the report's page)
         series="results/history/series.csv",

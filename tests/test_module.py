@@ -135,7 +135,7 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
 
     # every path a command is given, params included, lies under the prefix or in the checkout
     commands = re.findall(r"^Shell command: (python .*)$", out, re.MULTILINE)
-    assert len(commands) == 5, out
+    assert len(commands) == 6, out  # download, preprocess, train, evaluate, history, report
     for command in commands:
         for word in command.split():
             if "results/" in word:

@@ -450,9 +450,9 @@ def test_make_plan_shows_what_the_slurm_profile_would_submit(tmp_path: Path):
     assert lines[2].split() == ["gpus", "2", "4", "4", "4", "7", "min"]
     assert lines[3].split() == ["one", "1", "1", "1", "0", "7", "min"]
     assert "0.58 CPU-hours, 0.47 GPU-hours (2 training job(s)" in lines[4]
-    assert lines[5].startswith("  jobs per rule (9 in all): ")
+    assert lines[5].startswith("  jobs per rule (10 in all): ")
     assert per_rule(lines[5]) == dict(
-        download=1, preprocess=1, train=2, evaluate=2, report=1, best=1, all=1
+        download=1, preprocess=1, train=2, evaluate=2, history=1, report=1, best=1, all=1
     )
     assert lines[6:8] == ["  skipped (1):", lines[7]]
     assert lines[7].startswith("    too-big: run 'too-big' asks for 64 workers")

@@ -475,6 +475,26 @@ def read_runs(
     return [dict(row) for row in rows]
 
 
+def workflow_path(setting: str, in_workdir: Callable[[str], str]) -> str:
+    """``history.path`` as the workflow uses it: ``~`` and ``$VARIABLES`` expanded; a relative
+    path lies under the working directory (``in_workdir``: and a module's prefix, as every file
+    clusterbench writes)."""
+    path = os.path.expandvars(os.path.expanduser(setting))
+    return path if os.path.isabs(path) else in_workdir(path)
+
+
+def unwritable_message(path: Path, setting: str) -> str | None:
+    """Why the workflow cannot append to the store at ``path`` (given as ``setting``), with the
+    remedy; None when it can. Read at parse time, before any job."""
+    problem = check_writable(path)
+    if not problem:
+        return None
+    return (
+        f"{problem}\n(history.path: {setting!r}: every workflow run appends its runs there; "
+        "give a file this user can write, see config/README.md)"
+    )
+
+
 def check_writable(path: Path) -> str | None:
     """Why the store at ``path`` cannot be appended to (None: it can): a path that is no
     file, a file this process cannot open for writing or one in a directory it cannot write
