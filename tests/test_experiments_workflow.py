@@ -62,7 +62,9 @@ def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
         assert f"skipping run {run!r}: run {run!r} asks for 1 GPU(s) per node" in text, text
     assert f"skipping run {TOO_BIG!r}: run {TOO_BIG!r} needs 64 cores" in text
     assert "clusterbench plan (local executor)" in text
-    assert "download 1, preprocess 1, train 2, evaluate 2, history 1, report 1, best 1, all 1" in text, text
+    assert (
+        "download 1, preprocess 1, train 2, evaluate 2, history 1, report 1, best 1, all 1" in text
+    ), text
     for run in GPU_RUNS + [TOO_BIG]:
         assert f"results/runs/{run}/" not in text
     for run in CPU_RUNS:
