@@ -409,6 +409,32 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
     assert signal.getsignal(signal.SIGUSR1) is before
 
 
+def test_another_handlers_signal_stops_nothing() -> None:
+    """Another Python handler in the process (torch's DataLoader installs one for SIGCHLD): its
+    signal reaches the wake-up fd too, and a child's exit must stop nothing; the launcher's own
+    SIGTERM still stops as usual. (Once a DataLoader with workers ran in the pytest process, a
+    child's exit read as a stop signal stopped an in-process launch and exited 128 + SIGCHLD.)"""
+    rec, shutdown = _Recorder(), threading.Event()
+    seen: list[int] = []
+    before = signal.signal(signal.SIGCHLD, lambda signum, frame: seen.append(signum))
+    signals = _stop_signals(rec, shutdown, kill_after=0.3, exit_after=1.0)
+    try:
+        with signals:
+            subprocess.run([PY, "-S", "-c", "pass"], check=True)
+            deadline = time.monotonic() + 5
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert seen == [signal.SIGCHLD]
+            time.sleep(0.5)  # longer than kill_after: a stop would have escalated by now
+            assert not shutdown.is_set() and rec.calls == [] and signals.received == []
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert rec.exited.wait(10), rec.calls
+    finally:
+        signals.uninstall()
+        signal.signal(signal.SIGCHLD, before)
+    assert rec.code == 128 + signal.SIGTERM and signals.received == [signal.SIGTERM]
+
+
 def test_reaper_kills_a_session_and_what_left_it(tmp_path) -> None:
     """A session leader below this process (as Horovod's middleman is), its child, and an orphan
     of its process group that is no longer below this process: one sweep kills them all."""

@@ -489,7 +489,7 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
     assert lines[0].startswith("clusterbench plan (local executor)")
     assert lines[2].split() == ["todo", "1", "1", "1", "0", "20", "min"]
     assert "(1 training job(s)" in lines[3]
-    assert per_rule(lines[4]) == dict(train=1, evaluate=2, report=1, best=1, all=1)
+    assert per_rule(lines[4]) == dict(train=1, evaluate=2, history=1, report=1, best=1, all=1)
     assert lines[5] == "  skipped: none"
     assert "done" not in "\n".join(lines[1:3])
 

@@ -162,10 +162,13 @@ class StopSignals:
             if readable:
                 with contextlib.suppress(BlockingIOError):
                     data = os.read(read_fd, 256)
+            # The wake-up fd carries every signal that has a Python handler in this process,
+            # not only ours: torch's DataLoader, for one, installs a SIGCHLD handler, and a
+            # child's exit must not read as a stop signal (it would stop the ranks and exit 145).
             for signum in data:
                 if signum in self.forwarded:
                     self._pass_on(signum)
-                elif signum:
+                elif signum in self.signals:
                     self._received(signum)
             self._on_time()
             if 0 in data:
