@@ -2,6 +2,8 @@
 
 * :func:`build_digits`: the real digits data set, made offline by clusterbench's own download
   and preprocess stages (scikit-learn's bundled copy), exactly like ``results/data/digits``.
+* :func:`build_text`: a text of real English (config/examples/text's notes, repeated to the
+  size asked) as byte-token windows, made by clusterbench's download and preprocess stages.
 * :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, or another size, 10
   classes) in the preprocessed layout, for compute-bound timing; the content does not matter
   for speed.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -60,6 +63,51 @@ def build_digits(root: Path) -> Path:
     )
     if code != 0:
         raise RuntimeError(f"preprocessing digits failed ({code}): see above")
+    return out
+
+
+#: The small offline text of the tests and the example (self-written English, 7 KB).
+NOTES = (
+    Path(__file__).resolve().parent.parent / "config" / "examples" / "text" / "cluster-notes.txt"
+)
+
+
+def build_text(root: Path, kilobytes: int, seq_len: int) -> Path:
+    """A preprocessed text dataset (``format: text``) named ``bench-text``: the notes repeated
+    to ``kilobytes`` KiB, in windows of ``seq_len`` byte tokens (10 % each for validation and
+    test), made by the download and preprocess stages as the workflow's rules make it."""
+    from clusterbench import config, download, preprocess
+
+    notes = NOTES.read_bytes()
+    text = root / "bench-text.txt"
+    text.parent.mkdir(parents=True, exist_ok=True)
+    text.write_bytes((notes * (kilobytes * 1024 // len(notes) + 1))[: kilobytes * 1024])
+    entry = {
+        "format": "text",
+        "seq_len": seq_len,
+        "files": [{"url": text.as_uri(), "sha256": hashlib.sha256(text.read_bytes()).hexdigest()}],
+        "val_fraction": 0.1,
+        "test_fraction": 0.1,
+        "split_seed": 0,
+        "min_split_size": 10,
+    }
+    cfg = config.validate(
+        {
+            "datasets": {"bench-text": entry},
+            "runs": [{"name": "lm", "dataset": "bench-text", "model": "gpt-tiny"}],
+            "report": {"title": "bench"},
+        }
+    )
+    ds = cfg["datasets"]["bench-text"]
+    manifest = root / "raw" / "bench-text" / "MANIFEST.json"
+    params = {**config.download_slice(ds), "cache_dir": str(root / "cache")}
+    argv = ["--dataset", "bench-text", "--params", json.dumps(params), "--out", str(manifest)]
+    if download.main(argv) != 0:
+        raise RuntimeError("the download of bench-text failed: see above")
+    out = root / "data" / "bench-text"
+    argv = ["--dataset", "bench-text", "--manifest", str(manifest), "--out-dir", str(out)]
+    if preprocess.main(argv + ["--params", json.dumps(config.preprocess_slice(ds))]) != 0:
+        raise RuntimeError("preprocessing bench-text failed: see above")
     return out
 
 

@@ -61,6 +61,9 @@ except cbconfig.ConfigError as exc:
 PIPELINE = Pipeline(CFG, SnakemakeAdapter(workflow, rules), CHECKOUT)
 RUNS = PIPELINE.runs
 DATASETS = PIPELINE.datasets
+#: The datasets generated where they train (format synthetic, synthetic-text): no arrays, their
+#: preprocessing writes meta.json alone (rules/preprocess.smk).
+SYNTHETIC = PIPELINE.synthetic
 
 # Jobs (local ones, and cluster jobs, which parse this file again) run `python` and the package
 # of this Snakemake's own environment; download and checkpoint settings reach them from here.
@@ -89,16 +92,17 @@ LOCAL_DOWNLOAD = not PIPELINE.remote_download()
 
 
 def alternatives(names):
-    """A wildcard constraint matching exactly ``names``: a name may contain ``.``."""
-    return "|".join(re.escape(name) for name in names)
+    """A wildcard constraint matching exactly ``names``: a name may contain ``.``; none, if
+    there are none (an empty constraint would be no constraint)."""
+    return "|".join(re.escape(name) for name in names) or "(?!)"
 
 
 #: Every file of the preprocessed dataset, as its storage has it (clusterbench.data.storage).
 data_files = PIPELINE.data_files
-#: The datasets stored as files (an image folder a run streams), and those stored as arrays:
-#: the preprocess rules of each (rules/preprocess.smk).
-FILE_DATASETS = [d for d in DATASETS if CFG["datasets"][d]["storage"] == "files"]
-ARRAY_DATASETS = [d for d in DATASETS if d not in FILE_DATASETS]
+#: The datasets stored as files (an image folder a run streams), and those stored as arrays
+#: (synthetic ones have neither): the preprocess rules of each (rules/preprocess.smk).
+FILE_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "files"]
+ARRAY_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "arrays"]
 
 
 # `run` matches any file name: the config's runs are checked by the train rule's input

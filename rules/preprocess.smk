@@ -1,6 +1,6 @@
-# Two rules, one per storage (clusterbench.data.storage): they write different files. The
-# same stage (scripts/preprocess.py) decodes into arrays, or extracts an image folder's files
-# (its params say `storage: files`).
+# Three rules, one per storage (clusterbench.data.storage): they write different files. The
+# same stage (scripts/preprocess.py) decodes into arrays, extracts an image folder's files (its
+# params say `storage: files`), or describes synthetic data (meta.json alone).
 rule preprocess:
     input:
         script=script("preprocess"),
@@ -15,7 +15,7 @@ rule preprocess:
     benchmark:
         "results/benchmarks/preprocess/{dataset}.tsv"
     wildcard_constraints:
-        dataset=alternatives(ARRAY_DATASETS) or "(?!)",
+        dataset=alternatives(ARRAY_DATASETS),
     priority: PIPELINE.priority("preprocess")
     conda:
         SOFTWARE
@@ -28,6 +28,14 @@ rule preprocess:
         "python {input.script:q} --dataset {wildcards.dataset:q} "
         "--manifest {input.manifest:q} --params {params.split:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# Synthetic data is generated where it trains: its preprocessing writes meta.json alone.
+use rule preprocess as preprocess_synthetic with:
+    output:
+        stored_files("{dataset}", "synthetic"),
+    wildcard_constraints:
+        dataset=alternatives(SYNTHETIC),
 
 
 rule preprocess_files:
@@ -46,7 +54,7 @@ rule preprocess_files:
     benchmark:
         "results/benchmarks/preprocess/{dataset}.tsv"
     wildcard_constraints:
-        dataset=alternatives(FILE_DATASETS) or "(?!)",  # none: matches nothing
+        dataset=alternatives(FILE_DATASETS),
     priority: PIPELINE.priority("preprocess_files")
     conda:
         SOFTWARE

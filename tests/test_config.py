@@ -163,6 +163,10 @@ CHANGED = {  # another valid value of each dataset key
     "test_fraction": 0.3,
     "split_seed": 7,
     "min_split_size": 10,
+    "shape": [3, 8, 8],
+    "classes": 3,
+    "samples": 100,
+    "seq_len": 16,
     "storage": "files",
 }
 

@@ -36,7 +36,7 @@ from test_interrupt import processes_in
 from test_train import make_dataset, read_metrics, run_config, train_cmd
 
 #: metrics.jsonl fields that are clock readings: they may differ between two equal trainings.
-TIMING = {"epoch_seconds", "images_per_second", "time", "step_seconds"}
+TIMING = {"epoch_seconds", "images_per_second", "step_seconds", "tokens_per_second", "time"}
 
 
 def weights(out: Path) -> dict[str, torch.Tensor]:

@@ -272,7 +272,10 @@ class Runner:
             print("\n".join(f"    {line}" for line in tail(log).splitlines()), flush=True)
             return row
         summarise(row, self.args.warmup_epochs)
-        unit = "images/s" if row.images_per_second is not None else "bytes/s"
+        if "tokens_per_second" in row.epochs[0]:  # a language model's
+            unit = "tokens/s"
+        else:
+            unit = "images/s" if row.images_per_second is not None else "bytes/s"
         key = unit.replace("/s", "_per_second")
         per_epoch = " ".join(f"{r[key]:.0f}" for r in row.epochs)
         print(

@@ -25,7 +25,10 @@ from typing import Any
 from clusterbench.atomic import atomic_path, write_json
 from clusterbench.params import read_json_object
 
-CRITERION = "final validation accuracy, then final validation loss, then run name"
+CRITERION = (
+    "final validation accuracy, then final validation loss, then run name (language models "
+    "after the classification runs, by final validation loss; runs on synthetic data last)"
+)
 
 
 class BestError(ValueError):

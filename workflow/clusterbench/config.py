@@ -28,7 +28,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from clusterbench import config_file, models
+from clusterbench import config_file, model_data, models
 from clusterbench import experiments as expansion
 from clusterbench.backends import BACKENDS, grad_compression_problems
 from clusterbench.backends import is_elastic as backend_is_elastic
@@ -38,7 +38,7 @@ from clusterbench.config_file import key_path
 from clusterbench.data import storage
 from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
-from clusterbench.formats import FORMATS, format_module
+from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
 from clusterbench.params import json_object
 from clusterbench.training.lr import schedule_problems
 
@@ -349,6 +349,10 @@ def _message(error: jsonschema.ValidationError) -> str:
     if error.validator == "pattern" and error.validator_value == r"\S":
         return f"{shown} is blank: it needs a character other than spaces"
     message = error.message
+    if error.validator == "additionalProperties" and {"weights", "pretrained"} & set(
+        error.instance
+    ):
+        message += f": {models.NO_WEIGHTS}"
     if error.validator == "maxLength":
         message = f"{shown} is longer than the limit of {error.validator_value} characters"
     if len(shown) > 60 and isinstance(error.instance, str):
@@ -415,6 +419,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"(declared: {', '.join(sorted(resolved['datasets'])) or 'none'})"
             )
         problems += run_problems(run, where, models_seen)
+        problems += model_data.run_problems(run, where, resolved["datasets"])
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
     problems += storage.resolve(resolved["datasets"], checked, extractable(resolved["datasets"]))
@@ -560,7 +565,7 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     """Checks across the keys of one resolved dataset entry that the schema cannot express."""
     where = f"datasets.{name}"
     problems = wildcard_problems(name, where) + split_problems(ds, where)
-    declared = [key for key in ("format", "files", "image_size") if key in ds]
+    declared = [key for key in ("format", "files", "image_size", *FORMAT_KEYS) if key in ds]
     if name in BUILTIN_DATASETS:
         if declared:
             problems.append(
@@ -576,7 +581,8 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
             # its size is known: a split below the minimum now (a declared one's: preprocess)
             problems += split_size_problems(name, ds, spec.train_samples, spec.test_samples)
         return problems
-    if "format" not in ds or "files" not in ds:
+    needs_files = "format" not in ds or 0 not in format_module(ds["format"]).FILES
+    if "format" not in ds or "files" not in ds and needs_files:
         missing = " and ".join(k for k in ("format", "files") if k not in ds)
         return problems + [
             f"{where}: {name!r} is not a built-in dataset ({', '.join(BUILTIN_DATASETS)}): "
@@ -590,13 +596,14 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
         resized = [name for name, module in FORMATS.modules().items() if module.RESIZES]
         problems.append(f"{where}.image_size: only {' and '.join(resized)} datasets are resized")
     counts = fmt.FILES
-    if len(ds["files"]) not in counts:
+    if len(ds.get("files", ())) not in counts:
         problems.append(
             f"{where}.files: format {ds['format']} takes "
-            f"{' or '.join(map(str, counts))} file(s), got {len(ds['files'])}"
+            f"{' or '.join(map(str, counts))} file(s), got {len(ds.get('files', ()))}"
         )
+    problems += format_key_problems(name, ds)
     names: dict[str, int] = {}
-    for i, entry in enumerate(ds["files"]):
+    for i, entry in enumerate(ds.get("files", ())):
         try:
             file_name = declared_file_name(entry)
         except DatasetError as exc:
@@ -613,6 +620,22 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
                 f"{where}.files[{i}]: format {ds['format']} takes a file ending in "
                 f"{', '.join(fmt.SUFFIXES)}, got {file_name!r}"
             )
+    return problems
+
+
+def format_key_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """The keys of :data:`~clusterbench.formats.FORMAT_KEYS` a declared dataset's format needs
+    and does not have, or has and does not take; a synthetic dataset's splits below
+    ``min_split_size`` (its size is known: ``samples``)."""
+    where, fmt = f"datasets.{name}", ds["format"]
+    required, optional = keys_of(fmt)
+    problems = [f"{where}: format {fmt} needs {key!r}" for key in required if key not in ds]
+    for key in FORMAT_KEYS:
+        if key in ds and key not in (*required, *optional):
+            takes = [f for f in FORMATS.names() if key in (*keys_of(f)[0], *keys_of(f)[1])]
+            problems.append(f"{where}.{key}: only for format {' and '.join(takes)}")
+    if is_synthetic(fmt) and "samples" in ds and not problems and not split_problems(ds, where):
+        problems += split_size_problems(name, ds, ds["samples"], None)
     return problems
 
 
@@ -823,6 +846,14 @@ def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return split
 
 
+def synthetic_dataset(dataset_cfg: Mapping[str, Any]) -> bool:
+    """Whether a resolved dataset entry is generated where it trains (its format is
+    ``synthetic`` or ``synthetic-text``): it has no files, and its preprocessing writes
+    ``meta.json`` alone."""
+    fmt = dataset_cfg.get("format")
+    return fmt in FORMATS and is_synthetic(fmt)
+
+
 def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Where a dataset's files come from (``clusterbench.download``'s ``source``).
 
@@ -834,11 +865,12 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
         source["mirror"] = dataset_cfg["mirror"]
     if dataset_cfg.get("urls"):
         source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
-    if "files" in dataset_cfg and "format" in dataset_cfg:  # a declared dataset: its files
+    if "format" in dataset_cfg:  # a declared dataset: its files (synthetic data has none)
         return {
             "source": source,
             "declared": [
-                {**entry, "name": declared_file_name(entry)} for entry in dataset_cfg["files"]
+                {**entry, "name": declared_file_name(entry)}
+                for entry in dataset_cfg.get("files", ())
             ],
         }
     return {"source": source}

@@ -11,6 +11,13 @@ tensors and plain containers is refused, nothing in it is executed), rebuilds it
 else on the CPU. Writes ``per_class.csv``, ``confusion.csv``, ``metrics.json`` and, last, their
 ``checksums.json`` (:func:`clusterbench.integrity.write_checksums`).
 
+A language model (:func:`evaluate_tokens`) is measured per token: ``metrics.json`` holds its
+loss (cross-entropy per token), perplexity (``exp`` of the loss) and token accuracy (the
+next token predicted exactly); classes do not apply, so ``per_class.csv`` and
+``confusion.csv`` hold their header alone (the report recognises them by ``metrics.json``'s
+``task``). Synthetic data (:mod:`clusterbench.data.synthetic`) is generated again here, the
+same as the training's; its ``metrics.json`` says ``synthetic: true``.
+
 Every input is checked (params, ``meta.json``, the split's arrays, the model file, the model's
 architecture against the data) before any inference runs. An image folder stored as files
 (``storage: files``) is read through its index, each image decoded as the model was trained
@@ -36,6 +43,7 @@ from clusterbench.data import DataError
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
 from clusterbench.integrity import forcerun_command
+from clusterbench.params import read_json_object
 
 #: ``model.pt``'s ``arch`` (clusterbench.models.architecture); an older file's has
 #: ``in_channels`` and ``image_size`` instead of ``input_shape`` (read as the same network).
@@ -118,7 +126,9 @@ def load_model_file(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}. {retrain}"
         )
-    missing = [k for k in ("arch", "state_dict", "mean", "std") if k not in ckpt]
+    # a language model's inputs are token ids: no mean and std to normalise them with
+    required = ("arch", "state_dict") + (() if is_language_model(ckpt) else ("mean", "std"))
+    missing = [k for k in required if k not in ckpt]
     if missing:
         raise ValueError(
             f"{path}: checkpoint lacks key(s) {missing} (is it a training checkpoint?). {retrain}"
@@ -133,6 +143,45 @@ def load_model_file(path: Path) -> dict[str, Any]:
     from clusterbench.models import arch_from
 
     return {**ckpt, "arch": arch_from(arch)}
+
+
+def is_language_model(ckpt: dict[str, Any]) -> bool:
+    """Whether the checkpoint's ``arch`` names a language model (:data:`clusterbench.models.
+    TASKS`); False for anything else, an unknown model included (its build names it)."""
+    from clusterbench.models import ModelError, resolve
+
+    arch = ckpt.get("arch")
+    if not isinstance(arch, dict) or not isinstance(arch.get("model"), str):
+        return False
+    try:
+        return resolve(arch["model"]).task == "language-model"
+    except ModelError:
+        return False
+
+
+def synthetic_split(meta: dict[str, Any], split: str, arch: dict[str, Any]) -> SplitData:
+    """A synthetic dataset's ``split``, generated again (on the CPU: the same bytes as on any
+    device) at the shape the model was trained for."""
+    from clusterbench.data import synthetic
+
+    channels, height, width = arch["input_shape"]
+    x, y = synthetic.images(
+        int(meta["seed"]),
+        split,
+        int(meta["counts"][split]),
+        arch["input_shape"],
+        int(meta["num_classes"]),
+        "cpu",
+    )
+    return SplitData(x.numpy(), y.numpy(), {**meta, "image_shape": [height, width, channels]})
+
+
+def image_split(data_dir: Path, split: str, arch: dict[str, Any]) -> SplitData:
+    """The preprocessed ``split`` of ``data_dir``, or a synthetic dataset's, generated again."""
+    meta = read_json_object(data_dir / "meta.json", f"is {data_dir} a preprocessed data dir?")
+    if meta.get("synthetic"):
+        return synthetic_split(meta, split, arch)
+    return load_split(data_dir, split)
 
 
 def check_compatible(ckpt: dict[str, Any], meta: dict[str, Any], model_path: Path) -> None:
@@ -207,7 +256,7 @@ def split_of(data_dir: Path, params: EvalParams, ckpt: dict[str, Any]) -> tuple[
         from clusterbench.data.folder import eval_batches
 
         return eval_batches(data_dir, params.split, params.batch_size, ckpt)
-    data = load_split(data_dir, params.split)
+    data = image_split(data_dir, params.split, ckpt["arch"])
     return data.meta, split_batches(data, params.batch_size)
 
 
@@ -271,6 +320,96 @@ def write_outputs(
         "macro_f1": float(pc["f1"].mean()),
         **(extra or {}),
     }
+    if meta.get("synthetic"):
+        metrics["synthetic"] = True
+    write_json(out_dir / "metrics.json", metrics)
+    # last: the workflow checks the three files against it before later steps read them
+    integrity.write_checksums(out_dir, integrity.EVAL_FILES)
+    return metrics
+
+
+#: The most tokens a language model's evaluation batch holds (its logits: x 256 floats).
+EVAL_TOKENS = 1 << 16
+
+
+def token_split(data_dir: Path, split: str, arch: dict[str, Any]) -> tuple[Any, Any, dict]:
+    """A language model's ``split``: inputs and next tokens ``(N, T)`` and ``meta.json``; a
+    synthetic one generated again at the length the model was trained for."""
+    from clusterbench.data import synthetic
+    from clusterbench.data.tokens import load_tokens
+
+    meta = read_json_object(data_dir / "meta.json", f"is {data_dir} a preprocessed data dir?")
+    if meta.get("task") != "language-model":
+        raise ValueError(
+            f"{data_dir / 'meta.json'}: dataset {meta.get('dataset')!r} holds images, but the "
+            f"model {arch['model']!r} is a language model"
+        )
+    if meta.get("synthetic"):
+        (seq_len,) = arch["input_shape"]
+        count = int(meta["counts"][split])
+        x, y = synthetic.sequences(int(meta["seed"]), split, count, seq_len, "cpu")
+        return x.numpy(), y.numpy(), meta
+    tokens = load_tokens(data_dir, split)
+    if [tokens.x.shape[1]] != list(arch["input_shape"]) or arch["num_classes"] != meta[
+        "vocabulary"
+    ]:
+        raise ValueError(
+            f"the model (sequences of {arch['input_shape']}, vocabulary {arch['num_classes']}) "
+            f"does not fit dataset {meta.get('dataset')!r} (seq_len {meta['seq_len']}, "
+            f"vocabulary {meta['vocabulary']})"
+        )
+    return tokens.x, tokens.y, meta
+
+
+def predict_tokens(model, x: np.ndarray, y: np.ndarray, batch_size: int, device) -> tuple:
+    """The summed cross-entropy and the tokens predicted right over sequences ``x`` with next
+    tokens ``y``."""
+    import torch
+    import torch.nn.functional as F
+
+    model.to(device).eval()
+    per_batch = max(1, min(batch_size, EVAL_TOKENS // x.shape[1]))
+    loss_sum, correct = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(x), per_batch):
+            xb = torch.from_numpy(np.ascontiguousarray(x[start : start + per_batch])).to(device)
+            yb = torch.from_numpy(np.ascontiguousarray(y[start : start + per_batch])).to(device)
+            logits = model(xb.long()).float()
+            yb = yb.long()
+            loss_sum += F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="sum").item()
+            correct += int((logits.argmax(-1) == yb).sum())
+    return loss_sum, correct
+
+
+def evaluate_tokens(
+    data_dir: Path, ckpt: dict[str, Any], model_path: Path, params: EvalParams, out_dir: Path
+) -> dict[str, Any]:
+    """Evaluate a language model: ``metrics.json`` with its loss, perplexity and token
+    accuracy; ``per_class.csv`` and ``confusion.csv`` with their header alone."""
+    import torch
+
+    x, y, meta = token_split(data_dir, params.split, ckpt["arch"])
+    model = build(ckpt, model_path)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loss_sum, correct = predict_tokens(model, x, y, params.batch_size, device)
+    tokens = int(y.size)
+    loss = loss_sum / tokens
+    with atomic_open(out_dir / "per_class.csv", newline="") as fh:
+        fh.write("class,precision,recall,f1,support\n")
+    with atomic_open(out_dir / "confusion.csv", newline="") as fh:
+        fh.write("true\n")
+    metrics = {
+        "run": model_path.absolute().parent.name,
+        "dataset": meta.get("dataset"),
+        "split": params.split,
+        "task": "language-model",
+        "synthetic": bool(meta.get("synthetic")),
+        "n": int(len(y)),
+        "tokens": tokens,
+        "accuracy": correct / tokens,
+        "loss": loss if math.isfinite(loss) else None,
+        "perplexity": math.exp(min(loss, 700.0)) if math.isfinite(loss) else None,
+    }
     write_json(out_dir / "metrics.json", metrics)
     # last: the workflow checks the three files against it before later steps read them
     integrity.write_checksums(out_dir, integrity.EVAL_FILES)
@@ -292,6 +431,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return bad_settings("evaluate", exc)
     ckpt = load_model_file(args.model)
+    if is_language_model(ckpt):
+        metrics = evaluate_tokens(args.data_dir, ckpt, args.model, params, args.out_dir)
+        loss = "n/a" if metrics["loss"] is None else f"{metrics['loss']:.4f}"
+        print(
+            f"evaluate: {metrics['run']} on {metrics['dataset']}/{params.split} "
+            f"({metrics['tokens']:,} tokens): loss {loss}, token accuracy {metrics['accuracy']:.4f}"
+        )
+        return 0
     try:
         meta, batches = split_of(args.data_dir, params, ckpt)
     except DataError as exc:

@@ -194,8 +194,11 @@ def sweep_problems(
     values = experiment.matrix[key]
     envs = experiment.environments
     if key not in run_keys:
+        from clusterbench.models import NO_WEIGHTS
+
         problems = [
             f"{at}: not a run key (run keys: {', '.join(sorted(set(run_keys) - {'name'}))})"
+            + (f": {NO_WEIGHTS}" if key in ("weights", "pretrained") else "")
         ]
     elif key == "name":
         problems = [f"{at}: run names are made by the expansion; 'name' is no sweep"]

@@ -10,6 +10,10 @@ built-in dataset names its format (scikit-learn's ``digits.csv.gz``: ``digits-cs
 ``idx``; CIFAR-10's binary tarball: ``cifar-binary``) and is checked against its spec (image
 shape, classes, an official test split); a declared one gives its format in the config.
 
+Text (``format: text``, :func:`preprocess_text`) is cut into windows of ``seq_len + 1`` byte
+tokens: ``{split}_x.npy`` holds the inputs, ``{split}_y.npy`` the next-token targets, both uint8
+``(N, seq_len)``. Synthetic data (``synthetic``, ``synthetic-text``, :func:`describe_synthetic`)
+is generated where it trains: ``meta.json`` alone describes it (no array is written).
 An image folder with ``storage: files`` (one a run streams: :mod:`clusterbench.data.storage`)
 is not decoded: its images are extracted into ``files/`` with an ``index.json`` of their
 checksums, classes and splits (:mod:`clusterbench.data.extract`), for the loader to decode per
@@ -29,7 +33,13 @@ import numpy as np
 
 from clusterbench import formats, integrity
 from clusterbench.atomic import atomic_open, write_json
-from clusterbench.config import ConfigError, bad_settings, split_size_problems, stage_params
+from clusterbench.config import (
+    ConfigError,
+    bad_settings,
+    split_size_problems,
+    split_sizes,
+    stage_params,
+)
 from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.download import file_digests
 from clusterbench.params import read_json_object
@@ -258,7 +268,19 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
     (out_dir / "meta.json").unlink(missing_ok=True)  # stale marker must not outlive new arrays
     if params.get("storage") == "files":
         return preprocess_files(dataset, Path(manifest), params, out_dir)
-    decoded, sha256 = decode(dataset, Path(manifest), params)
+    fmt = params.get("format")
+    if fmt is not None and formats.is_synthetic(fmt):
+        return describe_synthetic(dataset, Path(manifest), params, out_dir)
+    if fmt is not None and formats.task_of(fmt) == "language-model":
+        return preprocess_text(dataset, Path(manifest), params, out_dir)
+    return preprocess_images(dataset, Path(manifest), params, out_dir)
+
+
+def preprocess_images(
+    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
+) -> dict[str, Any]:
+    """Decode, split, write the image and label arrays and then ``meta.json``; return meta."""
+    decoded, sha256 = decode(dataset, manifest, params)
 
     official_test = decoded.x_test is not None
     check_split_sizes(dataset, decoded, params)
@@ -269,17 +291,9 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
     )
     splits = make_splits(decoded, split)
     mean, std = channel_stats(splits["train"][0])
-    for name, (x, y) in splits.items():
-        for suffix, array in (("x", x), ("y", y)):
-            with atomic_open(out_dir / f"{name}_{suffix}.npy", "wb") as fh:
-                np.save(fh, array, allow_pickle=False)
     meta = {
         # what each array must still be when a later step reads it (clusterbench.integrity)
-        "files": {
-            f"{name}_{suffix}.npy": integrity.record(out_dir / f"{name}_{suffix}.npy")
-            for name in splits
-            for suffix in "xy"
-        },
+        "files": write_arrays(out_dir, splits),
         "dataset": dataset,
         "image_shape": list(decoded.x_train.shape[1:]),
         "num_classes": len(decoded.class_names),
@@ -292,6 +306,97 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
         "test_fraction": split.test_fraction,
         "source_sha256": sha256,
     }
+    write_json(out_dir / "meta.json", meta)
+    return meta
+
+
+def write_arrays(
+    out_dir: Path, splits: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> dict[str, dict[str, Any]]:
+    """``{split}_x.npy`` and ``{split}_y.npy`` of each split; returns their records (size,
+    sha256) for ``meta.json``'s ``files``."""
+    for name, (x, y) in splits.items():
+        for suffix, array in (("x", x), ("y", y)):
+            with atomic_open(out_dir / f"{name}_{suffix}.npy", "wb") as fh:
+                np.save(fh, array, allow_pickle=False)
+    return {
+        f"{name}_{suffix}.npy": integrity.record(out_dir / f"{name}_{suffix}.npy")
+        for name in splits
+        for suffix in "xy"
+    }
+
+
+def preprocess_text(
+    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
+) -> dict[str, Any]:
+    """A text dataset's files as byte tokens, cut into windows of ``seq_len + 1`` (inputs and
+    next-token targets), split by the fractions; the arrays, then ``meta.json``."""
+    from clusterbench.formats import text
+
+    names = tuple(params["files"])
+    files, sha256 = load_manifest(manifest, dataset, names)
+    seq_len = params["seq_len"]
+    try:
+        stream = text.tokens([files[n] for n in names])
+        x, y = text.windows(stream, seq_len)
+    except formats.FormatError as exc:
+        raise PreprocessError(f"dataset {dataset!r} ({params['format']}): {exc}") from None
+    problems = split_size_problems(dataset, params, len(x), None)
+    if problems:
+        raise ConfigError("; ".join(problems) + f" (windows of seq_len {seq_len} + 1 bytes)")
+    test, val, train = split_indices(
+        len(x), [params["test_fraction"], params["val_fraction"]], params["split_seed"]
+    )
+    splits = {
+        part: (x[idx], y[idx]) for part, idx in (("train", train), ("val", val), ("test", test))
+    }
+    meta = {
+        "files": write_arrays(out_dir, splits),
+        "dataset": dataset,
+        "format": params["format"],
+        "task": "language-model",
+        "seq_len": seq_len,
+        "vocabulary": text.VOCABULARY,
+        "tokens": int(len(stream)),
+        "counts": {name: int(len(inputs)) for name, (inputs, _) in splits.items()},
+        "seed": params["split_seed"],
+        "val_fraction": params["val_fraction"],
+        "test_fraction": params["test_fraction"],
+        "source_sha256": sha256,
+    }
+    write_json(out_dir / "meta.json", meta)
+    return meta
+
+
+def describe_synthetic(
+    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
+) -> dict[str, Any]:
+    """``meta.json`` alone: what the training device generates (:mod:`clusterbench.data.
+    synthetic`), from ``split_seed``; its manifest lists no file."""
+    from clusterbench.formats import text
+
+    load_manifest(manifest, dataset, ())
+    fmt = params["format"]
+    task = formats.task_of(fmt)
+    counts = split_sizes(params["samples"], None, params["val_fraction"], params["test_fraction"])
+    meta: dict[str, Any] = {"files": {}, "dataset": dataset, "format": fmt, "task": task}
+    if task == "language-model":
+        meta.update(seq_len=params.get("seq_len"), vocabulary=text.VOCABULARY)
+    else:
+        classes = params["classes"]
+        meta.update(
+            shape=params.get("shape"),
+            num_classes=classes,
+            class_names=[str(k) for k in range(classes)],
+        )
+    meta.update(
+        synthetic=True,
+        samples=params["samples"],
+        counts=counts,
+        seed=params["split_seed"],
+        val_fraction=params["val_fraction"],
+        test_fraction=params["test_fraction"],
+    )
     write_json(out_dir / "meta.json", meta)
     return meta
 

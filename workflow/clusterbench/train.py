@@ -39,6 +39,7 @@ from clusterbench import checkpoints, preemption
 from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_params
 from clusterbench.data import DataError
 from clusterbench.data.source import Reading, check
+from clusterbench.models import ModelError
 from clusterbench.runtime import Runtime
 from clusterbench.training.device import check_device, cpu_threads, node_name
 
@@ -188,4 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(f"train: error: {exc}", file=sys.stderr, flush=True)
         return 1
+    except ModelError as exc:  # the model cannot be built as asked: the cause, no traceback
+        return bad_settings("train", ConfigError(str(exc)))
     return 0

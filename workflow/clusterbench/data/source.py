@@ -12,13 +12,17 @@ arrays      stream      :class:`~clusterbench.data.stream.StreamedImages` over
                         :class:`~clusterbench.data.stream.ArrayReader` (memory-mapped)
 files       stream      :class:`~clusterbench.data.stream.StreamedImages` over
                         :class:`~clusterbench.data.folder.FileReader` (decoded per batch)
+arrays      resident    a text's token windows (``task: language-model``):
+            (always)    :class:`~clusterbench.data.tokens.ResidentTokens`
+synthetic   resident    images or tokens generated on the training device
+            (always)    (:mod:`clusterbench.data.synthetic`), at the dataset's or the model's
+                        shape (:func:`shape_of`)
 ==========  ==========  =====================================================================
 
-A new kind of data (synthetic, text) adds its branch to :func:`open_source`, keyed by what its
-``meta.json`` (or manifest) says, and gives the loop the attributes
-:mod:`clusterbench.data.resident` lists. Each source made here carries ``facts``: how
-``loading`` was decided and the node's staging, for ``run.json``
-(:mod:`clusterbench.data.record`).
+A new kind of data adds its branch to :func:`open_source`, keyed by what its ``meta.json`` (or
+manifest) says, and gives the loop the attributes :mod:`clusterbench.data.resident` lists. Each
+source made here carries ``facts``: how ``loading`` was decided and the node's staging, for
+``run.json`` (:mod:`clusterbench.data.record`).
 """
 
 from __future__ import annotations
@@ -55,7 +59,14 @@ def check(data_dir: Path, run: Mapping[str, Any]) -> dict[str, Any]:
             f"{data_dir / 'meta.json'}: dataset {meta.get('dataset')!r}, but run.dataset="
             f"{run['dataset']!r}"
         )
-    if storage_of(meta) == "files":
+    if storage_of(meta) == "synthetic":
+        shape_of(meta, run["model"])  # no array: what the device will generate
+    elif is_text(meta):
+        from clusterbench.data.tokens import load_tokens
+
+        for split in ("train", "val"):
+            load_tokens(data_dir, split)
+    elif storage_of(meta) == "files":
         from clusterbench.data.folder import input_size, read_index
 
         read_index(data_dir, meta)
@@ -70,6 +81,31 @@ def check(data_dir: Path, run: Mapping[str, Any]) -> dict[str, Any]:
             f"workers={run['workers']}"
         )
     return meta
+
+
+def is_text(meta: Mapping[str, Any]) -> bool:
+    """Whether ``meta.json`` describes a text's token windows (stored as arrays)."""
+    return meta.get("task") == "language-model" and not meta.get("synthetic")
+
+
+def shape_of(meta: Mapping[str, Any], model: str) -> list[int]:
+    """The input shape of synthetic data: its own (``shape``, ``seq_len``), else the model's
+    (:func:`clusterbench.model_data.input_shape`)."""
+    from clusterbench.model_data import input_shape as model_input_shape
+    from clusterbench.models import resolve
+
+    task = meta.get("task", "classification")
+    if task == "language-model":
+        given = None if meta.get("seq_len") is None else [meta["seq_len"]]
+    else:
+        given = meta.get("shape")
+    shape = model_input_shape(task, given, resolve(model))
+    if shape is None:
+        raise ValueError(
+            f"dataset {meta.get('dataset')!r} is synthetic without a shape, and model {model!r} "
+            "has no input size of its own"
+        )
+    return shape
 
 
 def model_input_size(run: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -102,6 +138,8 @@ def open_source(data_dir: Path, run: Mapping[str, Any], reading: Reading, device
     """The data source of ``run`` on ``device`` (module docstring's table)."""
     meta = read_meta(data_dir)
     storage = storage_of(meta)
+    if storage == "synthetic" or is_text(meta):
+        return resident_tokens_or_synthetic(data_dir, meta, run, reading, device)
     augment = augmentation.effective(run["augment"], storage)
     decision = decide(meta, reading, device)
     workers = loading.loader_workers(reading.settings["loader_workers"], reading.rank_cpus)
@@ -126,6 +164,46 @@ def open_source(data_dir: Path, run: Mapping[str, Any], reading: Reading, device
         **({"staging": reading.staging} if reading.staging else {}),
     }
     return source
+
+
+def resident_tokens_or_synthetic(
+    data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], reading: Reading, device: Any
+) -> Any:
+    """A text's token windows, or synthetic images or tokens: resident whatever ``loading``
+    says (a text's bytes are small; synthetic data is generated on the device)."""
+    storage = storage_of(meta)
+    if storage == "synthetic":
+        source = synthetic_source(meta, run, device)
+        why = "synthetic data is generated on the training device"
+    else:
+        from clusterbench.data.tokens import ResidentTokens, load_tokens
+
+        train, val = load_tokens(data_dir, "train"), load_tokens(data_dir, "val")
+        source = ResidentTokens.from_splits(train, val, device, run["seed"])
+        why = "a text's token windows are held in memory"
+    decision = loading.Decision("resident", why)
+    source.facts = {
+        "storage": storage,
+        "loading": decision.as_dict(reading.settings["loading"]),
+        **({"staging": reading.staging} if reading.staging else {}),
+    }
+    return source
+
+
+def synthetic_source(meta: Mapping[str, Any], run: Mapping[str, Any], device: Any) -> Any:
+    """Synthetic data generated on ``device``, the same on every rank."""
+    from clusterbench.data import synthetic
+    from clusterbench.data.tokens import ResidentTokens
+
+    shape = shape_of(meta, run["model"])
+    counts, seed = synthetic.split_counts(meta), int(meta["seed"])
+    if meta.get("task") == "language-model":
+        (seq_len,) = shape
+        train = synthetic.sequences(seed, "train", counts["train"], seq_len, device)
+        val = synthetic.sequences(seed, "val", counts["val"], seq_len, device)
+        return ResidentTokens(train, val, meta["vocabulary"], run["seed"])
+    augment = augmentation.effective(run.get("augment", "auto"), "synthetic")
+    return synthetic.SyntheticImages(meta, shape, device, run["seed"], augment)
 
 
 def normalisation(meta: Mapping[str, Any]) -> dict[str, list[float]]:

@@ -8,6 +8,8 @@
   into ``files/``, ``index.json`` (each image's path, size, sha256, class and split) and
   ``meta.json``; the loader processes decode each batch's images at the model's input size.
   Such a dataset can only be streamed.
+* ``synthetic`` (formats ``synthetic`` and ``synthetic-text``, not a setting): no file but
+  ``meta.json``; the training device generates the data (:mod:`clusterbench.data.synthetic`).
 
 A dataset's ``storage: null`` (the default) is decided by its runs when the config is read
 (:func:`resolve`): ``files`` for an extractable format that a run streams (``loading:
@@ -32,9 +34,13 @@ ARRAY_FILES = tuple(f"{split}_{kind}.npy" for split in ("train", "val", "test") 
 FILES_OUTPUTS = ("files", "index.json")
 
 
+#: What each storage writes besides ``meta.json``.
+OUTPUTS = {"arrays": ARRAY_FILES, "files": FILES_OUTPUTS, "synthetic": ()}
+
+
 def data_files(storage: str) -> list[str]:
     """The names preprocessing writes for ``storage`` (``files`` is a folder), meta.json last."""
-    return [*(FILES_OUTPUTS if storage == "files" else ARRAY_FILES), "meta.json"]
+    return [*OUTPUTS[storage], "meta.json"]
 
 
 def read_meta(data_dir: Path) -> dict[str, Any]:
@@ -46,6 +52,8 @@ def read_meta(data_dir: Path) -> dict[str, Any]:
 
 def storage_of(meta: Mapping[str, Any]) -> str:
     """The storage a preprocessed data dir's ``meta.json`` records (older ones: arrays)."""
+    if meta.get("synthetic"):
+        return "synthetic"
     return meta.get("storage") or "arrays"
 
 

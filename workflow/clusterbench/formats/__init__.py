@@ -4,14 +4,24 @@ A built-in dataset names its format (:mod:`clusterbench.datasets`); a dataset de
 config gives one (``datasets.<name>.format``). Each module of this package is one format
 (:mod:`clusterbench.registry`; ``image-folder`` is ``image_folder.py``) and provides:
 
-``FILES``       how many files the format takes (a tuple of the allowed counts);
+``FILES``       how many files the format takes (a tuple of the allowed counts; ``(0,)``: none);
 ``SUFFIXES``    the file-name endings it accepts (None: any);
 ``RESIZES``     whether ``image_size`` applies (images resized to it);
+``TASK``        what its data trains (:data:`clusterbench.models.TASKS`): ``classification``
+                (images and labels; the default) or ``language-model`` (token sequences);
+``SYNTHETIC``   True for data generated where it trains (no files; the preprocess stage
+                writes ``meta.json`` alone, :mod:`clusterbench.data.synthetic`);
+``KEYS``, ``OPTIONAL_KEYS``  the dataset keys of :data:`FORMAT_KEYS` it requires and takes;
+                the others are refused for it;
 ``EXTRACTS``    (optional) its images can be stored as files, extracted and decoded per batch
                 by a streamed run's loader (``storage: files``: :mod:`clusterbench.data.storage`);
+
+and, to read its files, an image format
 ``decode(files, image_size, class_names)``  the dataset's files (in the config's order) ->
                 :class:`Images`; ``class_names`` (a built-in dataset's, known in advance) makes
-                integer labels indices into them, else the classes come from the data.
+                integer labels indices into them, else the classes come from the data;
+
+a token format ``tokens(files)`` -> the files' byte tokens, one uint8 array.
 
 Decoders return images ``(N, H, W, C)`` uint8 with C = 1 or 3, labels ``(N,)`` int64 and the
 class names, which come from the data; an official test split when the files hold one. Every
@@ -39,9 +49,29 @@ from clusterbench.registry import Registry
 FORMATS = Registry("clusterbench.formats", "dataset format")
 
 
+#: Dataset keys only some formats take (a format's ``KEYS`` and ``OPTIONAL_KEYS``).
+FORMAT_KEYS = ("shape", "classes", "samples", "seq_len")
+
+
 def format_module(name: str) -> ModuleType:
     """The module of format ``name``."""
     return FORMATS.module(name)
+
+
+def task_of(name: str) -> str:
+    """What data of format ``name`` trains: ``classification`` or ``language-model``."""
+    return getattr(format_module(name), "TASK", "classification")
+
+
+def is_synthetic(name: str) -> bool:
+    """Whether data of format ``name`` is generated where it trains (it has no files)."""
+    return bool(getattr(format_module(name), "SYNTHETIC", False))
+
+
+def keys_of(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The keys of :data:`FORMAT_KEYS` format ``name`` requires, and those it also takes."""
+    module = format_module(name)
+    return tuple(getattr(module, "KEYS", ())), tuple(getattr(module, "OPTIONAL_KEYS", ()))
 
 
 def decode(

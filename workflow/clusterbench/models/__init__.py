@@ -4,6 +4,10 @@ A run's ``model`` is one of:
 
 * a name a family module of this package gives (:mod:`clusterbench.registry`): ``small_cnn``
   and ``resnet`` (:mod:`clusterbench.models.cnn`), ...;
+* ``torchvision.<name>``: a classification model torchvision builds, randomly initialised
+  (:mod:`clusterbench.models.torchvision`; weights are never downloaded);
+* ``gpt-tiny``, ``gpt2-small``, ``gpt2-medium``: decoder-only language models on byte tokens
+  (:mod:`clusterbench.models.gpt`);
 * ``package.module:callable``, the user's own model: a callable importable from the working
   directory or the environment, called as ``callable(num_classes, input_shape)`` and
   returning an ``nn.Module`` (:mod:`clusterbench.models.custom`).
@@ -47,7 +51,9 @@ class ModelSpec:
     vocabulary entry. ``convolutional``: its convolutions are faster in the channels-last memory
     format (``channels_last: auto`` picks it). ``input_size``: the ``[H, W]`` the model is made
     for, used by data that has no size of its own (synthetic data, images resized on the fly);
-    None: any.
+    None: any. ``channels``: the image channels it takes (None: any); ``min_size``: the
+    smallest image side it takes. ``context``: the longest sequence a language model takes
+    (its learned positions), also the length of data that has none of its own.
     """
 
     name: str
@@ -56,6 +62,16 @@ class ModelSpec:
     convolutional: bool = True
     input_size: tuple[int, int] | None = None
     description: str = ""
+    channels: int | None = None
+    min_size: int = 1
+    context: int | None = None
+
+
+#: Why a run key or model name asking for pretrained weights is refused.
+NO_WEIGHTS = (
+    "weights are never downloaded: every model trains from random initialisation (drop "
+    "'weights'/'pretrained')"
+)
 
 
 def builtin_models() -> dict[str, ModelSpec]:
@@ -78,7 +94,18 @@ def resolve(name: str) -> ModelSpec:
         spec = answer(name) if answer is not None else None
         if spec is not None:
             return spec
-    raise ModelError(unknown_message("model", name, sorted(named)) + family_hints())
+    raise ModelError(unknown_message("model", name, sorted(named)) + suggestions(name))
+
+
+def suggestions(name: str) -> str:
+    """What else a model name may be: names the families answering by pattern find close to
+    ``name`` (``suggest(name)``: ``resnet50`` -> ``torchvision.resnet50``), then their hints."""
+    near = [
+        found
+        for module in FAMILIES.modules().values()
+        for found in (getattr(module, "suggest", None) or (lambda _: []))(name)
+    ]
+    return (f"; did you mean {' or '.join(near)}" if near else "") + family_hints()
 
 
 def family_hints() -> str:
@@ -98,6 +125,44 @@ def problems(name: Any, where: str) -> list[str]:
     except ModelError as exc:
         return [f"{where}: {exc}"]
     return []
+
+
+def fit_problems(model: str, task: str, input_shape: Sequence[int] | None) -> list[str]:
+    """Why model ``model`` cannot train on data of ``task`` whose network input is
+    ``input_shape`` (``[C, H, W]``, ``[T]``; None: known only once the data is read): each a
+    sentence without a key path (the caller names the keys). Nothing for a model that is no
+    model (:func:`problems` names it)."""
+    try:
+        spec = resolve(model)
+    except ModelError:
+        return []
+    data = {"classification": "images", "language-model": "token sequences"}
+    kind = {"classification": "a classification model", "language-model": "a language model"}
+    if spec.task != task:
+        return [
+            f"{model!r} is {kind[spec.task]}, which trains on {data[spec.task]}, but the "
+            f"dataset holds {data[task]}: pair it with a dataset of {data[spec.task]}"
+        ]
+    if input_shape is None:
+        return []
+    if task == "language-model":
+        (length,) = input_shape
+        if spec.context is not None and length > spec.context:
+            return [
+                f"sequences of {length} tokens are longer than the context of {model!r} "
+                f"({spec.context} tokens: its learned positions)"
+            ]
+        return []
+    channels, *sides = input_shape
+    found = []
+    if spec.channels is not None and channels != spec.channels:
+        found.append(f"{model!r} takes {spec.channels}-channel images, the data has {channels}")
+    if min(sides) < spec.min_size:
+        found.append(
+            f"{model!r} takes images of at least {spec.min_size}x{spec.min_size} pixels, the "
+            f"data's are {sides[0]}x{sides[1]}"
+        )
+    return found
 
 
 def architecture(model: str, num_classes: int, input_shape: Sequence[int]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ HINT = "your own 'package.module:callable' (config/README.md, 'Your own model')"
 
 
 def resolve(name: str) -> ModelSpec | None:
-    if ":" not in name:
+    if ":" not in name or name.startswith("torchvision."):  # torchvision's: its family says
         return None
     if not FORM.fullmatch(name):
         raise ModelError(

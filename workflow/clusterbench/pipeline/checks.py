@@ -76,7 +76,9 @@ class Checks:
         stored = self.storages.get(dataset, "arrays")
         files = [self.adapter.in_workdir(path) for path in layout.stored_files(dataset, stored)]
         marker = files[-1]  # meta.json, written last
-        rule = "preprocess_files" if stored == "files" else "preprocess"
+        rule = {"files": "preprocess_files", "synthetic": "preprocess_synthetic"}.get(
+            stored, "preprocess"
+        )
         if self.adapter.forced(rule, files):
             return
         try:

@@ -49,7 +49,15 @@ class Pipeline:
         self.plan = RunPlan(
             self.runs, cfg["environment_defaults"], cfg["environments"], adapter, env
         )
-        self.storages = {d: cfg["datasets"][d]["storage"] for d in self.datasets}
+        #: The datasets generated where they train (format synthetic, synthetic-text): their
+        #: preprocessing writes meta.json alone (storage ``synthetic``).
+        self.synthetic = [
+            d for d in self.datasets if cbconfig.synthetic_dataset(cfg["datasets"][d])
+        ]
+        self.storages = {
+            d: "synthetic" if d in self.synthetic else cfg["datasets"][d]["storage"]
+            for d in self.datasets
+        }
         self.checks = Checks(self.runs, adapter, digests, self.storages)
         self._resources: dict[str, dict[str, Any]] = {}
         self._before_jobs_done = False

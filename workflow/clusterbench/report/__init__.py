@@ -125,8 +125,10 @@ def user_texts(
         ("the rank differences", ("rank_differences",)),
     ):
         add(what, (v for col in cols for v in runs_df[col]))
-    best = next(r for r in runs if r.name == runs_df["run"].iloc[0])
-    add(f"the class name (of run {best.name})", best.confusion.index)
+    images = runs_df[runs_df["task"] != "language-model"]  # the confusion page's best run
+    if not images.empty:
+        best = next(r for r in runs if r.name == images["run"].iloc[0])
+        add(f"the class name (of run {best.name})", best.confusion.index)
     add("the benchmark rule", bench["rule"])
     add("the benchmark job", bench["job"])
     add("the benchmark argument", bench_missing)

@@ -46,16 +46,19 @@ class Context:
         return next(r for r in self.runs if r.name == name)
 
     @contextlib.contextmanager
-    def per_run_charts(self) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+    def per_run_charts(
+        self, runs_df: pd.DataFrame | None = None
+    ) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
         """For charts with one bar or line per run: the runs table and the epochs of at most
-        :data:`RUNS_PER_CHART` runs, the best on validation; the pages made inside say so
-        (every run stays in the CSVs)."""
-        shown = self.runs_df.head(RUNS_PER_CHART)
+        :data:`RUNS_PER_CHART` runs (of ``runs_df``, a part of the runs table; None: all), the
+        best on validation; the pages made inside say so (every run stays in the CSVs)."""
+        runs_df = self.runs_df if runs_df is None else runs_df
+        shown = runs_df.head(RUNS_PER_CHART)
         epochs = self.epochs_df[self.epochs_df["run"].isin(shown["run"])]
         note = None
-        if len(shown) < len(self.runs_df):
+        if len(shown) < len(runs_df):
             note = (
-                f"Shown: the {len(shown)} best of {len(self.runs_df)} runs on validation "
+                f"Shown: the {len(shown)} best of {len(runs_df)} runs on validation "
                 "(every run is in runs.csv and epochs.csv)."
             )
         with self.book.subset(note, list(shown["run"])):

@@ -200,7 +200,10 @@ def load_run(run_dir: Path, eval_dir: Path) -> RunData:
             f"{eval_dir / 'metrics.json'}: evaluates run {metrics['run']!r}, but is paired with "
             f"{run_dir} (run {name!r})"
         )
-    confusion = read_confusion(eval_dir / "confusion.csv")
+    if metrics.get("task") == "language-model":  # no classes: the files hold their header
+        confusion = pd.DataFrame()
+    else:
+        confusion = read_confusion(eval_dir / "confusion.csv")
     per_class = _read_csv(eval_dir / "per_class.csv", "per-class metrics", dtype={"class": str})
     missing = [c for c in PER_CLASS_FIELDS if c not in per_class.columns]
     if missing:

@@ -215,6 +215,21 @@ def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
     }
 
 
+def token_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
+    """A language model's tokens per second over the timed epochs (mean, sample sd) and its
+    final validation perplexity; NaN for a run that trains on images."""
+    if "tokens_per_second" not in epochs:
+        return dict.fromkeys(
+            ("tokens_per_second", "std_tokens_per_second", "final_val_perplexity"), np.nan
+        )
+    timed = epochs[timed_mask(epochs, warmup)]["tokens_per_second"]
+    return {
+        "tokens_per_second": float(timed.mean()) if len(timed) else np.nan,
+        "std_tokens_per_second": float(timed.std(ddof=1)) if len(timed) > 1 else np.nan,
+        "final_val_perplexity": float(epochs["val_perplexity"].iloc[-1]),
+    }
+
+
 def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Speed-up and efficiency of each run against its baseline: the 1-worker run with the same
     dataset, model, global batch, device, backend and BN mode on the same site
@@ -294,6 +309,13 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "loss": float(loss) if loss is not None else np.nan,
                 "macro_precision": r.metrics.get("macro_precision", np.nan),
                 "macro_recall": r.metrics.get("macro_recall", np.nan),
+                # a language model's accuracy is per token; synthetic data's means nothing
+                "task": str(r.metrics.get("task") or "classification"),
+                "synthetic": bool(r.metrics.get("synthetic", False)),
+                "perplexity": _number(r.metrics.get("perplexity")),
+                # a language model's tokens per sequence (its evaluation's tokens per sample)
+                "seq_len": r.metrics["tokens"] // r.metrics["n"] if "tokens" in r.metrics else 0,
+                **token_stats(ep, warmup),
                 "final_val_accuracy": float(ep["val_accuracy"].iloc[-1]),
                 "final_val_loss": float(ep["val_loss"].iloc[-1]),
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
@@ -312,13 +334,29 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
 
 def sort_by_validation(df: pd.DataFrame) -> pd.DataFrame:
     """Best first by the final validation accuracy (the model kept is the final one; the test
-    split never chooses), then the lower final validation loss, then the name."""
-    df = df.sort_values(
-        ["final_val_accuracy", "final_val_loss", "run"],
-        ascending=[False, True, True],
-        kind="stable",
+    split never chooses), then the lower final validation loss, then the name. Runs whose
+    accuracy says nothing come after the others: language models (their own order: the lower
+    final validation loss first), then runs on synthetic data (images, then tokens)."""
+    task = df["task"] if "task" in df else pd.Series("classification", index=df.index)
+    synthetic = df["synthetic"] if "synthetic" in df else pd.Series(False, index=df.index)
+    language = task == "language-model"
+    keys = pd.DataFrame(
+        {
+            "group": 2 * synthetic.astype(bool).astype(int) + language.astype(int),
+            # a language model's order: its loss alone
+            "accuracy": np.where(language, 0.0, -df["final_val_accuracy"]),
+            "loss": df["final_val_loss"],
+            "run": df["run"],
+        },
+        index=df.index,
     )
-    return df.reset_index(drop=True)
+    order = keys.sort_values(["group", "accuracy", "loss", "run"], kind="stable").index
+    return df.loc[order].reset_index(drop=True)
+
+
+def _number(value: Any) -> float:
+    """A number of a JSON file; NaN for null or absent."""
+    return np.nan if value is None else float(value)
 
 
 def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +413,12 @@ RESULTS_COLUMNS = (
     "std_epoch_seconds",
     "images_per_second",
     "train_seconds",
+    # what the accuracy means: a language model's (then its perplexity and tokens/s), synthetic
+    "task",
+    "synthetic",
+    "final_val_perplexity",
+    "perplexity",
+    "tokens_per_second",
 )
 
 

@@ -1,5 +1,7 @@
 """The confusion matrix of the best run (chosen on validation) on its evaluation split, and
-the precision, recall and F1 of each class."""
+the precision, recall and F1 of each class. Only classification runs have classes: the best of
+them is shown (the page says that language-model runs are left out, and draws nothing when
+there is no classification run)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,16 @@ from clusterbench.report.book import Book
 from clusterbench.report.context import Context
 from clusterbench.report.describe import describe_run
 from clusterbench.report.text import fmt_pct, shorten_text
+from clusterbench.report.workloads import SYNTHETIC, classifiers, left_out
 
 ORDER = 150
 
 
 def draw(ctx: Context) -> None:
-    best = ctx.runs_df.iloc[0]
+    runs = classifiers(ctx.runs_df)
+    if runs.empty:
+        return  # language models alone: no classes (their page says so)
+    best = runs.iloc[0]
     data = ctx.run_data(best["run"])
     cm = data.confusion
     n = int(cm.to_numpy().sum())
@@ -29,9 +35,12 @@ def draw(ctx: Context) -> None:
     fig = ctx.book.new(
         title,
         f"{named}{describe_run(best)}; {best['eval_split']} split, n = {n:,}, accuracy "
-        f"{fmt_pct(best['accuracy'])}. Left: colour = share of the true class, numbers = counts. "
+        f"{fmt_pct(best['accuracy'])}"
+        + (f" ({SYNTHETIC})" if best["synthetic"] else "")
+        + ". Left: colour = share of the true class, numbers = counts. "
         "Right: precision, recall and F1 of each class.",
         png="confusion_best",
+        note=left_out(ctx.runs_df, "a confusion matrix (per-class scores)"),
     )
     fig.get_layout_engine().set(wspace=0.08)
     heat_ax, dot_ax = fig.subplots(1, 2, width_ratios=[1.45, 1])

@@ -6,7 +6,8 @@ from __future__ import annotations
 from clusterbench.report.context import Context
 from clusterbench.report.describe import point_label
 from clusterbench.report.table_pages import best_first, cell_text, table_pages
-from clusterbench.report.text import fmt_pct, fmt_seconds_sd
+from clusterbench.report.text import fmt_seconds_sd
+from clusterbench.report.workloads import accuracy_cell, notes, throughput_cell
 
 ORDER = 20
 
@@ -26,7 +27,8 @@ COLUMNS = (
 CAPTION = (
     "Every run sorted by its final validation accuracy (then validation loss): the best run "
     "(highlighted) is chosen on validation, never on the test split, and is kept in "
-    "results/best/. Test accuracy is the evaluation's, on data no choice has seen."
+    "results/best/. Test accuracy is the evaluation's, on data no choice has seen. Language "
+    "models follow (the lower validation loss first), then runs on synthetic data."
 )
 
 
@@ -42,12 +44,15 @@ def draw(ctx: Context) -> None:
                 cell_text(point_label(r.point), 0.2) or "-",
                 f"{r.workers} ({r.nodes})",
                 str(r.epochs),
-                fmt_pct(r.final_val_accuracy),
-                fmt_pct(r.accuracy),
+                accuracy_cell(r, "val"),
+                accuracy_cell(r, "test"),
                 fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)
                 if r.timed_epochs
                 else "n/a",
-                f"{r.images_per_second:,.0f}" if r.timed_epochs else "n/a",
+                throughput_cell(r).replace(" tok/s", "\ntok/s"),
             ]
         )
-    table_pages(ctx.book, "Results, best first", CAPTION, COLUMNS, rows, style=best_first)
+    note = " ".join(notes(ctx.runs_df)) or None
+    table_pages(
+        ctx.book, "Results, best first", CAPTION, COLUMNS, rows, style=best_first, note=note
+    )

@@ -11,11 +11,10 @@ from clusterbench.report.describe import first_epochs, untimed_note
 from clusterbench.report.table_pages import best_first, table_pages
 from clusterbench.report.text import (
     fmt_duration,
-    fmt_number_sd,
-    fmt_pct,
     fmt_seconds_sd,
     wrap_label,
 )
+from clusterbench.report.workloads import accuracy_cell, notes, throughput_cell
 
 ORDER = 70
 #: The memory formats as the table names them.
@@ -63,7 +62,7 @@ def draw(ctx: Context) -> None:
             else "all epochs of each run."
         )
     )
-    note = untimed_note(runs_df, "* ")
+    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df)])) or None
     bottom = 0.08 if note else 0.06
     table_pages(ctx.book, "Runs", caption, columns, rows, best_first, note, bottom=bottom)
 
@@ -71,7 +70,7 @@ def draw(ctx: Context) -> None:
 def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
     """One run's row (``r``: a runs.csv row as a named tuple); ``splits``: the runs were
     evaluated on several splits (each cell names its own)."""
-    acc = fmt_pct(r.accuracy)
+    acc = accuracy_cell(r, "test")
     convention = "per worker" if r.batch_scaling == "per_worker" else r.batch_scaling
     return [
         str(rank),
@@ -91,6 +90,6 @@ def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
             if r.timed_epochs
             else "n/a\n(0 ep.*)"
         ),
-        fmt_number_sd(r.images_per_second, r.std_images_per_second).replace(" \u00b1", "\n\u00b1"),
+        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1"),
         fmt_duration(r.train_seconds),
     ]

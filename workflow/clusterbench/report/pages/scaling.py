@@ -16,6 +16,7 @@ from clusterbench.report.context import Context
 from clusterbench.report.describe import BASELINE_WORDS, compression_words, series_words
 from clusterbench.report.tables import BASELINE_KEY
 from clusterbench.report.text import list_runs, plural
+from clusterbench.report.workloads import classifiers, language_models, left_out
 
 ORDER = 110
 
@@ -48,6 +49,8 @@ class Series:
 def draw(ctx: Context) -> None:
     runs_df = ctx.runs_df
     notes = scaling_notes(runs_df)
+    lm = left_out(runs_df, "the images per second (top left chart)")
+    notes = [*notes, lm] if lm else notes
     fig = ctx.book.new(
         "Scaling across workers and nodes",
         "Mean throughput (timed epochs) of each run against its number of workers (ranks; one "
@@ -69,6 +72,11 @@ def draw(ctx: Context) -> None:
         scaling_axis(ax, col, ylabel, runs_df)
     if series.groups:
         scaling_legend(legend_ax, series, runs_df["speedup"].notna().any())
+
+
+def language(group: pd.DataFrame) -> bool:
+    """Whether a series is of language models."""
+    return bool(len(language_models(group)))
 
 
 def scaling_series(book: Book, runs_df: pd.DataFrame) -> Series:
@@ -94,8 +102,8 @@ def plot_series(axes: list[Any], series: Series, runs_df: pd.DataFrame) -> None:
         group = group.sort_values(["workers", "nodes"])
         ls = series.backend_ls[dict(zip(BASELINE_KEY, key, strict=True))["backend"]]
         for ax, (col, _) in zip(axes, SPECS, strict=True):
-            if group[col].isna().all():
-                continue
+            if group[col].isna().all() or col == "images_per_second" and language(group):
+                continue  # a language model's throughput is in tokens/s: its own page
             line = group.groupby("workers")[col].mean()  # several runs per count: their mean
             ax.plot(line.index, line.to_numpy(), color=color, lw=1.5, alpha=0.75, ls=ls)
             for nodes, sub in group.groupby("nodes"):
@@ -140,8 +148,13 @@ def scaling_axis(ax: Any, col: str, ylabel: str, runs_df: pd.DataFrame) -> None:
     """The axes of one chart (log2 workers), or why it has nothing to show."""
     from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 
-    if col == "images_per_second" and runs_df["images_per_second"].isna().all():
-        Book.note(ax, "Throughput: not available.\nNo run has an epoch left after the warm-up.")
+    if col == "images_per_second" and classifiers(runs_df)["images_per_second"].isna().all():
+        why = (
+            "No run has an epoch left after the warm-up."
+            if classifiers(runs_df).size
+            else "Language models: tokens/s\non the language-model page."
+        )
+        Book.note(ax, f"Throughput in images/s: not available.\n{why}")
         return
     if col != "images_per_second" and not runs_df["speedup"].notna().any():
         Book.note(
@@ -168,7 +181,7 @@ def scaling_axis(ax: Any, col: str, ylabel: str, runs_df: pd.DataFrame) -> None:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylim(0, max(1.1, float(runs_df["efficiency"].max()) * 1.1))
     else:
-        ax.set_ylim(0, float(runs_df["images_per_second"].max()) * 1.15)
+        ax.set_ylim(0, float(classifiers(runs_df)["images_per_second"].max()) * 1.15)
 
 
 def scaling_legend(legend_ax: Any, series: Series, has_any_base: bool) -> None:

@@ -1,5 +1,6 @@
 """Throughput of each run: images per second over its timed epochs, mean and sd, for all
-workers together (left) and per worker (right)."""
+workers together (left) and per worker (right). Language models' tokens per second are on
+their own page (:mod:`~clusterbench.report.pages.language_models`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import numpy as np
 
 from clusterbench.report.context import Context
 from clusterbench.report.describe import first_epochs
+from clusterbench.report.workloads import classifiers, left_out
 
 ORDER = 100
 
 
 def draw(ctx: Context) -> None:
-    with ctx.per_run_charts() as (runs_df, _):
+    if classifiers(ctx.runs_df).empty:
+        return  # language models alone: their tokens/s on their own page
+    with ctx.per_run_charts(classifiers(ctx.runs_df)) as (runs_df, _):
         warmup, book = ctx.warmup, ctx.book
         fig = book.new(
             "Throughput",
@@ -27,6 +31,7 @@ def draw(ctx: Context) -> None:
                 else "All epochs are used (no warm-up excluded)."
             ),
             png="throughput",
+            note=left_out(ctx.runs_df, "images per second"),
         )
         total_ax, worker_ax = fig.subplots(1, 2, sharey=True)
         order = book.order

@@ -36,6 +36,7 @@ from clusterbench.report.text import (
     shorten_text,
 )
 from clusterbench.report.theme import font_families
+from clusterbench.report.workloads import SYNTHETIC, classifiers, language_models
 
 ORDER = 10
 
@@ -93,22 +94,10 @@ def summary_lines(ctx: Context) -> list[str]:
         f"{plural(len(runs_df), 'run')} on {datasets} ({models}; backends: {backends}); "
         f"{plural(int(runs_df['epochs'].sum()), 'epoch')}, "
         f"{fmt_duration(runs_df['train_seconds'].sum())} of training in total.",
-        f"Best run: {best['run']} with {fmt_pct(best['accuracy'])} {best['eval_split']} "
-        f"accuracy ({describe_run(best)}); chosen on validation accuracy "
-        f"({fmt_pct(best['final_val_accuracy'])}), never on the test split.",
+        best_line(best),
         timing_sentence(warmup),
+        *throughput_lines(runs_df, warmup),
     ]
-    if runs_df["images_per_second"].notna().any():
-        fastest = runs_df.loc[runs_df["images_per_second"].idxmax()]
-        lines.append(
-            f"Highest throughput: {fastest['run']} with {fastest['images_per_second']:,.0f} "
-            f"images/s ({describe_run(fastest)})."
-        )
-    else:
-        lines.append(
-            "Highest throughput: n/a: no run has an epoch left after the "
-            f"{plural(warmup, 'warm-up epoch')}."
-        )
     lines += scaling_lines(runs_df)
     if ctx.skipped:
         lines.append(
@@ -122,6 +111,48 @@ def summary_lines(ctx: Context) -> list[str]:
         lines.append(
             f"Snakemake benchmarks: {plural(len(jobs), 'job')}, "
             f"{fmt_duration(float(jobs.sum()))} of job wall time in total."
+        )
+    return lines
+
+
+def best_line(best: pd.Series) -> str:
+    """The best run (chosen on validation) and its test figure: accuracy, or a language
+    model's perplexity; a synthetic run's accuracy is said to mean nothing."""
+    if best["task"] == "language-model":
+        return (
+            f"Best run: {best['run']}, a language model, with perplexity "
+            f"{best['perplexity']:,.2f} on the {best['eval_split']} split ({describe_run(best)}); "
+            f"chosen on validation loss ({best['final_val_loss']:.4f} per token), never on the "
+            "test split."
+        )
+    synthetic = f" ({SYNTHETIC})" if best["synthetic"] else ""
+    return (
+        f"Best run: {best['run']} with {fmt_pct(best['accuracy'])} {best['eval_split']} "
+        f"accuracy{synthetic} ({describe_run(best)}); chosen on validation accuracy "
+        f"({fmt_pct(best['final_val_accuracy'])}), never on the test split."
+    )
+
+
+def throughput_lines(runs_df: pd.DataFrame, warmup: int) -> list[str]:
+    """The fastest run in images/s (classification) and in tokens/s (language models)."""
+    lines = []
+    images, lm = classifiers(runs_df), language_models(runs_df)
+    if images["images_per_second"].notna().any():
+        fastest = images.loc[images["images_per_second"].idxmax()]
+        lines.append(
+            f"Highest throughput: {fastest['run']} with {fastest['images_per_second']:,.0f} "
+            f"images/s ({describe_run(fastest)})."
+        )
+    if lm["tokens_per_second"].notna().any():
+        fastest = lm.loc[lm["tokens_per_second"].idxmax()]
+        lines.append(
+            f"Highest token rate: {fastest['run']} with {fastest['tokens_per_second']:,.0f} "
+            f"tokens/s ({describe_run(fastest)})."
+        )
+    if not lines:
+        lines.append(
+            "Highest throughput: n/a: no run has an epoch left after the "
+            f"{plural(warmup, 'warm-up epoch')}."
         )
     return lines
 

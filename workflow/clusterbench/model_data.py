@@ -1,0 +1,81 @@
+"""Whether a run's model fits its dataset: a language model trains on token sequences, a
+classification model on images, and each takes only some shapes (3 channels for torchvision's,
+a sequence no longer than a GPT's context). Checked before any job (:func:`run_problems`, by
+:func:`clusterbench.config.validate`) for every dataset whose shape the config tells (the
+built-in ones, synthetic data, text); the model is built for the data's shape when the run
+starts.
+
+Synthetic data without a ``shape`` (``seq_len``) of its own takes the model's
+(:func:`input_shape`): 3 channels at ``ModelSpec.input_size``, or ``ModelSpec.context`` tokens.
+
+Standard library only (the Snakefile imports clusterbench.config, which imports this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
+from clusterbench.formats import FORMATS, is_synthetic, task_of
+from clusterbench.models import ModelError, ModelSpec, fit_problems, resolve
+
+#: The data each task trains on, in words.
+DATA = {"classification": "images", "language-model": "token sequences"}
+
+
+def dataset_input(name: str, ds: Mapping[str, Any]) -> tuple[str, list[int] | None]:
+    """What dataset ``name`` (its resolved config entry) trains: its task and the network's
+    input shape, ``[C, H, W]`` or ``[T]``; None where the config does not tell (known once its
+    files are read, or synthetic data that takes the model's)."""
+    if name in BUILTIN_DATASETS:
+        height, width, channels = BUILTIN_DATASETS[name].image_shape
+        return "classification", [channels, height, width]
+    fmt = ds.get("format")
+    if fmt not in FORMATS:
+        return "classification", None
+    task = task_of(fmt)
+    key = "seq_len" if task == "language-model" else "shape"
+    if key not in ds:
+        return task, None
+    return task, [ds[key]] if key == "seq_len" else list(ds[key])
+
+
+def input_shape(task: str, given: Sequence[int] | None, spec: ModelSpec) -> list[int] | None:
+    """The input shape of synthetic data: its own (``given``), else the model's (None: the
+    model has none)."""
+    if given is not None:
+        return list(given)
+    if task == "language-model":
+        return None if spec.context is None else [spec.context]
+    return None if spec.input_size is None else [3, *spec.input_size]
+
+
+def run_problems(run: Mapping[str, Any], where: str, datasets: Mapping[str, Any]) -> list[str]:
+    """Why run ``run`` (at ``where``: ``runs[0]``) cannot train its model on its dataset, each
+    naming the keys; nothing for an undeclared dataset or an unknown model (named elsewhere)."""
+    name, model = run["dataset"], run["model"]
+    ds = datasets.get(name)
+    try:
+        spec = resolve(model)
+    except ModelError:
+        return []
+    if ds is None:
+        return []
+    task, shape = dataset_input(name, ds)
+    synthetic = name not in BUILTIN_DATASETS and ds.get("format") in FORMATS
+    synthetic = synthetic and is_synthetic(ds["format"])
+    if synthetic and shape is None and spec.task == task:
+        shape = input_shape(task, None, spec)
+        if shape is None:
+            key, what = (
+                ("seq_len", "context") if task == "language-model" else ("shape", "input size")
+            )
+            return [
+                f"datasets.{name}.{key}: synthetic data without {key} takes the model's own "
+                f"{what}, and {where}.model {model!r} has none: give {key}"
+            ]
+    return [
+        f"{where}.model: {problem} ({where}.dataset: {name!r})"
+        for problem in fit_problems(model, task, shape)
+    ]
