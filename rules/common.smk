@@ -20,6 +20,7 @@ if not CHECKOUT.is_dir():
 # Make the package importable even from a snakemake that is not the project's venv.
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
+from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench import integrity, interrupt, preemption
 from clusterbench.data import storage
@@ -299,6 +300,27 @@ TRAIN_RESOURCES = {name: train_resources(run) for name, run in RUNS.items()}
 def train_resource(key):
     """Resource ``key`` of the train job of ``wildcards.run`` (None: not used by this run)."""
     return lambda wildcards: TRAIN_RESOURCES[wildcards.run].get(key)
+
+
+#: The comm jobs by name (clusterbench.comm_jobs: one per multi-worker environment and backend;
+#: none with comm.enabled: false), and each one's resources: a train job's of its size.
+COMM_JOBS = comm_jobs.config_jobs(CFG)
+COMM_RESOURCES = {
+    name: train_resources(comm_jobs.job_run(job, RUNS[job.runs[0]], CFG["comm"]))
+    for name, job in COMM_JOBS.items()
+}
+
+
+def comm_resource(key):
+    """Resource ``key`` of the comm job ``wildcards.comm`` (None: not used by it)."""
+    return lambda wildcards: COMM_RESOURCES[wildcards.comm].get(key)
+
+
+def comm_files(pattern, runs):
+    """``pattern`` for every comm job measuring for one of ``runs`` (its ``{name}``)."""
+    return [
+        pattern.format(name=name) for name in comm_jobs.jobs_of_runs(COMM_JOBS, runs)
+    ]
 
 
 #: Why each run cannot run where this workflow runs (run -> reason), decided once per process
