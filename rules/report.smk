@@ -31,7 +31,10 @@ rule report:
             run=available_runs(),
             name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
-        benchmarks=lambda wc: report_benchmarks(available_runs()),
+        # the interconnect measured for the runs' environments (rules/comm.smk)
+        comm=lambda wc: comm_files("results/comm/{name}/comm.json", available_runs()),
+        benchmarks=lambda wc: report_benchmarks(available_runs())
+        + comm_files("results/benchmarks/comm/{name}.tsv", available_runs()),
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -46,6 +49,11 @@ rule report:
         epochs=report(
             f"{REPORT_DIR}/epochs.csv",
             caption="../workflow/report/epochs.rst",
+            category="Tables",
+        ),
+        scaling_model=report(
+            f"{REPORT_DIR}/scaling_model.csv",
+            caption="../workflow/report/scaling_model.rst",
             category="Tables",
         ),
         benchmarks=report(
@@ -87,4 +95,5 @@ rule report:
         "python {input.script:q} --params {params.settings:q} "
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
-        "--benchmarks {input.benchmarks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--comm {input.comm:q} --benchmarks {input.benchmarks:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

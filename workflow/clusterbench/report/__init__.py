@@ -82,6 +82,7 @@ from clusterbench.report.inputs import (
     RunData,
     expand_benchmark_args,
     load_benchmarks,
+    load_comm,
     load_run,
     pair_dirs,
     parse_params,
@@ -165,8 +166,10 @@ def write_outputs(
     bench: pd.DataFrame,
     bench_missing: list[str],
     skipped: Sequence[dict[str, Any]] = (),
+    comm: pd.DataFrame | None = None,
 ) -> int:
-    """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count."""
+    """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count.
+    ``comm``: the comm stage's rows (:func:`~clusterbench.report.inputs.load_comm`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,6 +183,9 @@ def write_outputs(
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
         ctx = Context(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
+        if comm is not None:
+            ctx.comm = comm
+        write_tables(out_dir, {"scaling_model": ctx.scaling_model})
         pages = build(ctx)
         footer = footer_text(params, prov)
         stamp_footers(pages, footer)
@@ -216,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TSV",
         help="benchmark files, directories or glob patterns",
     )
+    parser.add_argument(
+        "--comm",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="JSON",
+        help="the comm stage's results (results/comm/NAME/comm.json)",
+    )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     parser.add_argument(
         "--skipped",
@@ -236,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
     bench = load_benchmarks(bench_files)
+    comm = load_comm(args.comm)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
-    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped)
+    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped, comm)
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "
         f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"
