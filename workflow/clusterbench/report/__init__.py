@@ -4,22 +4,27 @@
 python scripts/report.py \
     --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
+    [--comm results/comm/JOB/comm.json ...] \
     --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
 ```
 
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
 ``confusion.csv`` + ``per_class.csv`` (evaluate stage), paired by directory name, plus the
+comm stage's ``comm.json`` files (the interconnect of each environment and backend) and the
 Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
 ``runs.csv`` (one row per run, sorted by accuracy), ``results.csv`` (the answer, best first on
 validation), ``epochs.csv`` (one row per run and epoch), ``benchmarks.csv`` (one row per
-benchmark record), ``skipped.csv``, ``figures/*.png``, ``captions.rst`` (the figures' captions
-for Snakemake's HTML report, :mod:`~clusterbench.report.captions`) and, last, ``report.pdf``
-(A4 landscape): the pages of the page modules of :mod:`clusterbench.report.pages`, in their
-order (title page with a summary and provenance, results, runs, provenance of each run, time
-per epoch, throughput, scaling, backends, training curves, confusion matrix of the best run,
-Snakemake jobs, and the experiments' pages where there are experiments). Every page and every
-PNG figure carries the same footer (:func:`~clusterbench.report.book.footer_text`: title,
-config hash, commit of the report's code).
+benchmark record), ``skipped.csv``, ``scaling_model.csv`` (each multi-worker run's step time,
+predicted and measured: :mod:`~clusterbench.report.scaling_model`), ``figures/*.png``,
+``captions.rst`` (the figures' captions for Snakemake's HTML report,
+:mod:`~clusterbench.report.captions`) and, last, ``report.pdf`` (A4 landscape): the pages of
+the page modules of :mod:`clusterbench.report.pages`, in their order (title page with a
+summary and provenance, results, runs, provenance of each run, time per epoch, throughput,
+scaling, the interconnect, the scaling model, backends, training curves, confusion matrix of
+the best run, Snakemake jobs, and the experiments' pages where there are experiments). Every
+page and every PNG figure carries the same footer
+(:func:`~clusterbench.report.book.footer_text`: title, config hash, commit of the report's
+code).
 
 Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
 where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
