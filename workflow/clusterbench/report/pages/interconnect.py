@@ -188,15 +188,10 @@ def sites_page(book: Book, comm: pd.DataFrame) -> None:
 
 
 def draw(ctx: Context) -> None:
+    """The page, and with several sites the page by site; none without comm results (no
+    multi-worker run, or ``comm.enabled: false``)."""
     comm, book = ctx.comm, ctx.book
     if comm.empty:
-        if (ctx.runs_df["workers"] > 1).any():
-            book.nothing_to_show(
-                "The interconnect: bus bandwidth and latency",
-                CAPTION,
-                "No interconnect measurement: the comm stage did not run for these runs\n"
-                "(it is off with comm.enabled: false).",
-            )
         return
     curves_page(book, comm)
     if comm["site"].nunique() > 1:

@@ -103,8 +103,8 @@ def notes(model: pd.DataFrame) -> list[str]:
 
 def draw(ctx: Context) -> None:
     model = ctx.scaling_model
-    if model.empty:
-        return  # no multi-worker run: nothing to model
+    if model.empty or ctx.comm.empty:
+        return  # no multi-worker run, or no comm result (comm.enabled: false): no page
     predicted = model[model["note"] == ""].head(MAX_RUNS)
     lines = notes(model)
     if predicted.empty:
