@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clusterbench import comm, comm_jobs
+from clusterbench import comm, comm_jobs, compare
 from clusterbench import config as cb
 from clusterbench.report import inputs, tables
 from clusterbench.report import main as run_main
@@ -22,7 +22,7 @@ from clusterbench.report.scaling_model import (
 )
 from clusterbench.report.text import rst_literal
 from clusterbench.resources import train_resources
-from test_report import edit_run_json, make_fake_results
+from test_report import edit_run_json, make_fake_results, pdf_text
 
 # ------------------------------------------------------------------------------------------
 # the arithmetic
@@ -303,16 +303,18 @@ def test_compressed_gradients_travel_in_half_the_bytes(tmp_path):
 # the report
 
 
-def write_comm_json(root: Path, name: str, workers: int, backend: str, site: str = "") -> Path:
+def write_comm_json(
+    root: Path, name: str, workers: int, backend: str, site: str = "", slower: float = 1.0
+) -> Path:
     """A comm job's outputs as the stage writes them, with made-up times (latency 50 us, then
-    2 GB/s of bus bandwidth)."""
+    2 GB/s of bus bandwidth; all ``slower`` times longer)."""
     out = root / "results" / "comm" / name
     out.mkdir(parents=True)
     rows = []
     for op in comm.OPS:
         for size in comm.size_ladder(2**22):
             _, nbytes = comm.message(op, size, workers)
-            t = 50e-6 + nbytes * comm.bus_factor(op, workers) / 2e9
+            t = (50e-6 + nbytes * comm.bus_factor(op, workers) / 2e9) * slower
             rows.append(comm.row(op, size, workers, [3, 2], [3 * t, 2 * t * 1.1]))
     settings = {"name": name, "workers": workers, "nodes": 1, "gpus_per_node": 0}
     content = {
@@ -376,3 +378,22 @@ def test_a_bad_comm_json_is_named(tmp_path):
     path.write_text(json.dumps(info))
     with pytest.raises(ValueError, match=r"rows\[3\]: unknown op 'allreduce' or no number in"):
         inputs.load_comm([path])
+
+
+def test_compare_puts_two_sites_interconnects_side_by_side(tmp_path):
+    for site, slower in (("east", 1.0), ("west", 2.0)):
+        make_fake_results(tmp_path / site, RUNS[:2], epochs=3, benchmarks=False)
+        for name in ("one", "two"):
+            work = {"parameters": 50_000, "steps_per_epoch": 9}
+            edit_run_json(tmp_path / site, name, site=site, workload=work)
+        write_comm_json(tmp_path / site, "2w-1n-cpu-horovod", 2, "horovod", site, slower)
+    out = tmp_path / "compare" / "compare.pdf"
+    assert compare.main([str(tmp_path / "east"), str(tmp_path / "west"), "-o", str(out)]) == 0
+    table = pd.read_csv(out.with_name("compare-comm.csv"))
+    assert set(table["site"]) == {"east", "west"} and len(table) == 2 * 3 * 20
+    west = table[table["site"] == "west"]
+    assert west["busbw_vs_first_site"].tolist() == pytest.approx([0.5] * len(west))
+    text = pdf_text(out)
+    assert "The interconnect by site" in text
+    assert "Scaling model: predicted against measured step time" in text
+    assert "east/two" in text and "west/two" in text  # each site's run predicted with its own

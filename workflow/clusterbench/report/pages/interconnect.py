@@ -169,7 +169,8 @@ def sites_page(book: Book, comm: pd.DataFrame) -> None:
     )
     sites = list(dict.fromkeys(allreduce["site"]))
     palette = dict(zip(sites, book.sns.color_palette("tab10", len(sites)), strict=True))
-    axes = fig.subplots(2, 3, squeeze=False).ravel()
+    cols = 2 if len(shown) == 4 else min(3, len(shown))
+    axes = fig.subplots(-(-len(shown) // cols), cols, squeeze=False).ravel()
     for ax, name in zip(axes, shown, strict=False):
         part = allreduce[allreduce["name"] == name]
         for site, group in part.groupby("site", sort=False):
