@@ -236,12 +236,12 @@ RUNS = [
 ]  # fmt: skip
 
 
-def model_of(tmp_path: Path, comm_df: pd.DataFrame, workload: dict | None = None):
+def model_of(tmp_path: Path, comm_df: pd.DataFrame, step_work: dict | None = None):
     fake = make_fake_results(tmp_path, RUNS, epochs=3, benchmarks=False)
     for name in ("one", "two", "two-ddp"):
-        if workload is not False:
-            work = workload or {"parameters": 50_000, "steps_per_epoch": 9}
-            edit_run_json(tmp_path, name, workload=work)
+        if step_work is not False:
+            work = step_work or {"parameters": 50_000, "steps_per_epoch": 9}
+            edit_run_json(tmp_path, name, step_work=work)
     runs = [
         inputs.load_run(Path(r), Path(e))
         for r, e in zip(fake["run_dirs"], fake["eval_dirs"], strict=True)
@@ -269,7 +269,7 @@ def test_the_model_adds_the_scaled_compute_and_the_measured_allreduce(tmp_path):
     assert two["comm_job"] == "2w-1n-cpu-horovod" and two["note"] == ""
 
 
-def test_a_run_without_a_baseline_comm_result_or_workload_is_named_with_why(tmp_path):
+def test_a_run_without_a_baseline_comm_result_or_step_work_is_named_with_why(tmp_path):
     comm_df = comm_rows("2w-1n-cpu-horovod", 2, "horovod", "", {2**16: 1e-3, 2**18: 4e-3})
     model, _ = model_of(tmp_path / "a", comm_df)
     assert list(model.index) == ["two", "two-ddp"]  # predicted first; 1-worker runs: none
@@ -280,7 +280,7 @@ def test_a_run_without_a_baseline_comm_result_or_workload_is_named_with_why(tmp_
     assert model.loc["two", "note"].startswith("no comm result for its environment (workers 2")
     other_site = comm_rows("2w-1n-cpu-horovod", 2, "horovod", "east", {8: 1e-4})
     assert "on site ?" in model_of(tmp_path / "c", other_site)[0].loc["two", "note"]
-    model, _ = model_of(tmp_path / "d", comm_df, workload=False)
+    model, _ = model_of(tmp_path / "d", comm_df, step_work=False)
     assert "records no steps per epoch or parameter count" in model.loc["two", "note"]
 
 
@@ -334,7 +334,7 @@ def write_comm_json(
 def test_the_report_draws_the_interconnect_and_the_scaling_model(tmp_path):
     fake = make_fake_results(tmp_path, RUNS, epochs=3)
     for name in ("one", "two", "two-ddp"):
-        edit_run_json(tmp_path, name, workload={"parameters": 50_000, "steps_per_epoch": 9})
+        edit_run_json(tmp_path, name, step_work={"parameters": 50_000, "steps_per_epoch": 9})
     files = [
         write_comm_json(tmp_path, "2w-1n-cpu-horovod", 2, "horovod"),
         write_comm_json(tmp_path, "2w-1n-cpu-ddp", 2, "ddp"),
@@ -385,7 +385,7 @@ def test_compare_puts_two_sites_interconnects_side_by_side(tmp_path):
         make_fake_results(tmp_path / site, RUNS[:2], epochs=3, benchmarks=False)
         for name in ("one", "two"):
             work = {"parameters": 50_000, "steps_per_epoch": 9}
-            edit_run_json(tmp_path / site, name, site=site, workload=work)
+            edit_run_json(tmp_path / site, name, site=site, step_work=work)
         write_comm_json(tmp_path / site, "2w-1n-cpu-horovod", 2, "horovod", site, slower)
     out = tmp_path / "compare" / "compare.pdf"
     assert compare.main([str(tmp_path / "east"), str(tmp_path / "west"), "-o", str(out)]) == 0

@@ -99,12 +99,12 @@ def test_the_workflow_measures_the_interconnect_before_the_report(pipeline):
     assert sorted(p.name for p in (res / "comm").iterdir()) == ["2w-1n-cpu-horovod"]  # 1w: none
     assert (res / "benchmarks" / "comm" / "2w-1n-cpu-horovod.tsv").is_file()
     run = json.loads((res / "runs" / "digits-cnn-2w" / "run.json").read_text())
-    assert run["workload"]["parameters"] > 0 and run["workload"]["steps_per_epoch"] > 0
+    assert run["step_work"]["parameters"] > 0 and run["step_work"]["steps_per_epoch"] > 0
     model = pd.read_csv(res / "report" / "scaling_model.csv").set_index("run")
     two = model.loc["digits-cnn-2w"]
     assert pd.isna(two["note"])  # no reason it is missing: predicted
     assert two["comm_job"] == "2w-1n-cpu-horovod" and two["baseline_run"] == "digits-cnn-1w"
-    assert two["gradient_bytes"] == 4 * run["workload"]["parameters"]
+    assert two["gradient_bytes"] == 4 * run["step_work"]["parameters"]
     assert two["predicted_s"] == pytest.approx(two["compute_s"] + two["network_s"])
     text = pdf_text(res / "report" / "report.pdf")
     assert "The interconnect: bus bandwidth and latency" in text

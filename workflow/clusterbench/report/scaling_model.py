@@ -5,14 +5,14 @@ the time per step it measured.
 For a run on W workers:
 
 - **measured**: its mean time per epoch (timed epochs) over its steps per epoch (run.json's
-  ``workload.steps_per_epoch``);
+  ``step_work.steps_per_epoch``);
 - **ideal compute**: its 1-worker run's time per step, scaled to the run's share of the batch:
   ``t1 x (the largest per-rank share of the global batch) / (the 1-worker run's samples per
   step)``. The 1-worker run is the scaling baseline (``baseline_run`` of runs.csv: the same
   dataset, model, global batch, device, backend, BN mode, precision, memory format and site);
   a run without one (``batch_scaling: per_worker``: its global batch grows with W) takes the
   1-worker run of those settings but the batch whose samples per step are nearest its share;
-- **network**: the time of one allreduce of its gradients (``workload.parameters`` x 4 bytes,
+- **network**: the time of one allreduce of its gradients (``step_work.parameters`` x 4 bytes,
   or x 2 with ``grad_compression`` fp16/bf16) through its backend, interpolated at that size in
   the allreduce times the comm stage measured for its environment (workers, nodes, GPUs per
   node) and backend on its site: linear in log-log between the two sizes around it; below the
@@ -104,9 +104,9 @@ def allreduce_curve(comm: pd.DataFrame, env: dict[str, Any]) -> pd.DataFrame:
     return comm[mask].sort_values("bytes")
 
 
-def workload(info: dict[str, Any]) -> tuple[int | None, int | None]:
+def step_work(info: dict[str, Any]) -> tuple[int | None, int | None]:
     """(parameters, steps per epoch) a run.json records (None: recorded before they were)."""
-    block = info.get("workload") or {}
+    block = info.get("step_work") or {}
     return block.get("parameters"), block.get("steps_per_epoch")
 
 
@@ -148,7 +148,7 @@ def predict_run(
 ) -> dict[str, Any]:
     """One multi-worker run's model row; ``note`` says why a figure is missing."""
     env = {key: row[key] for key in ENVIRONMENT_KEY}
-    parameters, steps = workload(info)
+    parameters, steps = step_work(info)
     share = largest_share(info, row)
     out: dict[str, Any] = {**env, "run": row["run"], "steps_per_epoch": steps}
     out["grad_compression"] = compression_of(info)
@@ -157,7 +157,7 @@ def predict_run(
     out["baseline_run"] = base
     if base is not None:
         base_row = runs_df.set_index("run").loc[base]
-        base_step = step_seconds(base_row, workload(infos[base])[1])
+        base_step = step_seconds(base_row, step_work(infos[base])[1])
         out["compute_s"] = base_step * share / int(base_row["global_batch"])
     curve = allreduce_curve(comm, env)
     if parameters is not None and not curve.empty:

@@ -101,10 +101,10 @@ def world_record(
     }
 
 
-def workload_record(
+def step_work_record(
     model: Any, data: Any, run: Mapping[str, Any], size: int, max_steps: int | None
 ) -> dict[str, Any]:
-    """run.json's ``workload``: the values each step's gradient allreduce carries (the model's
+    """run.json's ``step_work``: the values each step's gradient allreduce carries (the model's
     trainable parameters) and the optimiser steps of an epoch at the final world size: the
     report's scaling model turns epoch times into step times and gradients into bytes."""
     steps = len(global_batches(data.train_size, global_batch_size(run), size))
