@@ -20,7 +20,10 @@ from test_report import pdf_text
 TINY = {"max_bytes": 4096, "seconds_per_size": 0.002, "warmup_iterations": 1, "min_iterations": 2}
 
 
-def launch_comm(out: Path, backend: str, workers: int = 2, **settings) -> subprocess.Popen:
+def launch_comm(
+    out: Path, backend: str, workers: int = 2, ranks: int | None = None, **settings
+) -> subprocess.CompletedProcess:
+    """A comm job of ``workers`` (its params) launched on ``ranks`` (default: as many)."""
     params = {
         "name": f"{workers}w-1n-cpu-{backend}",
         "workers": workers,
@@ -30,7 +33,7 @@ def launch_comm(out: Path, backend: str, workers: int = 2, **settings) -> subpro
         **TINY,
         **settings,
     }
-    cmd = [sys.executable, "-m", "clusterbench.launch", "--np", str(workers), "--"]
+    cmd = [sys.executable, "-m", "clusterbench.launch", "--np", str(ranks or workers), "--"]
     cmd += [sys.executable, str(REPO / "scripts" / "comm.py"), "--params", json.dumps(params)]
     cmd += ["--out-dir", str(out)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -64,8 +67,7 @@ def test_a_comm_job_times_every_operation_and_size_across_the_ranks(backend, tmp
 
 @pytest.mark.slow
 def test_a_comm_job_launched_on_other_ranks_than_its_params_say_stops(tmp_path):
-    params = {"workers": 3}  # launched on 2
-    proc = launch_comm(tmp_path / "out", "ddp", **params)
+    proc = launch_comm(tmp_path / "out", "ddp", workers=3, ranks=2)
     assert proc.returncode != 0
     assert "--params workers=3 but the ddp backend has 2 process(es)" in proc.stderr + proc.stdout
     assert not (tmp_path / "out" / "comm.json").exists()

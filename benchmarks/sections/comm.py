@@ -5,8 +5,11 @@ F11 = the comm stage's allreduce bus bandwidth at >= 1 MiB, 2 local ranks / that
 per backend: per size the ratio of the two bus bandwidths, the figure the median over the sizes
 from 1 MiB to ``--comm-max-bytes``. The comm rows run as the workflow runs the stage (``python
 -m clusterbench.launch --np 2 -- python scripts/comm.py --params ...``, the schema's default
-timing settings); ``ddp`` is torch.distributed's own ``all_reduce`` (like for like with the
-reference), ``horovod`` Horovod's allreduce through its background cycle.
+timing settings). ``F11 ddp`` has the goal: the stage's ``ddp`` job times torch.distributed's own
+``all_reduce``, like for like with the reference, so the ratio is what the stage's way of
+timing costs. ``F11 horovod`` is reported beside it without a goal: Horovod's allreduce
+(through its background cycle and fusion buffer) is another collective than the reference's,
+so its ratio measures Horovod as well as the stage.
 
 Its rows train nothing: each writes its bus bandwidths as JSON (the stage's comm.json, the
 reference's ``--out``), read here; the rows table shows them without images/s.
@@ -127,7 +130,8 @@ def ratio(mine: dict[int, float], plain: dict[int, float]) -> tuple[float, dict[
 def figure(backend: str, mine: dict[int, float], plain: dict[int, float]) -> Figure:
     spec = stage_spec(backend)
     what = f"comm allreduce busbw >= 1 MiB, {RANKS} local ranks, {backend} / plain all_reduce"
-    fig = Figure(f"F11 {backend}", what, 0.9, rows=[f"{CASE}: {s.name}" for s in (spec, PLAIN)])
+    goal = 0.9 if backend == "ddp" else None
+    fig = Figure(f"F11 {backend}", what, goal, rows=[f"{CASE}: {s.name}" for s in (spec, PLAIN)])
     if not mine or not plain:
         fig.detail = "; ".join(
             f"{s.name}: failed" for s, b in ((spec, mine), (PLAIN, plain)) if not b
