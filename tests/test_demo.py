@@ -88,6 +88,9 @@ def test_the_demo_report_reaches_the_accuracy_and_shows_the_designs(demo: Path):
     flat = " ".join(text.split())
     for page in ("Results, best first", "Execution environments: envs", "Sweep: sweep"):
         assert page in flat, page
+    # the 2-worker environment's interconnect, measured by the comm stage (small in the demo)
+    assert "The interconnect: bus bandwidth and latency" in flat
+    assert (res / "comm" / "2w-1n-cpu-horovod" / "comm.json").is_file()
     if not local_gpus():
         assert "gpu (envs--env=gpu):" in flat  # the skipped environment, beside its chart
     assert (res / "report" / "report.html").is_file()
