@@ -236,7 +236,14 @@ RUNS = [
 ]  # fmt: skip
 
 
-def model_of(tmp_path: Path, comm_df: pd.DataFrame, step_work: dict | None = None):
+def model_of(
+    tmp_path: Path,
+    comm_df: pd.DataFrame,
+    step_work: dict | None = None,
+    step_comm: dict | None = None,
+):
+    """The scaling model of :data:`RUNS` faked; ``step_comm``: runs.csv's exposed
+    communication per step by run (the step-time breakdown; absent: none)."""
     fake = make_fake_results(tmp_path, RUNS, epochs=3, benchmarks=False)
     for name in ("one", "two", "two-ddp"):
         if step_work is not False:
@@ -247,6 +254,8 @@ def model_of(tmp_path: Path, comm_df: pd.DataFrame, step_work: dict | None = Non
         for r, e in zip(fake["run_dirs"], fake["eval_dirs"], strict=True)
     ]
     runs_df = tables.runs_table(runs, 1)
+    if step_comm is not None:
+        runs_df["step_comm_mean"] = runs_df["run"].map(step_comm)
     return model_table(runs, runs_df, comm_df).set_index("run"), runs_df.set_index("run")
 
 
@@ -267,6 +276,14 @@ def test_the_model_adds_the_scaled_compute_and_the_measured_allreduce(tmp_path):
     assert two["gap_s"] == pytest.approx(measured - two["compute_s"])
     assert two["explained"] == pytest.approx(expected / (measured - two["compute_s"]))
     assert two["comm_job"] == "2w-1n-cpu-horovod" and two["note"] == ""
+
+
+def test_the_model_puts_the_runs_measured_exposed_communication_beside_its_network(tmp_path):
+    comm_df = comm_rows("2w-1n-cpu-horovod", 2, "horovod", "", {2**16: 1e-3, 2**18: 4e-3})
+    model, _ = model_of(tmp_path, comm_df, step_comm={"one": 0.0, "two": 2.5e-3})  # ddp: none
+    assert model.loc["two", "measured_comm_s"] == pytest.approx(2.5e-3)
+    assert math.isnan(model.loc["two-ddp", "measured_comm_s"])
+    assert model.loc["two", "network_s"] > 0  # the model's own figure, unchanged beside it
 
 
 def test_a_run_without_a_baseline_comm_result_or_step_work_is_named_with_why(tmp_path):

@@ -22,7 +22,10 @@ For a run on W workers:
   backward, so a DDP run may beat the prediction);
 - **gap** = measured - ideal compute, the time the run lost to scaling, and **explained** =
   network / gap, the share of it the interconnect accounts for (above 100 %: the run hid some
-  communication behind compute, or its compute scaled better than linearly).
+  communication behind compute, or its compute scaled better than linearly);
+- **measured comm**: beside the model, the exposed communication per step the run measured
+  itself (the step-time breakdown's mean over the ranks, runs.csv ``step_comm_mean``; NaN for a
+  run without it): the network time the model predicts against the wait the ranks saw.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ MODEL_COLUMNS = (
     "measured_step_s",
     "compute_s",
     "network_s",
+    "measured_comm_s",
     "predicted_s",
     "gap_s",
     "explained",
@@ -153,6 +157,7 @@ def predict_run(
     out: dict[str, Any] = {**env, "run": row["run"], "steps_per_epoch": steps}
     out["grad_compression"] = compression_of(info)
     out["measured_step_s"] = step_seconds(row, steps)
+    out["measured_comm_s"] = float(row.get("step_comm_mean", math.nan))
     base = baseline_of(row, runs_df, share)
     out["baseline_run"] = base
     if base is not None:
@@ -202,7 +207,7 @@ def model_table(runs: Sequence[RunData], runs_df: pd.DataFrame, comm: pd.DataFra
         predict_run(row, infos[row["run"]], runs_df, infos, comm) for _, row in multi.iterrows()
     ]
     df = pd.DataFrame(rows, columns=list(MODEL_COLUMNS))
-    for col in ("compute_s", "network_s", "measured_step_s"):
+    for col in ("compute_s", "network_s", "measured_step_s", "measured_comm_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     predicted = df["note"] == ""
     df.loc[predicted, "predicted_s"] = df["compute_s"] + df["network_s"]
