@@ -26,7 +26,7 @@ from pathlib import Path
 from benchlib.figures import Figure
 from benchlib.rows import HERE, REPO, Case, Row, Runner, Spec, child_env, run_process, tail
 
-ORDER = 70
+ORDER = 100
 TITLE = "the comm stage's allreduce bus bandwidth / a plain all_reduce loop, 2 ranks (F11)"
 OPTIONS = {
     "comm_max_bytes": (int, 2**28, 2**23, "the largest message of the comm rows, bytes"),
