@@ -5,9 +5,10 @@ VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
+GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo plan test check bench lint format report-html clean
+.PHONY: help setup demo plan test check bench gpu-check lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
@@ -19,8 +20,13 @@ help:
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
-	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100"
-	@echo "            runs (parse, no-op dry run) -> benchmarks/results/*.json"
+	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100,"
+	@echo "            1,000 and 5,000 runs (parse, no-op dry run; ratios to plain Snakemake on"
+	@echo "            the same job graph) -> benchmarks/results/*.json"
+	@echo "make gpu-check  on a machine with a GPU: the GPU tests, bench F5, and a synthetic"
+	@echo "            ResNet-50 (224x224, bf16, channels-last) through the workflow under both"
+	@echo "            backends; prints images/s (about 7 minutes; GPU_CHECK_ARGS=--cpu-smoke:"
+	@echo "            the same steps on the CPU, tiny)"
 	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
 
 setup:
@@ -40,6 +46,8 @@ plan: setup
 test: setup
 	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
+	@command -v chromium >/dev/null || { echo "installing chromium (the HTML report in a browser)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	python -m tests.clusters install
 	python -m pytest $(PYTEST_ARGS)
 
@@ -49,6 +57,9 @@ check: lint
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)
 	python benchmarks/workflow_scale.py
+
+gpu-check: setup
+	python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 lint: setup
 	snakemake --lint

@@ -18,6 +18,7 @@ include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/comm.smk"
 include: "rules/evaluate.smk"
+include: "rules/history.smk"
 include: "rules/report.smk"
 include: "rules/best.smk"
 

@@ -2,8 +2,9 @@
 
 * :func:`build_digits`: the real digits data set, made offline by clusterbench's own download
   and preprocess stages (scikit-learn's bundled copy), exactly like ``results/data/digits``.
-* :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, 10 classes) in the
-  preprocessed layout, for compute-bound timing; the content does not matter for speed.
+* :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, or another size, 10
+  classes) in the preprocessed layout, for compute-bound timing; the content does not matter
+  for speed.
 * :func:`load_arrays`: a preprocessed data dir read with plain NumPy (what the references use).
 * :func:`jpeg_folder` and :func:`extract_folder`: an archive of JPEGs (smooth synthetic photos)
   preprocessed by clusterbench as an image folder stored as files (the streamed image folder);
@@ -62,17 +63,20 @@ def build_digits(root: Path) -> Path:
     return out
 
 
-def make_cifar_like(path: Path, n_train: int, n_val: int = 256, seed: int = 0) -> Path:
-    """A preprocessed data dir of ``n_train`` random 32x32x3 uint8 images with random labels."""
+def make_cifar_like(
+    path: Path, n_train: int, n_val: int = 256, seed: int = 0, size: int = 32
+) -> Path:
+    """A preprocessed data dir of ``n_train`` random ``size`` x ``size`` x 3 uint8 images
+    with random labels (CIFAR's 32 by default)."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
     counts = {"train": n_train, "val": n_val, "test": n_val}
     for split, n in counts.items():
-        np.save(path / f"{split}_x.npy", rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8))
+        np.save(path / f"{split}_x.npy", rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8))
         np.save(path / f"{split}_y.npy", rng.integers(0, 10, n).astype(np.int64))
     meta = {
         "dataset": "cifar10",
-        "image_shape": [32, 32, 3],
+        "image_shape": [size, size, 3],
         "num_classes": 10,
         "class_names": [f"class{i}" for i in range(10)],
         "mean": [0.5, 0.5, 0.5],  # of x / 255 for uniform random bytes

@@ -6,16 +6,19 @@ rule best:
         results=f"{REPORT_DIR}/results.csv",
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
-            run=available_runs(),
+            run=PIPELINE.available_runs(),
             name=["run.json", "model.pt"],
         ),
-        evals=lambda wc: expand("results/eval/{run}/metrics.json", run=available_runs()),
+        evals=lambda wc: expand(
+            "results/eval/{run}/metrics.json", run=PIPELINE.available_runs()
+        ),
     output:
         summary="results/best/summary.json",
         info="results/best/run.json",
         model="results/best/model.pt",
     log:
         "results/logs/best/best.log",
+    priority: PIPELINE.priority("best")
     localrule: True
     conda:
         SOFTWARE

@@ -1,13 +1,14 @@
 # The interconnect: allreduce, allgather and broadcast timed across the ranks of each
-# multi-worker environment and backend the runs use (COMM_JOBS, rules/common.smk: one job each,
-# named like 2w-1n-cpu-horovod), started by clusterbench.launch as a train job of that size is,
-# with a train job's resources (clusterbench.resources) for the first run of that environment
-# and backend. `comm.enabled: false`: no job. Params: the job's environment and backend and the
-# comm settings that change what it measures (clusterbench.comm_jobs.job_params).
+# multi-worker environment and backend the runs use (PIPELINE.comm_jobs, clusterbench.comm_jobs:
+# one job each, named like 2w-1n-cpu-horovod), started by clusterbench.launch as a train job of
+# that size is, with a train job's resources (clusterbench.resources) for the first run of that
+# environment and backend. `comm.enabled: false`: no job. Params: the job's environment and
+# backend and the comm settings that change what it measures (clusterbench.comm_jobs.job_params).
+from clusterbench import comm_jobs
 
 
 wildcard_constraints:
-    comm=alternatives(COMM_JOBS),
+    comm=alternatives(PIPELINE.comm_jobs),
 
 
 rule comm:
@@ -21,16 +22,18 @@ rule comm:
         "results/logs/comm/{comm}.log",
     benchmark:
         "results/benchmarks/comm/{comm}.tsv"
+    # the checks before any job run from every rule's priority (clusterbench.pipeline)
+    priority: PIPELINE.priority("comm")
     conda:
         SOFTWARE
-    threads: lambda wc: comm_jobs.threads(COMM_JOBS[wc.comm], RUNS)
+    threads: PIPELINE.comm_threads
     resources:
-        **{key: comm_resource(key) for key in TRAIN_RESOURCE_KEYS},
+        **{key: PIPELINE.comm_resource(key) for key in TRAIN_RESOURCE_KEYS},
     params:
         params=lambda wc: cbconfig.canonical_json(
-            comm_jobs.job_params(COMM_JOBS[wc.comm], CFG["comm"])
+            comm_jobs.job_params(PIPELINE.comm_of(wc), CFG["comm"])
         ),
-        workers=lambda wc: COMM_JOBS[wc.comm].workers,
+        workers=lambda wc: PIPELINE.comm_of(wc).workers,
         out_dir=lambda wc, output: dir_of(output.json),
     shell:
         "python -m clusterbench.launch --np {params.workers} -- "

@@ -4,14 +4,16 @@ rule download:
     input:
         script=script("download"),
         code=stage_module("download"),
-        # a missing or damaged raw file makes this step due (rules/common.smk); no file
-        intact=raw_files_intact,
+        # a missing or damaged raw file makes this step due (clusterbench.pipeline); no file
+        intact=PIPELINE.raw_files_intact,
     output:
         manifest="results/raw/{dataset}/MANIFEST.json",
     log:
         "results/logs/download/{dataset}.log",
     benchmark:
         "results/benchmarks/download/{dataset}.tsv"
+    # every rule's: the checks before any job (clusterbench.pipeline, Pipeline.priority)
+    priority: PIPELINE.priority("download")
     localrule: LOCAL_DOWNLOAD
     conda:
         SOFTWARE

@@ -3,15 +3,18 @@ rule evaluate:
         script=script("evaluate"),
         code=stage_module("evaluate"),
         model=rules.train.output.model,
-        data=lambda wc: data_files(run_of(wc)["dataset"]),
+        data=PIPELINE.run_data,
     output:
         per_class="results/eval/{run}/per_class.csv",
         confusion="results/eval/{run}/confusion.csv",
         metrics="results/eval/{run}/metrics.json",
+        # the sizes and sha256s of the files above, written last (clusterbench.integrity)
+        checksums="results/eval/{run}/checksums.json",
     log:
         "results/logs/evaluate/{run}.log",
     benchmark:
         "results/benchmarks/evaluate/{run}.tsv"
+    priority: PIPELINE.priority("evaluate")
     conda:
         SOFTWARE
     params:

@@ -6,6 +6,8 @@ rule preprocess:
         script=script("preprocess"),
         code=stage_module("preprocess"),
         manifest=rules.download.output.manifest,
+        # damaged arrays, or arrays whose meta.json is gone, stop the workflow; no file
+        intact=PIPELINE.arrays_intact,
     output:
         stored_files("{dataset}", "arrays"),
     log:
@@ -14,6 +16,7 @@ rule preprocess:
         "results/benchmarks/preprocess/{dataset}.tsv"
     wildcard_constraints:
         dataset=alternatives(ARRAY_DATASETS) or "(?!)",
+    priority: PIPELINE.priority("preprocess")
     conda:
         SOFTWARE
     params:
@@ -32,6 +35,8 @@ rule preprocess_files:
         script=script("preprocess"),
         code=stage_module("preprocess"),
         manifest=rules.download.output.manifest,
+        # a damaged index, or an index whose meta.json is gone, stops the workflow; no file
+        intact=PIPELINE.arrays_intact,
     output:
         files=directory("results/data/{dataset}/files"),
         index="results/data/{dataset}/index.json",
@@ -42,6 +47,7 @@ rule preprocess_files:
         "results/benchmarks/preprocess/{dataset}.tsv"
     wildcard_constraints:
         dataset=alternatives(FILE_DATASETS) or "(?!)",  # none: matches nothing
+    priority: PIPELINE.priority("preprocess_files")
     conda:
         SOFTWARE
     params:

@@ -20,21 +20,25 @@ rule report:
     input:
         script=script("report"),
         code=REPORT_CODE,
-        # functions: the runs skipped here (rules/common.smk, unavailable_runs) drop out
+        # functions: the runs skipped here drop out (clusterbench.pipeline.runs)
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
-            run=available_runs(),
+            run=PIPELINE.available_runs(),
             name=["run.json", "metrics.jsonl"],
         ),
         evals=lambda wc: expand(
             "results/eval/{run}/{name}",
-            run=available_runs(),
+            run=PIPELINE.available_runs(),
             name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
         # the interconnect measured for the runs' environments (rules/comm.smk)
-        comm=lambda wc: comm_files("results/comm/{name}/comm.json", available_runs()),
-        benchmarks=lambda wc: report_benchmarks(available_runs())
-        + comm_files("results/benchmarks/comm/{name}.tsv", available_runs()),
+        comm=lambda wc: PIPELINE.comm_files(
+            "results/comm/{name}/comm.json", PIPELINE.available_runs()
+        ),
+        # with their comm jobs' (clusterbench.pipeline, Pipeline.report_benchmarks)
+        benchmarks=lambda wc: PIPELINE.report_benchmarks(PIPELINE.available_runs()),
+        # the history of these runs' series (rules/history.smk: appended first)
+        history="results/history/series.csv",
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -80,14 +84,17 @@ rule report:
         "results/logs/report/report.log",
     benchmark:
         "results/benchmarks/report/report.tsv"
+    priority: PIPELINE.priority("report")
     localrule: True
     conda:
         SOFTWARE
     params:
-        # functions: Snakemake expands wildcards in a plain string, and a title may hold braces
-        settings=lambda wc: cbconfig.canonical_json(CFG["report"]),
+        # functions: Snakemake expands wildcards in a plain string, and a title may hold braces.
+        # Script-safe JSON (no < > &): the HTML report embeds these params in an inline
+        # <script> block as they are, and the title, author and skip reasons are user text.
+        settings=lambda wc: cbconfig.script_safe_json(CFG["report"]),
         config_hash=lambda wc: cbconfig.config_hash(CFG),
-        skipped=lambda wc: cbconfig.canonical_json(skipped_runs()),
+        skipped=lambda wc: cbconfig.script_safe_json(PIPELINE.skipped_runs()),
         run_dirs=lambda wc, input: dirs_of(input.runs),
         eval_dirs=lambda wc, input: dirs_of(input.evals),
         out_dir=lambda wc, output: dir_of(output.pdf),
@@ -95,5 +102,6 @@ rule report:
         "python {input.script:q} --params {params.settings:q} "
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
-        "--comm {input.comm:q} --benchmarks {input.benchmarks:q} "
+        "--benchmarks {input.benchmarks:q} --history {input.history:q} "
+        "--comm {input.comm:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -10,28 +10,32 @@ rule train:
         script=script("train"),
         code=stage_module("train"),
         loop=stage_module("training"),  # the training loop is the stage's code too
-        data=lambda wc: data_files(run_of(wc)["dataset"]),
-        preflight=preflight,  # no file: refuses a job this executor could never run as asked
+        # the run's dataset; a name the config has no run of is a missing input
+        data=PIPELINE.run_data,
     output:
         info="results/runs/{run}/run.json",
         metrics="results/runs/{run}/metrics.jsonl",
         tensorboard=directory("results/runs/{run}/tensorboard"),
         model="results/runs/{run}/model.pt",
+        # the sizes and sha256s of the files above, written last (clusterbench.integrity)
+        checksums="results/runs/{run}/checksums.json",
     log:
         "results/logs/train/{run}.log",
     benchmark:
         "results/benchmarks/train/{run}.tsv"
-    priority: lambda wc: run_of(wc)["priority"]
+    # the run's priority; also the checks before any job, the refusal of a training job that
+    # cannot run here among them (clusterbench.pipeline, Pipeline.priority)
+    priority: PIPELINE.priority("train")
     conda:
         SOFTWARE
-    threads: lambda wc: cbconfig.allocated_workers(run_of(wc)) * run_of(wc)["cpus_per_worker"]
+    threads: PIPELINE.train_threads
     resources:
-        **{key: train_resource(key) for key in TRAIN_RESOURCE_KEYS},
+        **{key: PIPELINE.train_resource(key) for key in TRAIN_RESOURCE_KEYS},
     params:
         run=lambda wc: cbconfig.canonical_json(cbconfig.train_slice(run_of(wc))),
         workers=lambda wc: run_of(wc)["workers"],
         # elastic runs: the launcher's bounds (also in the run's slice, so no new trigger)
-        elastic=lambda wc: elastic_options(run_of(wc)),
+        elastic=PIPELINE.elastic_options,
         data_dir=lambda wc, input: dir_of(input.data[-1]),
         out_dir=lambda wc, output: dir_of(output.info),
         # how the data is read (loading, loader_workers, staging): no result changes with it,

@@ -416,6 +416,53 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
 
 
 @pytest.mark.slurm
+def test_with_requeue_exit_75_slurm_itself_requeues_a_preempted_job_which_resumes(
+    slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path
+):
+    """A site whose slurm.conf has `RequeueExit=75` (set for this test only): the warned
+    two-node training checkpoints and its job exits 75; Slurm requeues that job itself (the same
+    job id, `Restarts=1`), which continues from the checkpoint and ends bit for bit as the
+    uninterrupted training. Snakemake sees no failure: it runs with `--retries 0`."""
+    from test_resume import assert_same_training
+
+    run = PREEMPTED["2w"]
+    workdir = tmp_path / "w"
+    (target,) = train_next_to(slurm_finished, workdir, [run], nodes=2)
+    log = workdir / "results" / "logs" / "train" / f"{run['name']}.log"
+    profile = str(REPO / "profiles" / "slurm")
+    cmd = snakemake_cmd(workdir, "--profile", profile, *SLURM_POLL, "--retries", "0", target)
+    with slurm_cluster.settings(RequeueExit="75"):
+        proc, deadline = _start_training(cmd, slurm_cluster.environ(), log)
+        try:
+            job = _slurm_job_of(slurm_cluster, workdir, deadline)
+            slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job])
+            first, _ = _until_the_launcher_ends(log, deadline)
+            while "Restarts=1" not in slurm_cluster.run(["scontrol", "show", "job", job]).stdout:
+                assert time.time() < deadline, "Slurm did not requeue the job that exited 75"
+                time.sleep(0.5)
+            requeued = time.time()
+            # a requeued job waits for a BeginTime about 2 min ahead: start it now
+            slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+            out, _ = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, out[-5000:]
+    where = _assert_preempted_then_resumed(first, log.read_text())
+    shown = slurm_cluster.run(["scontrol", "show", "job", job]).stdout
+    assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, shown
+    submitted = re.findall(r"submitted with SLURM jobid (\d+)", out)
+    assert submitted == [job], out[-5000:]  # no second submission: Slurm requeued it
+    assert_same_training(
+        workdir / "results" / "runs" / run["name"], slurm_uninterrupted / run["name"]
+    )
+    print(
+        f"\nFIGURE slurm RequeueExit=75: exit 75 -> requeued by Slurm (job {job}, Restarts=1), "
+        f"resumed {where}; workflow done {time.time() - requeued:.0f} s after the requeue"
+    )
+
+
+@pytest.mark.slurm
 def test_slurms_own_warning_before_the_time_limit_reaches_the_ranks(
     slurm_cluster, slurm_finished, tmp_path
 ):

@@ -386,3 +386,52 @@ def test_sge_profile_runs_mpi_pe_rule_with_qrsh_inherit(sge_cluster, tmp_path):
         "2",
     )
     assert lines == ["slots=2 pe=mpi vmem=unlimited", "inherited"]
+
+
+@pytest.mark.slow
+@pytest.mark.sge
+def test_sge_gpu_complex_is_checked_before_submission_and_asked_for(
+    sge_cluster, tmp_path, monkeypatch
+):
+    """A run's `sge_gpu_complex` on the SGE cell, which has a per-job consumable `gpu` (2 on its
+    host): the pre-flight (`qconf -sc`, then `qsub -w v`) refuses a complex the cell lacks and
+    more GPUs than a host has, and passes the run that fits; that run's job, through the SGE
+    profile, asks `-l gpu=2` and runs (qacct records the request)."""
+    from clusterbench.launch.schedulers import PreflightContext
+    from clusterbench.launch.schedulers.sge import SgeScheduler
+    from clusterbench.resources import train_resources
+
+    for key, value in sge_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    gpu = sge_cluster.gpu_complex
+    fits = {**_toy_run(2, 1, gpus_per_node=2), "sge_gpu_complex": gpu}
+    runs = {
+        "fits": fits,
+        "too-many": {**fits, "gpus_per_node": 3},
+        "typo": {**fits, "sge_gpu_complex": "gpus"},
+    }
+    context = PreflightContext(runs, lambda name, keys: train_resources(runs[name]))
+    reasons = SgeScheduler.unavailable(context)
+    assert set(reasons) == {"too-many", "typo"}, reasons
+    assert "`qsub -w v` says" in reasons["too-many"], reasons
+    assert "sge_gpu_complex 'gpus' is no complex of this SGE cell" in reasons["typo"]
+    assert f"its consumable ones: {gpu}, slots" in reasons["typo"], reasons
+
+    (job,) = _run_toy(
+        sge_cluster,
+        "sge",
+        tmp_path / "wf",
+        fits,
+        "echo $JOB_ID > {output}",
+        "--sge-init-seconds-before-status-checks",
+        "2",
+    )
+
+    def accounted() -> str:
+        res = sge_cluster.run(["qacct", "-j", job], check=False)
+        return res.stdout if res.returncode == 0 else ""
+
+    record = wait_until(accounted, timeout=30, what=f"qacct -j {job}")
+    category = next(line for line in record.splitlines() if line.startswith("category"))
+    assert f"{gpu}=2" in category and "-pe mpi 2" in category, record
+    print(f"\nFIGURE sge gpu complex: {category}; refused: {reasons['too-many']}")

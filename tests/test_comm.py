@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -365,8 +366,11 @@ def test_the_report_draws_the_interconnect_and_the_scaling_model(tmp_path):
     assert (out / "figures" / "interconnect.png").is_file()
     assert (out / "figures" / "scaling-model.png").is_file()
     captions = (out / "captions.rst").read_text()
-    assert rst_literal("page 8: The interconnect: bus bandwidth and latency") in captions
-    assert rst_literal("page 9: Scaling model: predicted against measured step time") in captions
+    # the two pages, one after the other (their numbers move as pages come before them)
+    first = re.search(r"page (\d+)\\: The interconnect\\: bus bandwidth and latency", captions)
+    assert first is not None, captions
+    second = rst_literal(f"page {int(first[1]) + 1}: Scaling model: predicted against measured")
+    assert second in captions
     model = pd.read_csv(out / "scaling_model.csv").set_index("run")
     assert model.loc["two", "comm_job"] == "2w-1n-cpu-horovod"
     assert model.loc["two", "predicted_s"] > 0
@@ -414,3 +418,22 @@ def test_compare_puts_two_sites_interconnects_side_by_side(tmp_path):
     assert "The interconnect by site" in text
     assert "Scaling model: predicted against measured step time" in text
     assert "east/two" in text and "west/two" in text  # each site's run predicted with its own
+
+
+def test_one_sites_interconnect_from_two_dates_is_labelled_as_its_runs_are(tmp_path):
+    """One cluster's trees from two dates compare as two sites (site@date): each tree's comm
+    rows carry its dated label, so that its runs meet their own tree's interconnect."""
+    for tree, date in (("before", "2026-01-05"), ("after", "2026-02-10")):
+        make_fake_results(tmp_path / tree, RUNS[:2], epochs=3, benchmarks=False)
+        for name in ("one", "two"):
+            path = tmp_path / tree / "results" / "runs" / name / "run.json"
+            info = json.loads(path.read_text())
+            info["provenance"]["date"] = f"{date}T10:00:00+01:00"
+            path.write_text(json.dumps({**info, "site": "east"}))
+        write_comm_json(tmp_path / tree, "2w-1n-cpu-horovod", 2, "horovod", "east")
+    loaded = compare.load_all([tmp_path / "before", tmp_path / "after"])
+    assert [set(frame["site"]) for frame in loaded.comm] == [
+        {"east@2026-01-05"},
+        {"east@2026-02-10"},
+    ]
+    assert {r.site for r in loaded.runs} == {"east@2026-01-05", "east@2026-02-10"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clusterbench import compare
-from clusterbench.compare import CompareError, SiteRun, match_key, match_runs
+from clusterbench.compare import CompareError, SiteRun, differing_keys, match_key, match_runs
 from clusterbench.report.tables import environment_table
 from test_report import FAKE_RUNS, edit_run_json, make_fake_results, pdf_text
 
@@ -43,10 +43,14 @@ def test_runs_are_matched_by_their_training_settings_not_their_names():
     }
 
 
-def test_a_key_missing_from_an_older_run_json_counts_as_null():
+def test_a_key_missing_from_an_older_run_json_counts_as_its_default():
     assert match_key({"name": "x", "lr": 1}) == match_key(
         {"name": "y", "lr": 1, "max_workers": None}
     )
+    newer = {"name": "y", "lr": 1, "lr_schedule": "constant", "grad_compression": "none"}
+    assert match_key({"name": "x", "lr": 1}) == match_key(newer)
+    assert match_key({"name": "x", "lr": 1}) != match_key({**newer, "grad_compression": "fp16"})
+    assert differing_keys({"lr": 1}, {**newer, "lr_schedule": "cosine"}) == ["lr_schedule"]
 
 
 def test_the_same_site_and_run_twice_is_refused():
@@ -206,3 +210,59 @@ def test_the_warmup_default_is_the_reports(tmp_path, monkeypatch):
     assert given[0][3] == stage_params("report", {"title": "t"})["timing_warmup_epochs"]
     assert compare.main([str(tmp_path), str(tmp_path), "-o", "x.pdf", "--warmup-epochs", "3"]) == 0
     assert given[1][3] == 3
+
+
+def dated_run(site: str, name: str, date: str) -> SiteRun:
+    return SiteRun(site, name, {"name": name}, Path(site, name), Path(site, "eval", name), date)
+
+
+def test_a_site_of_several_trees_is_labelled_with_each_trees_date():
+    trees = [
+        ("before", [dated_run("east", "a", "2026-01-05T09:00:00+01:00")]),
+        ("after", [dated_run("east", "a", "2026-02-10T16:30:00+01:00")]),
+        ("west", [dated_run("west", "a", "2026-01-05T09:00:00+01:00")]),
+    ]
+    assert compare.dated_sites(trees) == {
+        (0, "east"): "east@2026-01-05",
+        (1, "east"): "east@2026-02-10",
+        (2, "west"): "west",  # one tree: its site as it is
+    }
+    same_day = [("am", [dated_run("east", "a", "2026-01-05T09:00:00+01:00")]),
+                ("pm", [dated_run("east", "a", "2026-01-05T16:30:00+01:00"),
+                              dated_run("east", "b", "2026-01-05T15:00:00+01:00")])]  # fmt: skip
+    assert list(compare.dated_sites(same_day).values()) == [
+        "east@2026-01-05 09:00",
+        "east@2026-01-05 16:30",  # the tree's newest training
+    ]
+    twice = [("x", same_day[0][1]), ("y", same_day[0][1])]
+    assert list(compare.dated_sites(twice).values()) == ["east@x", "east@y"]
+
+
+@pytest.mark.slow  # a whole report rendered (several seconds)
+def test_one_cluster_before_and_after_a_driver_upgrade(tmp_path):
+    """The same site's results from two dates are compared as two sites, dated; the second
+    tree is 10 % slower on a newer driver."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    make_fake_results(before, benchmarks=False)
+    slower = [{**spec, "ips": spec["ips"] * 0.9} for spec in FAKE_RUNS]
+    make_fake_results(after, runs=slower, benchmarks=False)
+    for tree, date, driver in ((before, "2026-01-05", "550.54"), (after, "2026-02-10", "560.35")):
+        for spec in FAKE_RUNS:
+            path = tree / "results" / "runs" / spec["name"] / "run.json"
+            info = json.loads(path.read_text())
+            info["site"] = "east"
+            info["provenance"]["date"] = f"{date}T10:00:00+01:00"
+            for host in info["provenance"]["hosts"]:
+                host.update(gpus=["NVIDIA H100"], gpu_driver=driver)
+            path.write_text(json.dumps(info))
+    out = tmp_path / "cmp" / "compare.pdf"
+    assert compare.main([str(before), str(after), "-o", str(out)]) == 0
+    table = pd.read_csv(out.with_name("compare.csv"))
+    assert set(table["site"]) == {"east@2026-01-05", "east@2026-02-10"}
+    assert len(table) == 2 * len(FAKE_RUNS)  # every run matched with its twin
+    later = table[table["site"] == "east@2026-02-10"]
+    assert later["images_per_second_vs_first_site"].between(0.85, 0.95).all()
+    runs = pd.read_csv(out.with_name("compare-runs.csv"))
+    assert set(runs["gpu_driver"].astype(str)) == {"550.54", "560.35"}
+    text = " ".join(pdf_text(out).split())
+    assert "east@2026-01-05/digits-2w" in text and "runs given twice" not in text

@@ -233,6 +233,24 @@ def test_config_hash_is_deterministic_and_sensitive():
     assert cb.canonical_json({"b": 1, "a": 2}) == '{"a":2,"b":1}'
 
 
+def test_script_safe_json_is_the_same_json_with_no_character_that_can_end_a_script_block():
+    import json
+
+    from snakemake.logging import format_dict
+
+    text = {"title": "</script><!--<script>x & y</SCRIPT>", "author": "\\<b>\u2028"}
+    safe = cb.script_safe_json(text)
+    assert json.loads(safe) == text
+    assert not set("<>&") & set(safe)
+    # text without them is written as before: an ordinary title reruns nothing
+    plain = {"title": "clusterbench: digits, 1 vs 2 workers", "author": "A. N. Author"}
+    assert cb.script_safe_json(plain) == cb.canonical_json(plain)
+    # as Snakemake's HTML report embeds a job's params in its results block
+    # (snakemake/report/html_reporter/data/results.py, FileRecord.params)
+    embedded = json.dumps({"params": format_dict({"settings": safe}).replace('"', r"\"")})
+    assert "<" not in embedded
+
+
 def test_download_slice_maps_overrides_and_leaves_out_operational_settings():
     cfg = cb.validate(
         {

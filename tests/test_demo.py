@@ -1,12 +1,15 @@
 """`make demo`'s pipeline: config/config.yaml as it ships, on the local profile, end to end.
 
 The demo is the two experiment designs clusterbench comes from: execution environments
-(cpu, cpu-parallel, gpu; time-boxed) and an lr x momentum sweep on 2 workers.
+(cpu, cpu-parallel, gpu; time-boxed), each with both backends (Horovod and DDP), and an lr x
+momentum sweep on 2 workers; its report leads with the recommendation and compares backends,
+and every run is appended to the history store.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench.preflight import local_gpus
 from conftest import copy_checkout, demo_config, snakemake
@@ -50,6 +54,8 @@ def test_the_demo_trains_every_environment_and_sweep_point(demo: Path):
     envs = {n for n, r in runs.items() if r["experiment"] == "envs"}
     sweep = {n for n, r in runs.items() if r["experiment"] == "sweep"}
     assert {runs[n]["environment"] for n in envs} == {"cpu", "cpu-parallel", "gpu"}
+    assert {runs[n]["backend"] for n in envs} == {"horovod", "ddp"}  # each environment twice
+    assert len(envs) == 6
     assert len(sweep) == 4  # 2 lr x 2 momentum
     gpu = {n for n in envs if runs[n]["gpus_per_node"]}
     usable = local_gpus() > 0
@@ -68,7 +74,7 @@ def test_the_demo_trains_every_environment_and_sweep_point(demo: Path):
     if usable:
         assert skipped.empty
     else:
-        assert list(skipped["run"]) == sorted(gpu)
+        assert sorted(skipped["run"]) == sorted(gpu)
         assert "GPU" in skipped["reason"].iloc[0]
 
 
@@ -86,13 +92,35 @@ def test_the_demo_report_reaches_the_accuracy_and_shows_the_designs(demo: Path):
         ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
     ).stdout
     flat = " ".join(text.split())
-    for page in ("Results, best first", "Execution environments: envs", "Sweep: sweep"):
+    for page in (
+        "Results, best first",
+        "Execution environments: envs",
+        "Sweep: sweep",
+        "Recommendation: the fastest configuration of each workload",
+        "History: throughput over time",
+    ):
         assert page in flat, page
-    # the 2-worker environment's interconnect, measured by the comm stage (small in the demo)
+    # the multi-worker environments' interconnect, per backend, measured by the comm stage
+    # (small in the demo): the sweep's 2 workers, and cpu-parallel's with both backends
     assert "The interconnect: bus bandwidth and latency" in flat
-    assert (res / "comm" / "2w-1n-cpu-horovod" / "comm.json").is_file()
+    jobs = comm_jobs.config_jobs(cbconfig.validate(demo_config()))
+    assert "2w-1n-cpu-horovod" in jobs
+    assert {p.parent.name for p in (res / "comm").glob("*/comm.json")} == set(jobs)
     if not local_gpus():
-        assert "gpu (envs--env=gpu):" in flat  # the skipped environment, beside its chart
+        assert "gpu (envs--env=gpu,backend=" in flat  # the skipped environment, beside its chart
+    # the title page leads with the recommendation; the backend page compares the backends
+    title = " ".join(text.split("\f")[0].split())
+    assert title.index("Recommendation") < title.index("Summary")
+    assert "digits / small_cnn: fastest " in title and " ahead of the runner-up (" in title
+    assert "First to 95.0 % validation accuracy on digits / small_cnn: " in title
+    assert "All runs use the horovod backend" not in flat
+    assert re.search(r"ddp / horovod = \d\.\d\dx", flat)
+    # every run trained is in the history store, once
+    from clusterbench.history import store
+
+    rows = store.read_runs(res / "history.sqlite")
+    trained = {p.parent.name for p in (res / "runs").glob("*/model.pt")}
+    assert sorted(r["run"] for r in rows) == sorted(trained)
     assert (res / "report" / "report.html").is_file()
     # the best run, chosen on validation, kept with its test accuracy
     summary = json.loads((res / "best" / "summary.json").read_text())

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from clusterbench import config as cbconfig
 from clusterbench.launch.cli import parse_args
-from clusterbench.launch.schedulers.base import AllocationError, LaunchError
+from clusterbench.launch.schedulers import AllocationError, LaunchError
 from clusterbench.launch.schedulers.local import LocalScheduler, slot_hosts, slot_index
 from clusterbench.resources import train_resources
 from conftest import REPO
@@ -63,6 +63,32 @@ def test_the_hosts_file_drives_local_discovery(tmp_path):
     assert local.elastic_hosts() == {"localhost-slot0": 1, "localhost-slot1": 1}
     hosts.write_text("localhost slots=3  # one more\n")
     assert len(local.elastic_hosts()) == 3
+
+
+def test_a_rank_stopped_because_its_host_left_is_no_failure():
+    """A rank Horovod stopped (its host left the discovery: the hosts file's `:0`) does not
+    count as failed: its host is not taken out for good and may come back; a rank that failed
+    on its own does, and its host is taken out."""
+    from clusterbench.launch.elastic import ElasticRankRunner, SchedulerDiscovery
+    from clusterbench.launch.runner import RankResult
+
+    local = LocalScheduler()
+    runner = ElasticRankRunner(local, None, threading.Event())
+    slot = SimpleNamespace(hostname="extra-slot0", rank=2, local_rank=0)
+    runner.ended(RankResult(2, "extra-slot0", 143, 0.0, True, []), slot)
+    assert runner.failures == [] and local.failed_hosts == set()
+    runner.ended(RankResult(2, "extra-slot0", 137, 0.0, False, []), slot)
+    assert [r.exit_code for r in runner.failures] == [137]
+    assert local.failed_hosts == {"extra-slot0"}
+    # a rank that ends itself once its host left the hosts offered (Horovod aborts it: "has
+    # been removed from elastic job") did not fail either
+    found = SchedulerDiscovery(LocalScheduler())
+    runner = ElasticRankRunner(found.scheduler, None, threading.Event(), found)
+    found.offered = {"localhost-slot0": 1, "localhost-slot1": 1}
+    runner.ended(RankResult(2, "extra-slot0", 134, 0.0, False, []), slot)
+    assert runner.failures == [] and found.scheduler.failed_hosts == set()
+    runner.ended(RankResult(1, "localhost-slot1", 134, 0.0, False, []), slot)
+    assert len(runner.failures) == 1
 
 
 @pytest.mark.parametrize(
@@ -291,6 +317,37 @@ def test_a_slot_added_to_the_hosts_file_joins_at_the_next_commit(data, tmp_path)
 
 
 @pytest.mark.slow
+def test_an_elastic_run_starts_on_every_slot_and_a_slot_taken_out_leaves(data, tmp_path):
+    """3 slots for `workers: 2`, `max_workers: 3`: the run starts on all 3 (Horovod's driver
+    waits for `workers` slots, then takes every slot the discovery offers up to max_workers).
+    After the first epoch the hosts file takes host `extra` out (`extra:0`): its rank ends
+    (Horovod aborts it: "removed from elastic job"), which is no failure (nothing is blamed),
+    and the other 2 finish the run."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\nextra:1\n")
+    run = run_config(workers=2, min_workers=1, max_workers=3, epochs=4, batch_size=24)
+    out = tmp_path / "out"
+
+    def take_extra_out() -> None:
+        hosts.write_text("localhost:2\nextra:0  # taken out\n")
+
+    logs = train_elastic(data, run, out, hosts, when_epochs(out, 1, take_extra_out))
+    metrics = assert_complete(out, 4)
+    assert metrics[0]["world_size"] == 3, metrics[0]
+    assert metrics[-1]["world_size"] == 2
+    resets = [r for m in metrics for r in m["resets"]]
+    assert [(r["from"], r["to"]) for r in resets] == [(3, 2)], resets
+    assert "): extra-slot0 left the hosts the job may use" in logs, logs[-3000:]
+    assert "Horovod elastic goes on without" not in logs  # no rank failed
+    assert "(0 rank failure(s) survived)" in logs
+    print(
+        f"FIGURE elastic start on 3 slots for workers=2, then extra:0 -> "
+        f"{resets[0]['from']} -> {resets[0]['to']} ({resets[0]['why']}) in "
+        f"{resets[0]['seconds']:.2f} s"
+    )
+
+
+@pytest.mark.slow
 def test_a_preempted_elastic_run_continues_from_its_checkpoint(data, tmp_path):
     """USR1 to the launcher: the ranks checkpoint and exit 75; the same command again
     continues from the checkpoint and ends with every epoch once."""
@@ -329,8 +386,10 @@ def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, da
     out = tmp_path / "out"
     launcher = shlex.join(elastic_cmd(data, run, out))
     settings = json.dumps({"elastic_commit_steps": 3})
-    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id
+    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id (and
+        # this checkout's package first, as rules/common.smk puts it for every job)
         'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
         f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
         f"{launcher}\necho launcher-exit=$?"
     )
@@ -360,4 +419,72 @@ def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, da
     print(
         f"FIGURE slurm elastic: node2's rank killed -> training went on on node1 after "
         f"{resets[0]['stalled_seconds']:.2f} s stalled ({resets[0]['seconds']:.2f} s reset)"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_elastic_run_starts_on_every_node_and_the_hosts_file_shrinks_and_grows_it(
+    slurm_cluster, data, tmp_path
+):
+    """A 2-node Slurm job (2 tasks) for `workers: 1`, `max_workers: 2`: the run starts on both
+    nodes (the allocation's slots, not `workers`). The hosts file, which Slurm's discovery also
+    reads (limited to the job's nodes), then takes node2 out (`node2:0`): its rank's step is
+    stopped (no failure) and training goes on on node1; put back (`node2:1`), node2 joins
+    again at the next commit. A Slurm run grows, not only shrinks after a failure."""
+    from test_launch import _sbatch
+
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1:1\nnode2:1\n")
+    # 26 steps per epoch, 30 epochs: long enough (about 10 s at full size here) for the
+    # discovery (every second) to see both edits and for node2's rank to start again
+    run = run_config(workers=1, min_workers=1, max_workers=2, epochs=30, batch_size=8)
+    out = tmp_path / "out"
+    launcher = shlex.join(elastic_cmd(data, run, out))
+    settings = json.dumps({"elastic_commit_steps": 3})
+    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id (and
+        # this checkout's package first, as rules/common.smk puts it for every job)
+        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
+        f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
+        f"CLUSTERBENCH_HOSTS_FILE={shlex.quote(str(hosts))} {launcher}\necho launcher-exit=$?"
+    )
+    steps: list[str] = []
+
+    def steer() -> None:  # node2 out after the first epoch, back once an epoch ended without it
+        deadline = time.monotonic() + 400
+        for when, text in (
+            (lambda m: len(m) >= 1, "node1:1\nnode2:0\n"),
+            (lambda m: any(e["world_size"] == 1 for e in m), "node1:1\nnode2:1\n"),
+        ):
+            while time.monotonic() < deadline:
+                path = out / "metrics.jsonl"
+                lines = path.read_text().splitlines() if path.exists() else []
+                if when([json.loads(line) for line in lines]):
+                    hosts.write_text(text)
+                    steps.append(text)
+                    break
+                time.sleep(0.2)
+
+    watcher = threading.Thread(target=steer, daemon=True)
+    watcher.start()
+    _, log = _sbatch(slurm_cluster, tmp_path, "-N2", "-n2", script=script)
+    watcher.join()
+    assert len(steps) == 2, log[-3000:]
+    assert "launcher-exit=0" in log, log[-4000:]
+    assert "): node2 left the hosts the job may use" in log, log[-4000:]
+    assert "Horovod elastic goes on without" not in log  # no rank failed
+    metrics = assert_complete(out, 30)
+    assert metrics[0]["world_size"] == 2
+    assert metrics[-1]["world_size"] == 2
+    info = json.loads((out / "run.json").read_text())
+    resets = info["world"]["elastic"]["resets"]
+    assert [(r["from"], r["to"]) for r in resets] == [(2, 1), (1, 2)], resets
+    assert resets[1]["why"] == "hosts changed"
+    assert sorted(info["world"]["hosts"]) == ["node1", "node2"]
+    print(
+        f"FIGURE slurm elastic by the hosts file: started on 2 nodes (workers=1); node2:0 -> "
+        f"2 -> 1 ({resets[0]['why']}, {resets[0]['seconds']:.2f} s); node2:1 -> 1 -> 2 "
+        f"({resets[1]['seconds']:.2f} s)"
     )

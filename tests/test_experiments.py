@@ -173,7 +173,10 @@ def test_names_are_file_names_and_wildcard_values_and_reach_the_train_stage():
         ({"name": "n", "matrix": {"lr": [1]}}, r"experiments\.x: Additional properties"),
         ({"repeats": 0}, r"experiments\.x\.repeats: 0 is less than the minimum of 1"),
         ({}, r"experiments\.x: nothing to expand"),
-        ({"matrix": {"seed": list(range(1001))}}, r"experiments\.x: expands to 1001 runs"),
+        (
+            {"matrix": {"batch_size": list(range(1, 102))}, "repeats": 100},
+            r"experiments\.x: expands to 10100 runs, more than the limit of 10000",
+        ),
         (
             {"matrix": {"workers": [1, 4]}, "batch_size": 2},
             r"experiments\.x\[x--workers=4\]\.batch_size: global batch 2",

@@ -62,7 +62,9 @@ def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
         assert f"skipping run {run!r}: run {run!r} asks for 1 GPU(s) per node" in text, text
     assert f"skipping run {TOO_BIG!r}: run {TOO_BIG!r} needs 64 cores" in text
     assert "clusterbench plan (local executor)" in text
-    assert "download 1, preprocess 1, train 2, evaluate 2, report 1, best 1, all 1" in text, text
+    assert (
+        "download 1, preprocess 1, train 2, evaluate 2, history 1, report 1, best 1, all 1" in text
+    ), text
     for run in GPU_RUNS + [TOO_BIG]:
         assert f"results/runs/{run}/" not in text
     for run in CPU_RUNS:
@@ -79,8 +81,37 @@ def test_on_unavailable_fail_stops_before_any_job_naming_the_run(tmp_path: Path)
     assert proc.returncode != 0
     assert f"run {TOO_BIG!r} needs 64 cores" in text, text
     assert "on_unavailable: fail" in text
-    assert "Traceback (most recent call last)" not in text  # only Snakemake's summary
+    assert_message_alone(text)
     assert not (workdir / "results").exists()
+
+
+@no_gpu
+def test_on_unavailable_fail_for_a_gpu_run_without_a_gpu_stops_with_the_message_alone(
+    tmp_path: Path,
+):
+    workdir = tmp_path / "work"
+    cfg = experiment_config(tmp_path / "cache")
+    cfg["runs"] = [
+        {"name": "gpu-run", "dataset": "digits", "workers": 1, "gpus_per_node": 1},
+        {"name": "cpu-run", "dataset": "digits", "workers": 1},
+    ]
+    cfg["runs"][0]["on_unavailable"] = "fail"
+    del cfg["experiments"]
+    write_config(workdir, cfg)
+    for extra in (("--dry-run",), ()):
+        proc = local(workdir, *extra, check=False)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 1, text
+        assert "run 'gpu-run' asks for 1 GPU(s) per node" in text, text
+        assert "(on_unavailable: fail for 'gpu-run';" in text, text
+        assert_message_alone(text)
+    assert not (workdir / "results").exists()
+
+
+def assert_message_alone(text: str) -> None:
+    """Our message, not inside Snakemake's report of an exception in an input function."""
+    for word in ("Traceback", "InputFunctionException", "WorkflowError", "Wildcards:"):
+        assert word not in text, text
 
 
 @pytest.mark.slow
@@ -133,6 +164,7 @@ def test_a_skipped_run_named_as_a_target_is_refused_with_its_reason(tmp_path: Pa
     assert proc.returncode != 0
     assert f"run {GPU_RUNS[0]!r} asks for 1 GPU(s) per node" in text, text
     assert "is skipped here, and a target asks for it" in text
+    assert_message_alone(text)
     # a target that needs only runs that can run here is fine, skips or not
     local(workdir, "--dry-run", f"results/runs/{CPU_RUNS[0]}/run.json")
 
@@ -149,6 +181,7 @@ def test_a_config_none_of_whose_runs_can_run_here_stops_naming_each(tmp_path: Pa
     assert "no run can run under the local executor here" in text, text
     assert f"run {TOO_BIG!r} needs 64 cores" in text
     assert all(f"run {run!r} asks for 1 GPU(s)" in text for run in GPU_RUNS)
+    assert_message_alone(text)
 
 
 def test_cores_per_node_must_be_given_to_plan_cpu_parallel_for_a_cluster(tmp_path: Path):

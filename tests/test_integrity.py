@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,11 +155,13 @@ DIGITS = DATASETS["digits"].files[0]
 
 
 def results_state(workdir: Path) -> dict[str, tuple[int, int, str]]:
-    """Every file under results/: its size, modification time and sha256."""
+    """Every file under results/: its size, modification time and sha256. The history store's
+    shared-memory index (``history.sqlite-shm``, SQLite's WAL index, no data) is left out: the
+    check before any job opens the store read-only, which SQLite may touch it for."""
     return {
         str(p.relative_to(workdir)): (p.stat().st_size, p.stat().st_mtime_ns, sha256_of(p))
         for p in sorted((workdir / "results").rglob("*"))
-        if p.is_file()
+        if p.is_file() and not p.name.endswith(".sqlite-shm")
     }
 
 
@@ -229,3 +232,117 @@ def test_a_missing_or_damaged_raw_file_makes_the_download_run_again(short_run: P
     for stage in ("data/digits/meta.json", "runs/integrity-1w/model.pt", "report/report.pdf"):
         assert after[f"results/{stage}"][1] > before[f"results/{stage}"][1], stage  # reran
     assert "Nothing to be done" in run_local(short_run, "--dry-run").stdout
+
+
+# ------------------------------------------------------------ damaged outputs of a run (issue 19)
+RUN = "integrity-1w"
+
+
+def copy_of(workdir: Path, dest: Path) -> Path:
+    """A copy of a finished working directory (times kept: as finished)."""
+    shutil.copytree(workdir, dest, symlinks=True)
+    return dest
+
+
+def truncate(path: Path) -> None:
+    """``head -c 100``: a file cut short, rewritten (a new modification time)."""
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def garble_metrics(path: Path) -> None:
+    path.write_text('{"epoch": 1, "loss": garbage')
+
+
+def not_json(path: Path) -> None:
+    path.write_text("this is not JSON\n")
+
+
+@pytest.mark.slow
+def test_the_steps_record_their_outputs_last(short_run: Path):
+    for folder, names in (
+        (f"runs/{RUN}", integrity.RUN_FILES),
+        (f"eval/{RUN}", integrity.EVAL_FILES),
+    ):
+        record = short_run / "results" / folder / integrity.CHECKSUMS
+        files = json.loads(record.read_text())["files"]
+        assert sorted(files) == sorted(names)
+        assert integrity.problems(record.parent, files) == []
+        # written last: no recorded file is newer than the record
+        assert all(
+            (record.parent / n).stat().st_mtime_ns <= record.stat().st_mtime_ns for n in names
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("stage", "name", "damage"),
+    [
+        ("runs", "model.pt", truncate),
+        ("runs", "metrics.jsonl", garble_metrics),
+        ("runs", "run.json", not_json),
+        ("eval", "metrics.json", not_json),
+    ],
+    ids=["model.pt truncated", "metrics.jsonl garbled", "run.json not JSON", "eval not JSON"],
+)
+def test_a_damaged_run_output_stops_the_workflow_before_any_job_deleting_nothing(
+    short_run: Path, tmp_path: Path, stage: str, name: str, damage
+):
+    """Snakemake would plan the steps reading it (the file is newer than their outputs), remove
+    their good outputs (results/eval/RUN/, results/report/) and fail on it."""
+    workdir = copy_of(short_run, tmp_path / "work")
+    path = workdir / "results" / stage / RUN / name
+    written = path.stat().st_size
+    damage(path)
+    said = (
+        f"results/{stage}/{RUN}/{name} has {path.stat().st_size} bytes, {written} were written "
+        f"(checked against results/{stage}/{RUN}/checksums.json)"
+    )
+    remedy = f"snakemake --forcerun results/{stage}/{RUN}/{name} <your usual options>"
+    before = results_state(workdir)
+    for extra in (("--dry-run",), ()):
+        proc = run_local(workdir, *extra, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        assert said in out and f"Make them again with: {remedy}" in out, out
+        assert "Traceback" not in out and "Exception" not in out, out
+        assert results_state(workdir) == before  # nothing ran, nothing was deleted
+
+
+@pytest.mark.slow
+def test_the_command_named_for_a_damaged_model_makes_it_again(short_run: Path, tmp_path: Path):
+    workdir = copy_of(short_run, tmp_path / "work")
+    model = workdir / "results" / "runs" / RUN / "model.pt"
+    truncate(model)
+    stopped = run_local(workdir, check=False)
+    assert f"snakemake --forcerun results/runs/{RUN}/model.pt <your usual options>" in (
+        stopped.stdout + stopped.stderr
+    )
+    run_local(workdir, "--forcerun", f"results/runs/{RUN}/model.pt")
+    record = workdir / "results" / "runs" / RUN / integrity.CHECKSUMS
+    assert integrity.problems(record.parent, json.loads(record.read_text())["files"]) == []
+    assert model.stat().st_size > 100
+    assert "Nothing to be done" in run_local(workdir, "--dry-run").stdout
+
+
+@pytest.mark.slow
+def test_a_deleted_meta_json_is_noticed_and_the_command_named_makes_it_again(
+    short_run: Path, tmp_path: Path
+):
+    """Snakemake alone says "Nothing to be done" (the arrays are there, the jobs after them
+    complete), and the arrays would never be checked again."""
+    workdir = copy_of(short_run, tmp_path / "work")
+    meta = workdir / "results" / "data" / "digits" / "meta.json"
+    meta.unlink()
+    before = results_state(workdir)
+    marker = "results/data/digits/meta.json"
+    for extra in (("--dry-run",), ()):
+        proc = run_local(workdir, *extra, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        assert f"{marker} is missing: train_x.npy, train_y.npy, val_x.npy" in out, out
+        assert f"Make it again with: snakemake --forcerun {marker} <your usual options>" in out
+        assert "Traceback" not in out and "Exception" not in out, out
+        assert results_state(workdir) == before
+    run_local(workdir, "--forcerun", marker)
+    assert json.loads(meta.read_text())["files"]
+    assert "Nothing to be done" in run_local(workdir, "--dry-run").stdout

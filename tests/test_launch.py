@@ -24,10 +24,11 @@ import psutil
 import pytest
 from clusterbench import launch
 from clusterbench.launch import runner
-from clusterbench.launch.cli import parse_args, prepare
-from clusterbench.launch.schedulers import local, sge, slurm
-from clusterbench.launch.schedulers.base import Allocation, Host
+from clusterbench.launch.cli import parse_args
+from clusterbench.launch.fixed import prepare
+from clusterbench.launch.schedulers import Allocation, Host, local, sge, slurm
 from clusterbench.launch.schedulers.slurm import parse_scontrol_job
+from conftest import REPO
 from test_schedulers import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
 
 PY = sys.executable
@@ -579,10 +580,13 @@ def _sbatch(cluster, tmp_path: Path, *args: str, script: str) -> tuple[str, str]
 
 
 def _jobstep_like(np: int, script: Path, *args: str) -> str:
-    """The launcher as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id."""
+    """The launcher as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id, and
+    this checkout's package first on PYTHONPATH (as rules/common.smk puts it for every job; the
+    venv's editable install may be another checkout's)."""
     launcher = shlex.join(_launch_cmd(np, script, *args))
     return (
         'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
         f"{launcher}\necho launcher-exit=$?"
     )
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 from clusterbench.launch import runner
+from clusterbench.launch import signals as launch_signals
 
 PY = sys.executable
 STARTUP_S = 60  # the ranks are up within this (2 busy cores)
@@ -269,14 +270,14 @@ def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkey
 
     seen.clear()
     shutdown = threading.Event()
-    signals = runner.StopSignals(
+    signals = launch_signals.StopSignals(
         shutdown, kill=lambda: None, sweep=lambda: None, final=lambda: None
     )
-    with signals, runner.shutdown_event_without_handlers(shutdown):
+    with signals, launch_signals.shutdown_event_without_handlers(shutdown):
         run_two()
     assert len(seen) == 2
     for on_int, on_term, events in seen:
-        assert on_int is on_term is runner._on_signal
+        assert on_int is on_term is launch_signals._on_signal
         assert events == [shutdown]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert signal.set_wakeup_fd(-1) == -1  # the wake-up fd was given back too
@@ -301,7 +302,7 @@ class _Recorder:
 
 
 def _stop_signals(rec: _Recorder, shutdown: threading.Event, **deadlines: float):
-    return runner.StopSignals(
+    return launch_signals.StopSignals(
         shutdown,
         kill=rec.hook("kill"),
         sweep=rec.hook("sweep"),
@@ -361,7 +362,7 @@ def test_without_a_signal_nothing_happens_and_handlers_come_back() -> None:
     rec, shutdown = _Recorder(), threading.Event()
     before = signal.getsignal(signal.SIGTERM)
     with _stop_signals(rec, shutdown) as signals:
-        assert signal.getsignal(signal.SIGTERM) is runner._on_signal
+        assert signal.getsignal(signal.SIGTERM) is launch_signals._on_signal
     assert signal.getsignal(signal.SIGTERM) is before
     assert signals.first is None and not shutdown.is_set() and rec.calls == []
 
@@ -379,7 +380,7 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
             both.set()
 
     before = signal.getsignal(signal.SIGUSR1)
-    signals = runner.StopSignals(
+    signals = launch_signals.StopSignals(
         shutdown,
         kill=rec.hook("kill"),
         sweep=rec.hook("sweep"),
@@ -391,7 +392,7 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
     )
     try:
         with signals:
-            assert signal.getsignal(signal.SIGUSR1) is runner._on_signal
+            assert signal.getsignal(signal.SIGUSR1) is launch_signals._on_signal
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGUSR1)
@@ -406,6 +407,32 @@ def test_usr1_is_passed_on_and_stops_nothing() -> None:
         signals.uninstall()
     assert rec.code == 128 + signal.SIGTERM and shutdown.is_set()
     assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_another_handlers_signal_stops_nothing() -> None:
+    """Another Python handler in the process (torch's DataLoader installs one for SIGCHLD): its
+    signal reaches the wake-up fd too, and a child's exit must stop nothing; the launcher's own
+    SIGTERM still stops as usual. (Once a DataLoader with workers ran in the pytest process, a
+    child's exit read as a stop signal stopped an in-process launch and exited 128 + SIGCHLD.)"""
+    rec, shutdown = _Recorder(), threading.Event()
+    seen: list[int] = []
+    before = signal.signal(signal.SIGCHLD, lambda signum, frame: seen.append(signum))
+    signals = _stop_signals(rec, shutdown, kill_after=0.3, exit_after=1.0)
+    try:
+        with signals:
+            subprocess.run([PY, "-S", "-c", "pass"], check=True)
+            deadline = time.monotonic() + 5
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert seen == [signal.SIGCHLD]
+            time.sleep(0.5)  # longer than kill_after: a stop would have escalated by now
+            assert not shutdown.is_set() and rec.calls == [] and signals.received == []
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert rec.exited.wait(10), rec.calls
+    finally:
+        signals.uninstall()
+        signal.signal(signal.SIGCHLD, before)
+    assert rec.code == 128 + signal.SIGTERM and signals.received == [signal.SIGTERM]
 
 
 def test_reaper_kills_a_session_and_what_left_it(tmp_path) -> None:

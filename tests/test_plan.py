@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from clusterbench import config as cb
+from clusterbench import integrity
 from clusterbench.launch.schedulers import SCHEDULERS
 from clusterbench.launch.schedulers.sge import SgeScheduler
 from clusterbench.launch.schedulers.slurm import SlurmScheduler
@@ -449,9 +450,9 @@ def test_make_plan_shows_what_the_slurm_profile_would_submit(tmp_path: Path):
     assert lines[2].split() == ["gpus", "2", "4", "4", "4", "7", "min"]
     assert lines[3].split() == ["one", "1", "1", "1", "0", "7", "min"]
     assert "0.58 CPU-hours, 0.47 GPU-hours (2 training job(s)" in lines[4]
-    assert lines[5].startswith("  jobs per rule (9 in all): ")
+    assert lines[5].startswith("  jobs per rule (10 in all): ")
     assert per_rule(lines[5]) == dict(
-        download=1, preprocess=1, train=2, evaluate=2, report=1, best=1, all=1
+        download=1, preprocess=1, train=2, evaluate=2, history=1, report=1, best=1, all=1
     )
     assert lines[6:8] == ["  skipped (1):", lines[7]]
     assert lines[7].startswith("    too-big: run 'too-big' asks for 64 workers")
@@ -475,8 +476,9 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
     # `done` trained: its outputs (and benchmark), marked up to date
     run = workdir / "results" / "runs" / "done"
     (run / "tensorboard").mkdir(parents=True)
-    for name in ("run.json", "metrics.jsonl", "model.pt"):
+    for name in integrity.RUN_FILES:
         (run / name).touch()
+    integrity.write_checksums(run, integrity.RUN_FILES)  # as the train step does, last
     (workdir / "results" / "benchmarks" / "train").mkdir(parents=True)
     (workdir / "results" / "benchmarks" / "train" / "done.tsv").touch()
     snakemake(workdir, "--cores", "1", "--touch", "results/runs/done/model.pt")
@@ -487,7 +489,7 @@ def test_make_plan_leaves_out_a_finished_job(tmp_path: Path, dataset_cache: Path
     assert lines[0].startswith("clusterbench plan (local executor)")
     assert lines[2].split() == ["todo", "1", "1", "1", "0", "20", "min"]
     assert "(1 training job(s)" in lines[3]
-    assert per_rule(lines[4]) == dict(train=1, evaluate=2, report=1, best=1, all=1)
+    assert per_rule(lines[4]) == dict(train=1, evaluate=2, history=1, report=1, best=1, all=1)
     assert lines[5] == "  skipped: none"
     assert "done" not in "\n".join(lines[1:3])
 

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from clusterbench import preflight
-from clusterbench.launch.schedulers import sge, slurm
-from clusterbench.launch.schedulers.base import LaunchError, PreflightContext, PreflightError
+from clusterbench.launch.schedulers import LaunchError, PreflightContext, PreflightError, sge, slurm
 from clusterbench.launch.schedulers.local import (
     LocalScheduler,
     count_gpus,
@@ -18,7 +17,6 @@ from clusterbench.launch.schedulers.local import (
 from clusterbench.launch.schedulers.sge import SgeScheduler
 from clusterbench.launch.schedulers.slurm import (
     SlurmScheduler,
-    check_slurm,
     parse_sinfo,
     slurm_problems,
 )
@@ -70,19 +68,6 @@ def test_slurm_problems(request_, partition, ok):
         resources["slurm_partition"] = partition
     problems = slurm_problems("r", resources, parse_sinfo(SINFO))
     assert (problems == []) == ok, problems
-
-
-def test_check_names_every_bad_run():
-    jobs = [
-        ("fine", train_resources(run(workers=4))),
-        ("huge", train_resources(run(workers=1000, nodes=10))),
-    ]
-    with pytest.raises(PreflightError) as err:
-        check_slurm(jobs, SINFO)
-    msg = str(err.value)
-    assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in msg
-    assert "partition 'cpu' (10 node(s), 640 CPUs" in msg and "fine" not in msg
-    check_slurm(jobs[:1], SINFO)  # no error
 
 
 def test_local_problems_refuse_a_run_needing_more_cores_than_local_jobs_get():
@@ -144,6 +129,8 @@ def test_the_slurm_scheduler_asks_sinfo_once_and_names_each_run_too_big(monkeypa
     reasons = SlurmScheduler.unavailable(context(runs, asked=asked))
     assert list(reasons) == ["huge"] and calls == ["sinfo"]
     assert "'huge' asks for 1000 workers x 1 CPU(s) = 1000 CPUs" in reasons["huge"]
+    assert "partition 'cpu' (10 node(s), 640 CPUs" in reasons["huge"]
+    assert "fine" not in reasons["huge"]
     assert asked == [(name, slurm.SLURM_RESOURCE_KEYS) for name in runs]
     assert preflight.unavailable("slurm", context(runs)) == reasons
 
@@ -202,3 +189,50 @@ def test_the_local_scheduler_counts_the_cores_local_jobs_get(monkeypatch):
 
 def test_an_executor_without_a_scheduler_checks_nothing():
     assert preflight.unavailable("kubernetes", context({"r": resolved(workers=10**6)})) == {}
+
+
+# ------------------------------------------------------------------ SGE: the GPU complex
+# `qconf -sc` of SGE 8.1.9 (a few rows), with a site's consumable `gpu`
+QCONF_SC = """\
+#name               shortcut   type        relop requestable consumable default  urgency
+#----------------------------------------------------------------------------------------
+arch                a          RESTRING    ==    YES         NO         NONE     0
+gpu                 gpu        INT         <=    YES         JOB        0        0
+h_vmem              h_vmem     MEMORY      <=    YES         NO         0        0
+hostname            h          HOST        ==    YES         NO         NONE     0
+slots               s          INT         <=    YES         YES        1        1000
+tmem                tmem       MEMORY      <=    YES         NO         0        0
+# >#< starts a comment but comments are not saved across edits --------
+"""
+
+
+def test_parse_complexes_and_what_can_carry_a_gpu_count():
+    complexes = sge.parse_complexes(QCONF_SC)
+    assert set(complexes) == {"arch", "gpu", "h_vmem", "hostname", "slots", "tmem"}
+    assert complexes["gpu"] == sge.Complex("gpu", "gpu", "INT", "YES", "JOB")
+    assert sge.complex_problem("r", "gpu", complexes) is None
+    assert sge.complex_problem("r", "s", complexes) is None  # a shortcut names it too
+    missing = sge.complex_problem("r", "gpus", complexes)
+    assert "run 'r': sge_gpu_complex 'gpus' is no complex of this SGE cell" in missing
+    assert "its consumable ones: gpu, slots" in missing
+    wrong = sge.complex_problem("r", "arch", complexes)
+    assert "cannot be requested as a GPU count (`qconf -sc`: type RESTRING" in wrong
+
+
+def test_the_sge_scheduler_checks_the_gpu_complex_once_before_qsub(monkeypatch):
+    """A run naming a complex the cell lacks is refused without its `qsub -w v` (which would
+    fail on the unknown resource); `qconf -sc` is asked once, and only for runs with GPUs."""
+    asked, verified = [], []
+    complexes = sge.parse_complexes(QCONF_SC)
+    monkeypatch.setattr(sge, "sge_complexes", lambda: asked.append(1) or complexes)
+    monkeypatch.setattr(sge, "sge_problems", lambda name, *_: verified.append(name) or [])
+    runs = {
+        "cpu": {**resolved(), "sge_gpu_complex": "nope"},  # no GPUs: the complex is unused
+        "gpu": {**resolved(gpus_per_node=2), "sge_gpu_complex": "gpu"},
+        "typo": {**resolved(gpus_per_node=2), "sge_gpu_complex": "gpus"},
+        "other": {**resolved(gpus_per_node=1), "sge_gpu_complex": "gpu"},
+    }
+    reasons = SgeScheduler.unavailable(context(runs))
+    assert list(reasons) == ["typo"] and "'gpus' is no complex" in reasons["typo"]
+    assert verified == ["cpu", "gpu", "other"] and asked == [1]
+    assert SgeScheduler.unavailable(context({"cpu": runs["cpu"]})) == {} and asked == [1]

@@ -334,6 +334,7 @@ def default_report(tmp_path_factory) -> tuple[dict, Path]:
 
 
 EXPECTED_FIGURES = {
+    "recommendation.png",
     "epoch_time.png",
     "throughput.png",
     "scaling.png",
@@ -345,16 +346,17 @@ EXPECTED_FIGURES = {
 #: Page numbers (0-based) of the sections in a report with one runs-table page.
 PAGE = {
     "title": 0,
-    "results": 1,
-    "runs": 2,
-    "provenance": 3,
-    "epoch_time": 4,
-    "throughput": 5,
-    "scaling": 6,
-    "backends": 7,
-    "curves": 8,
-    "confusion": 9,
-    "benchmarks": 10,
+    "recommendation": 1,
+    "results": 2,
+    "runs": 3,
+    "provenance": 4,
+    "epoch_time": 5,
+    "throughput": 6,
+    "scaling": 7,
+    "backends": 8,
+    "curves": 9,
+    "confusion": 10,
+    "benchmarks": 11,
 }
 N_PAGES = len(PAGE)
 
@@ -376,7 +378,7 @@ def test_report_writes_all_outputs(default_report):
     assert {p.name for p in (out / "figures").iterdir()} == EXPECTED_FIGURES
     for png in (out / "figures").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # title, runs table, provenance table, 7 sections
+    # title, recommendation, runs table, provenance table, 7 sections
     assert pdf_pages(out / "report.pdf") == N_PAGES
     if shutil.which("pdfinfo"):
         info = subprocess.run(["pdfinfo", str(out / "report.pdf")], capture_output=True, text=True)
@@ -616,7 +618,8 @@ def _scaling_frame(**changes: dict) -> pd.DataFrame:
     """A 1-worker and a 2-worker run of one series; ``changes`` overrides the 2-worker run."""
     common = {"dataset": "digits", "model": "small_cnn", "global_batch": 128, "device": "cpu",
               "backend": "horovod", "bn": "aggregate", "precision": "fp32",
-              "memory_format": "contiguous", "site": "east"}  # fmt: skip
+              "memory_format": "contiguous", "grad_compression": "none",
+              "site": "east"}  # fmt: skip
     rows = [
         {**common, "run": "one", "workers": 1, "images_per_second": 1000.0},
         {**common, "run": "two", "workers": 2, "images_per_second": 1800.0, **changes},
@@ -656,6 +659,22 @@ def test_baseline_never_crosses_series(changes: dict):
     assert "one" not in notes.split(":")[0].replace("No speed-up or efficiency for", "")
 
 
+def test_a_compressed_series_takes_the_1_worker_run_whatever_its_compression():
+    """One worker exchanges no gradients: its run is the baseline of the fp16 series too, which
+    stays a series of its own (its own line, its own backend pairs)."""
+    df = _scaling_frame(grad_compression="fp16")
+    plain = df.iloc[[1]].assign(run="two-plain", images_per_second=1600.0, grad_compression="none")
+    out = tables.add_scaling(pd.concat([df, plain], ignore_index=True)).set_index("run")
+    assert out.loc["two", "baseline_run"] == out.loc["two-plain", "baseline_run"] == "one"
+    assert out.loc["two", "speedup"] == pytest.approx(1.8)
+    assert out.loc["two-plain", "speedup"] == pytest.approx(1.6)
+    series = out.reset_index().groupby(list(tables.BASELINE_KEY)).groups
+    assert len(series) == 2  # none (1 and 2 workers), fp16 (2 workers)
+    labels, common = scaling.series_labels(list(series))
+    assert sorted(labels) == ["fp16 gradients", "fp32 gradients"]
+    assert "gradients" not in scaling.series_labels([list(series)[1]])[0][0]  # none only
+
+
 def test_baseline_fastest_of_several_and_untimed():
     df = _scaling_frame()
     extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)
@@ -683,6 +702,11 @@ def test_backend_comparison_pairs_only_identical_configs():
     assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
     df.loc[df["run"] == "two", "bn"] = "sync"  # no longer identical except for the backend
     assert tables.backend_comparison(df).empty
+    df.loc[df["run"] == "two", "bn"] = "aggregate"
+    df.loc[df["run"] == "two", "grad_compression"] = "fp16"  # like with like: compression too
+    assert tables.backend_comparison(df).empty
+    df["grad_compression"] = "fp16"
+    assert list(tables.backend_comparison(df)["grad_compression"]) == ["fp16", "fp16"]
 
 
 @pytest.mark.slow  # a whole report rendered (several seconds)

@@ -125,7 +125,7 @@ def test_each_figure_has_its_pages_caption_literally(tmp_path: Path):
     captions = (out / "captions.rst").read_text(encoding="utf-8")
     texts = [one_line(p) for p in pdf_text(out / "report.pdf").split("\f")]
     figures = sorted(p.stem for p in (out / "figures").glob("*.png"))
-    assert len(figures) == 7
+    assert len(figures) == 8
     for figure in figures:
         caption = render_caption(captions, figure)
         title = caption.split(" \u2014 ")[0]
@@ -135,9 +135,9 @@ def test_each_figure_has_its_pages_caption_literally(tmp_path: Path):
     best = render_caption(captions, "confusion_best")
     assert best.startswith(f"Confusion matrix of the best run: {name} \u2014 ")
     contents = render_caption(captions, None)
-    assert contents.startswith("The complete benchmark report (A4 landscape PDF, 11 pages)")
-    assert "page 1: the title page: summary and provenance" in contents
-    assert f"page 10: Confusion matrix of the best run: {name}" in contents
+    assert contents.startswith("The complete benchmark report (A4 landscape PDF, 12 pages)")
+    assert "page 1: the title page: recommendation, summary and provenance" in contents
+    assert f"page 11: Confusion matrix of the best run: {name}" in contents
     assert render_caption(captions, "no-such-figure") == ""
 
 
@@ -145,13 +145,15 @@ def test_page_modules_are_ordered_and_a_bad_one_is_named(tmp_path: Path, monkeyp
     """The report's pages in their documented order; a page module whose ORDER is no number,
     or that has no draw, is an error naming it."""
     assert [name for _, name, _ in pages.ordered()] == [
-        "title", "results", "skipped", "environments", "sweep", "repeats", "runs_table",
-        "provenance", "data_loading", "epoch_time", "throughput", "time_breakdown", "scaling",
-        "interconnect", "predicted_scaling", "world_size", "backends", "curves", "confusion",
-        "benchmarks",
+        "title", "recommendation", "results", "skipped", "environments", "sweep", "repeats",
+        "runs_table", "provenance", "data_loading", "epoch_time", "throughput",
+        "time_breakdown", "history", "scaling", "interconnect", "predicted_scaling",
+        "world_size", "backends", "curves", "confusion", "benchmarks",
     ]  # fmt: skip
     extra = (15, "sites", lambda ctx: None)
-    assert [name for _, name, _ in pages.ordered([extra])][:3] == ["title", "sites", "results"]
+    assert [name for _, name, _ in pages.ordered([extra])][:4] == [
+        "title", "recommendation", "sites", "results",
+    ]  # fmt: skip
 
     def registry_of(package: str, module: str) -> Registry:
         (tmp_path / package).mkdir()

@@ -9,18 +9,18 @@ our resources, so a plugin upgrade that changes the mapping fails here.
 from __future__ import annotations
 
 import ast
+import re
 import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
+from clusterbench import config as cb
 from clusterbench import preemption
-from clusterbench.resources import (
-    SGE_MPI_PE,
-    TRAIN_RESOURCE_KEYS,
-    train_resources,
-)
+from clusterbench.launch.schedulers.sge import SGE_MPI_PE
+from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
+from conftest import default_config
 from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
 from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
@@ -130,27 +130,41 @@ def test_memory_per_cpu_rounds_up() -> None:
     assert res["mem_mb_per_cpu"] == 334
 
 
+def refused(**overrides) -> str:
+    """The config's refusal of a run with ``overrides`` (clusterbench.resources checks nothing
+    again: a run reaches it through the config's validation)."""
+    cfg = default_config()
+    cfg["runs"] = [{**cfg["runs"][0], **overrides}]
+    with pytest.raises(cb.ConfigError) as err:
+        cb.validate(cfg)
+    return str(err.value)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"workers": 0}, "workers must be an integer >= 1, got 0"),
-        ({"nodes": 2}, r"nodes \(2\) > workers \(1\)"),
-        ({"gpus_per_node": -1}, "gpus_per_node must be an integer >= 0"),
-        ({"cpus_per_worker": 1.5}, "cpus_per_worker must be an integer"),
-        ({"mem_mb": True}, "mem_mb must be an integer"),
-        ({"runtime": None}, "runtime must be an integer >= 1, got None"),
+        ({"workers": 0}, r"runs\[0\]\.workers: 0 is less than the minimum of 1"),
+        ({"workers": 1, "nodes": 2}, r"runs\[0\]\.nodes: 2 nodes for 1 workers"),
+        ({"gpus_per_node": -1}, r"runs\[0\]\.gpus_per_node: -1 is less than the minimum of 0"),
+        ({"cpus_per_worker": 1.5}, r"runs\[0\]\.cpus_per_worker: 1.5 is not of type 'integer'"),
+        ({"mem_mb": True}, r"runs\[0\]\.mem_mb: True is not of type 'integer'"),
+        ({"runtime": None}, r"runs\[0\]\.runtime: None is not of type 'integer'"),
     ],
 )
 def test_bad_run_is_rejected_naming_the_field(overrides, message) -> None:
-    with pytest.raises(ValueError, match=message):
-        train_resources(run_config(**overrides))
+    assert re.search(message, refused(**overrides)), refused(**overrides)
 
 
-def test_missing_field_is_named() -> None:
-    run = run_config()
+def test_a_missing_field_takes_the_schemas_default() -> None:
+    """A run built by hand gets the schema's defaults, never a default of this module's own:
+    the warning comes ``warning_seconds`` (120 by default) before the job's end."""
+    run = run_config(workers=2, nodes=2)
     del run["nodes"]
-    with pytest.raises(ValueError, match="run 'r': nodes must be"):
-        train_resources(run)
+    res = train_resources(run)
+    defaults = cb.load_schema()["$defs"]["run_settings"]["properties"]
+    assert res["nodes"] == defaults["nodes"]["default"] == 1
+    assert defaults["warning_seconds"]["default"] == 120
+    assert option(sbatch_line(res), "--signal") == "B:USR1@120"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -220,11 +234,14 @@ def test_priority_and_qos_are_resources_only_when_set() -> None:
 
 @pytest.mark.parametrize(
     ("priority", "message"),
-    [(1025, "priority must be an integer in -1023..1024"), (-1024, "-1023..1024"), (1.5, "1.5")],
+    [
+        (1025, "1025 is greater than the maximum of 1024"),
+        (-1024, "-1024 is less than the minimum of -1023"),
+        (1.5, "1.5 is not of type 'integer'"),
+    ],
 )
 def test_bad_priority_is_rejected(priority, message) -> None:
-    with pytest.raises(ValueError, match=message):
-        train_resources(run_config(priority=priority))
+    assert f"runs[0].priority: {message}" in refused(priority=priority)
 
 
 @pytest.mark.parametrize(("priority", "nice"), [(7, "-7"), (-5, "5"), (1024, "-1024")])
@@ -277,3 +294,23 @@ def test_sbatch_asks_for_the_warning_and_the_profile_for_requeue(workers) -> Non
 
 def test_qsub_without_priority(tmp_path: Path) -> None:
     assert option(qsub_line(train_resources(run_config(workers=2)), tmp_path), "-p") is None
+
+
+# ------------------------------------------------------------------------------------------------
+# GPUs on SGE: the site's complex a run names
+
+
+def test_qsub_asks_the_sites_gpu_complex_for_the_gpus_per_node(tmp_path: Path) -> None:
+    """A run's `sge_gpu_complex` C and `gpus_per_node` G are `-l C=G` (beside the lifted
+    h_vmem); without a complex, or without GPUs, nothing is asked."""
+    run = run_config(workers=2, gpus_per_node=2, sge_gpu_complex="gpu")
+    argv = qsub_line(train_resources(run), tmp_path)
+    assert last_l(argv, "gpu") == "2"
+    assert last_l(argv, "h_vmem") == "INFINITY" and last_l(argv, "tmem") == "1000M"
+    one = qsub_line(train_resources({**run, "workers": 1}), tmp_path)
+    assert last_l(one, "gpu") == "2"
+    assert last_l(qsub_line(train_resources({**run, "gpus_per_node": 0}), tmp_path), "gpu") is None
+    plain = train_resources({**run, "sge_gpu_complex": None})
+    assert plain["sge_resources"] == "h_vmem=INFINITY,tmem=1000M"
+    # Slurm asks for them its own way, whatever the SGE complex is
+    assert option(sbatch_line(train_resources(run)), "--gpus-per-node") == "2"

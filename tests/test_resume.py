@@ -22,7 +22,7 @@ import torch
 from clusterbench import checkpoints, preemption
 from clusterbench.checkpoints import CHECKPOINTS_ENV
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.train import main
+from clusterbench.train import main, validate_run
 from conftest import (
     REPO,
     default_config,
@@ -59,7 +59,10 @@ def assert_same_training(out: Path, reference: Path) -> None:
 
 
 def slice_checkpoints(out: Path, run: dict) -> list[checkpoints.Position]:
-    return [p for p, _ in checkpoints.checkpoint_paths(checkpoints.slice_dir(out, run))]
+    """The checkpoints of ``run``'s slice as the trainer names it (with the schema's defaults of
+    the keys the test leaves out)."""
+    slice_dir = checkpoints.slice_dir(out, validate_run(run))
+    return [p for p, _ in checkpoints.checkpoint_paths(slice_dir)]
 
 
 def signal_when(path: Path, lines: int, send, delay: float = 0.3) -> threading.Thread:
@@ -113,9 +116,21 @@ def train_here(data: Path, run: dict, out: Path) -> int:
     return main(["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)])
 
 
+#: LR schedules that change the LR at every step (clusterbench.training.lr), beside a constant
+#: LR: a run continued mid-epoch steps with the LRs of the uninterrupted one.
+SCHEDULES = {
+    "constant": {},
+    "cosine": {"lr_schedule": "cosine", "lr_min": 0.001},
+    "inverse_time": {"lr_schedule": "inverse_time", "lr_decay": 0.001},
+}
+
+
 @pytest.mark.slow
-def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(long_epochs, tmp_path):
-    run = run_config(workers=1, epochs=3, batch_size=4)
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(
+    schedule, long_epochs, tmp_path
+):
+    run = run_config(workers=1, epochs=3, batch_size=4, **SCHEDULES[schedule])
     assert train_here(long_epochs, run, tmp_path / "full") == 0
 
     out = tmp_path / "out"
@@ -136,6 +151,8 @@ def test_a_preempted_run_checkpoints_mid_epoch_and_continues_exactly(long_epochs
 
     events = EventAccumulator(str(out / "tensorboard")).Reload()
     assert [e.step for e in events.Scalars("loss/train")] == [1, 2, 3]
+    lrs = [m["lr"] for m in read_metrics(out)]  # each epoch's last step's
+    assert len(set(lrs)) == (1 if schedule == "constant" else 3), lrs
 
 
 @pytest.mark.slow
@@ -145,7 +162,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(long_epochs, t
     out = tmp_path / "out"
     signal_when(out / "metrics.jsonl", 1, lambda: os.kill(os.getpid(), preemption.WARNING_SIGNAL))
     assert train_here(long_epochs, run, out) == preemption.EXIT_PREEMPTED
-    found = checkpoints.checkpoint_paths(checkpoints.slice_dir(out, run))
+    found = checkpoints.checkpoint_paths(checkpoints.slice_dir(out, validate_run(run)))
     assert [p.step > 0 for p, _ in found] == [False, True]  # after epoch 1; within epoch 2
     newest = found[-1][1]
     newest.write_bytes(newest.read_bytes()[:-100])  # truncated

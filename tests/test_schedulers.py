@@ -10,8 +10,12 @@ lists, and the generic placement of ranks and choice of the network interface
 
 from __future__ import annotations
 
+import ast
+import glob
 import os
+import re
 import socket
+from collections.abc import Mapping
 
 import pytest
 from clusterbench.launch import schedulers
@@ -21,7 +25,7 @@ from clusterbench.launch.placement import (
     local_nodes,
     spread_ranks,
 )
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers import (
     Allocation,
     AllocationError,
     Host,
@@ -484,6 +488,34 @@ def test_slurm_discover_hosts_asks_scontrol_again(monkeypatch) -> None:
         sched.discover_hosts({})
 
 
+def test_a_hosts_file_limits_every_schedulers_discovery_to_what_it_lists(
+    monkeypatch, tmp_path
+) -> None:
+    """Under Slurm (and SGE) the hosts file ``CLUSTERBENCH_HOSTS_FILE`` holds back the job's
+    hosts and slots: a host taken out (``:0``, or not listed) leaves, put back it joins again;
+    it never adds a host or a slot the allocation lacks."""
+    from clusterbench.launch.schedulers import slurm, within_hosts_file
+
+    monkeypatch.setattr(slurm, "run_tool", lambda cmd: SCONTROL_JOB_UNEVEN)  # node1:2, node2:1
+    hosts = tmp_path / "hosts"
+    env = {"SLURM_JOB_ID": "1", "CLUSTERBENCH_HOSTS_FILE": str(hosts)}
+    sched = SlurmScheduler()
+    hosts.write_text("node1:1\nnode2:0\nnode9:4\n")
+    assert sched.discover_hosts(env) == {"node1": 1}
+    hosts.write_text("node1:8\nnode2\n")
+    assert sched.discover_hosts(env) == {"node1": 2, "node2": 1}
+    assert within_hosts_file({"a": 2, "b": 1}, None) == {"a": 2, "b": 1}  # no file: all of it
+    assert within_hosts_file({"a": 2, "b": 1}, {"b": 4}) == {"a": 0, "b": 1}
+    pe = tmp_path / "pe_hostfile"
+    pe.write_text(PE_HOSTFILE)
+    sge_env = {"PE_HOSTFILE": str(pe), "CLUSTERBENCH_HOSTS_FILE": str(hosts)}
+    hosts.write_text("hostB.cluster:1\n")
+    assert SgeScheduler().discover_hosts(sge_env) == {"hostB.cluster": 1}
+    hosts.unlink()
+    with pytest.raises(LaunchError, match="cannot read the hosts file"):
+        sched.discover_hosts(env)
+
+
 def test_sge_discover_hosts_reads_the_pe_hostfile(tmp_path) -> None:
     hostfile = tmp_path / "pe_hostfile"
     hostfile.write_text("hostA 2 all.q@hostA UNDEFINED\nhostB 1 all.q@hostB UNDEFINED\n")
@@ -581,7 +613,7 @@ def test_sge_verify_problem_names_what_qsub_said() -> None:
 
 
 def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
-    from clusterbench.launch.schedulers.base import LaunchError
+    from clusterbench.launch.schedulers import LaunchError
     from clusterbench.launch.schedulers.sge import verify_command, verify_problem
 
     cmd = verify_command({"threads": 2, "sge_pe": "mpi"}, "smp")
@@ -591,3 +623,80 @@ def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
     )
     with pytest.raises(LaunchError, match="unable to send message to qmaster"):
         verify_problem("r", cmd, 1, down)
+
+
+# ------------------------------------------------------------------------------------------------
+# the launcher's package and the modules that size and check jobs: how they are put together
+
+PACKAGE = os.path.join(os.path.dirname(__file__), "..", "workflow", "clusterbench")
+#: The launcher (all of it) and the workflow's modules that ask its schedulers.
+LAUNCH_AREA = ("launch", "resources.py", "preflight.py", "plan.py")
+
+
+def launch_modules() -> dict[str, str]:
+    """Module name -> file, for :data:`LAUNCH_AREA`."""
+    files = []
+    for part in LAUNCH_AREA:
+        path = os.path.join(PACKAGE, part)
+        files += glob.glob(os.path.join(path, "**", "*.py"), recursive=True) or [path]
+    names = {}
+    for path in files:
+        rel = os.path.relpath(path, os.path.dirname(PACKAGE))[: -len(".py")].split(os.sep)
+        names[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = path
+    return names
+
+
+def module_imports(path: str, modules: Mapping[str, str]) -> tuple[set[str], list[str]]:
+    """The modules of ``modules`` the file imports (in functions too), and the underscored
+    names it imports from other modules (``from m import _x``)."""
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    found, private = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found |= {sub if sub in modules else node.module} & set(modules)
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    private.append(f"{node.module}.{alias.name}")
+    return found, private
+
+
+def test_the_launcher_has_no_import_cycle_and_imports_no_private_name():
+    modules = launch_modules()
+    graph, private = {}, {}
+    for name, path in modules.items():
+        imported, private[name] = module_imports(path, modules)
+        graph[name] = imported - {name}
+    # the check sees the imports that once made the cli <-> elastic cycle
+    assert "clusterbench.launch.elastic" in graph["clusterbench.launch.cli"]
+
+    def reaches(start: str, goal: str, seen: frozenset[str]) -> bool:
+        return any(nxt == goal or reaches(nxt, goal, seen | {nxt}) for nxt in graph[start] - seen)
+
+    assert sorted(name for name in graph if reaches(name, name, frozenset())) == []
+    assert {name: names for name, names in private.items() if names} == {}
+
+
+def test_no_function_of_the_launcher_is_over_80_lines():
+    lengths = {}
+    for name, path in launch_modules().items():
+        with open(path, encoding="utf-8") as fh:
+            for node in ast.walk(ast.parse(fh.read())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lengths[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert "clusterbench.launch.cli.parse_args" in lengths  # every module is read
+    assert {f: n for f, n in lengths.items() if n > 80} == {}
+
+
+def test_the_launchers_usage_lines_name_every_option():
+    """The usage in the package's docstring lists every option of the launcher's parser."""
+    import clusterbench.launch
+    from clusterbench.launch.cli import build_parser
+
+    usage = clusterbench.launch.__doc__.split("\n\n")[1]
+    options = set(re.findall(r"--[a-z][a-z-]*", build_parser().format_usage())) - {"--help"}
+    assert {"--min-np", "--max-np", "--lock"} <= options
+    assert sorted(opt for opt in options if opt not in usage) == []

@@ -1,4 +1,4 @@
-"""The Slurm batch shell's stand-in (clusterbench.launch.schedulers.slurm_batch), with real
+"""The Slurm batch shell's stand-in (clusterbench.launch.slurm_batch), with real
 processes: a batch script made as the Slurm executor plugin makes it (the profile's precommand,
 then the command), run the way slurmstepd runs it, signalled the way ``--signal=B:USR1@N`` and
 ``scancel --batch --signal=USR1`` signal it: the batch script's process alone."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterbench import preemption
-from clusterbench.launch.schedulers import slurm_batch
+from clusterbench.launch import slurm_batch
 from conftest import REPO
 
 # The job's command: like the launcher, it ignores nothing once started, records each warning,
@@ -116,7 +116,7 @@ def test_a_warning_to_the_batch_shell_alone_reaches_the_job_which_exits_75(tmp_p
         wait_for(tmp_path / "got.ready")
         # the batch script's process is now the stand-in, at the same pid
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        assert b"clusterbench.launch.schedulers.slurm_batch" in cmdline, cmdline
+        assert b"clusterbench.launch.slurm_batch" in cmdline, cmdline
         os.kill(proc.pid, sig)  # what `scancel --batch --signal=USR1` does
         assert proc.wait(timeout=30) == preemption.EXIT_PREEMPTED
     finally:

@@ -24,7 +24,6 @@ from clusterbench.training.schedule import (
     PROGRESS_INTERVAL,
     epoch_permutation,
     global_batches,
-    learning_rate,
     progress_due,
     progress_line,
     shard_bounds,
@@ -92,6 +91,11 @@ def run_config(**overrides) -> dict:
         "momentum": 0.9,
         "weight_decay": 5e-4,
         "warmup_epochs": 0,
+        "lr_schedule": "constant",
+        "lr_min": 0,
+        "lr_step_size": None,
+        "lr_gamma": 0.1,
+        "lr_decay": None,
         "seed": 3,
         "backend": "horovod",
         "bn": "aggregate",
@@ -99,6 +103,7 @@ def run_config(**overrides) -> dict:
         "deterministic": False,
         "precision": "fp32",
         "channels_last": False,
+        "grad_compression": "none",
         "min_workers": None,  # no elastic run
         "max_workers": None,
     }
@@ -198,21 +203,6 @@ def test_epoch_permutation_reproducible_by_seed_and_different_per_epoch():
     assert not np.array_equal(a, epoch_permutation(100, seed=6, epoch=0))
 
 
-def test_learning_rate_warms_up_linearly_per_step_to_lr_times_scale():
-    def lr(epoch, step, workers=4, warmup=2.0):
-        return learning_rate(0.1, workers, warmup, epoch, step, steps_per_epoch=10)
-
-    assert lr(0, 0) == pytest.approx(0.1)
-    assert lr(0, 5) == pytest.approx(0.1 + 0.3 * 0.25)  # a quarter of the way
-    assert lr(1, 0) == pytest.approx(0.25)
-    assert lr(1, 9) == pytest.approx(0.1 + 0.3 * 0.95)
-    assert lr(2, 0) == lr(7, 3) == pytest.approx(0.4)
-    steps = [lr(e, s) for e in range(2) for s in range(10)]
-    assert all(b > a for a, b in zip(steps, steps[1:], strict=False))
-    assert lr(0, 0, warmup=0) == pytest.approx(0.4)  # no warm-up
-    assert lr(0, 3, workers=1) == pytest.approx(0.1)
-
-
 def test_progress_is_due_every_interval_and_at_least_once_per_epoch():
     assert PROGRESS_INTERVAL == 10
 
@@ -257,7 +247,8 @@ def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
     ],
 )
 def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
-    from clusterbench.training.schedule import effective_settings, global_batch_size, lr_scale
+    from clusterbench.training.lr import learning_rate, lr_schedule
+    from clusterbench.training.schedule import effective_settings, global_batch_size
 
     run = run_config(batch_scaling=scaling, workers=workers, batch_size=128, lr=0.05)
     assert global_batch_size(run) == global_batch
@@ -266,9 +257,10 @@ def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
         "global_batch": global_batch,
         "per_worker_batch": shards,
         "lr": pytest.approx(lr),
+        "grad_compression": "none",
     }
     # under "global" the warm-up setting has nothing to ramp: the LR is lr from the first step
-    rates = [learning_rate(0.05, lr_scale(run), 2.0, 0, s, 10) for s in range(10)]
+    rates = [learning_rate(lr_schedule({**run, "warmup_epochs": 2.0}), 0, s, 10) for s in range(10)]
     if scaling == "global":
         assert rates == [0.05] * 10
     else:
@@ -372,6 +364,20 @@ def test_zero_gpus_trains_on_the_cpu_even_where_a_gpu_is_visible(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert check_device(run_config(gpus_per_node=0)) == "cpu"
     assert check_device(run_config(gpus_per_node=1)) == "cuda"
+
+
+def test_bf16_on_a_gpu_without_bfloat16_is_an_error_naming_the_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    run = run_config(name="old-gpu", gpus_per_node=1, precision="bf16")
+    with pytest.raises(DeviceError, match=r"run 'old-gpu' asks for precision bf16, but .*V100"):
+        check_device(run)
+    assert check_device({**run, "precision": "fp32"}) == "cuda"
+    assert check_device({**run, "gpus_per_node": 0}) == "cpu"  # the CPU runs bf16 autocast
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert check_device(run) == "cuda"
 
 
 # --------------------------------------------------------------------------------------------

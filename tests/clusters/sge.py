@@ -6,7 +6,9 @@ execd spool under ``<base>/spool``, and free ports (``SGE_QMASTER_PORT``, ``SGE_
 It runs ``sge_qmaster`` and one ``sge_execd``; queue ``all.q`` on ``@allhosts`` with parallel
 environments ``smp`` ($pe_slots) and ``mpi`` ($fill_up, control_slaves, so ``qrsh -inherit``
 works); complexes ``tmem``/``tscratch`` (always requested by Snakemake's SGE plugin) with values
-on the global exec host; 1 s scheduling and accounting flush so tests do not wait.
+on the global exec host, and a site's GPU complex, ``gpu`` (a per-job consumable, 2 on the exec
+host: :attr:`SgeCell.gpu_complex`, for a run's ``sge_gpu_complex``); 1 s scheduling and
+accounting flush so tests do not wait.
 
 Clients need ``SGE_ROOT``, ``SGE_CELL``, ``SGE_QMASTER_PORT`` and ``SGE_EXECD_PORT``
 (:attr:`SgeCell.env`); the Debian wrappers in /usr/bin honour them.
@@ -25,10 +27,12 @@ SGE_LIB = Path("/usr/lib/gridengine")  # the real binaries (Debian's /usr/bin on
 SGE_SHARE = Path("/usr/share/gridengine")
 CELL = "default"
 
-# Complexes Snakemake's SGE plugin requests on every job (-l tmem=..., -l tscratch=...).
+# Complexes Snakemake's SGE plugin requests on every job (-l tmem=..., -l tscratch=...), and a
+# site's GPU complex, a count consumed once per job: name -> (shortcut, type, consumable).
 EXTRA_COMPLEXES = {
-    "tmem": ("tmem", "MEMORY"),
-    "tscratch": ("tscratch", "MEMORY"),
+    "tmem": ("tmem", "MEMORY", "NO"),
+    "tscratch": ("tscratch", "MEMORY", "NO"),
+    "gpu": ("gpu", "INT", "JOB"),
 }
 
 
@@ -42,10 +46,12 @@ class SgeCell(Cluster):
     kind = "sge"
     queue = "all.q"
     parallel_environments = ("smp", "mpi")
+    gpu_complex = "gpu"  # the GPU complex of the cell (no device behind it: SGE only counts)
 
-    def __init__(self, base: str | os.PathLike[str], *, slots: int = 4):
+    def __init__(self, base: str | os.PathLike[str], *, slots: int = 4, gpus: int = 2):
         super().__init__(base)
         self.slots = slots
+        self.gpus = gpus
 
     @property
     def root(self) -> Path:
@@ -81,6 +87,7 @@ class SgeCell(Cluster):
             host=host,
             queue=self.queue,
             slots=self.slots,
+            gpus=self.gpus,
             ports={"qmaster": qmaster_port, "execd": execd_port},
             sge_root=str(self.root),
         )
@@ -170,7 +177,7 @@ class SgeCell(Cluster):
         global_conf.write_text(_conf_text(conf))
         centry = self.base / "centry"
         shutil.copytree(SGE_SHARE / "util/resources/centry", centry)
-        for name, (shortcut, ctype) in EXTRA_COMPLEXES.items():
+        for name, (shortcut, ctype, consumable) in EXTRA_COMPLEXES.items():
             (centry / name).write_text(
                 _conf_text(
                     {
@@ -179,7 +186,7 @@ class SgeCell(Cluster):
                         "type": ctype,
                         "relop": "<=",
                         "requestable": "YES",
-                        "consumable": "NO",
+                        "consumable": consumable,
                         "default": "0",
                         "urgency": "0",
                     }
@@ -230,7 +237,7 @@ class SgeCell(Cluster):
             {
                 "hostname": host,
                 "load_scaling": "NONE",
-                "complex_values": f"slots={self.slots}",
+                "complex_values": f"slots={self.slots},{self.gpu_complex}={self.gpus}",
                 "user_lists": "NONE",
                 "xuser_lists": "NONE",
                 "projects": "NONE",

@@ -15,12 +15,14 @@ config — only when nothing exists there — and removes exactly that link when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
 import stat
 import subprocess
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from .common import Cluster, ClusterError, Daemon, free_ports, run, tail, wait_until
@@ -382,6 +384,31 @@ StorageLoc={DB_NAME}
             env=env,
             logs=[Path(dbd.log)],
         )
+
+    # --------------------------------------------------------------------------------------------
+    # a site's settings, for one test
+
+    @contextlib.contextmanager
+    def settings(self, **values: str) -> Iterator[SlurmCluster]:
+        """slurm.conf with these settings (``RequeueExit="75"``) while the block runs: written,
+        ``scontrol reconfigure``d and seen in ``scontrol show config``; then as it was."""
+        original = self.conf.read_text()
+        self.conf.write_text(original + "".join(f"{k}={v}\n" for k, v in values.items()))
+        try:
+            self.run(["scontrol", "reconfigure"])
+
+            def in_force() -> bool:
+                shown = self.run(["scontrol", "show", "config"]).stdout
+                return all(
+                    any(line.split() == [k, "=", v] for line in shown.splitlines())
+                    for k, v in values.items()
+                )
+
+            wait_until(in_force, timeout=30, what=f"slurm.conf settings {values}")
+            yield self
+        finally:
+            self.conf.write_text(original)
+            self.run(["scontrol", "reconfigure"], check=False)
 
     # --------------------------------------------------------------------------------------------
     # stop

@@ -10,6 +10,12 @@ run.json (the config's ``site``, else the cluster's own name: Slurm's ClusterNam
 the local host; :mod:`clusterbench.launch.schedulers`); a run.json older than site recording
 takes the directory's name.
 
+One cluster's results from two dates (before and after a driver upgrade, say) are two
+"sites": where trees share a site, each tree's runs of it are labelled with the site and the
+date of the tree's newest training there (``east@2026-01-05``; to the minute where two trees
+of a site share a day, by the tree's directory where they share that too), and compared as
+sites are.
+
 Runs are matched across sites by their training settings: two runs are the same benchmark on
 two sites only when their training slices (every training key but the name) are equal. The
 comparison says which runs could not be matched, and why: no run with those settings on
@@ -37,16 +43,22 @@ import csv
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterbench.atomic import atomic_open
-from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS, canonical_json, schema_default
+from clusterbench.config import (
+    LATER_TRAIN_DEFAULTS,
+    LATER_TRAIN_KEYS,
+    TRAIN_KEYS,
+    canonical_json,
+    schema_default,
+)
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
-#: added since (absent in an older run.json) count as null.
+#: added since (absent in an older run.json) count as their default, which such a run had.
 MATCH_KEYS = tuple(k for k in TRAIN_KEYS if k != "name")
 
 
@@ -63,6 +75,7 @@ class SiteRun:
     config: dict[str, Any]  # run.json's "run"
     run_dir: Path
     eval_dir: Path
+    date: str = ""  # when its training ended (run.json's provenance date), ISO 8601
 
     @property
     def label(self) -> str:
@@ -109,11 +122,47 @@ def find_runs(path: Path) -> tuple[list[SiteRun], list[tuple[str, str]]]:
             continue
         info = read_run_json(run_dir / "run.json")
         site = str(info.get("site") or tree_name(path))
-        runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir))
+        date = training_date(info, run_dir / "run.json")
+        runs.append(SiteRun(site, run_dir.name, dict(info["run"]), run_dir, eval_dir, date))
     if not runs:
         raise CompareError(f"{root}: no finished run (run.json and eval metrics.json)")
     site = tree_site(runs, tree_name(path))
     return runs, [(f"{site}/{name}", why) for name, why in pending]
+
+
+def training_date(info: dict[str, Any], run_json: Path) -> str:
+    """When a run's training ended: its run.json's provenance date (as recorded, in the local
+    time of where it trained), else the file's modification time."""
+    date = (info.get("provenance") or {}).get("date")
+    if isinstance(date, str) and len(date) >= 16:
+        return date
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(run_json.stat().st_mtime).astimezone().isoformat()
+
+
+def dated_sites(trees: Sequence[tuple[str, list[SiteRun]]]) -> dict[tuple[int, str], str]:
+    """(tree index, site) -> the site's label, for trees given as (name, runs): the site
+    itself, or where several trees share it, ``site@date`` of that tree's newest training
+    there (to the day, else the minute), ``site@<tree name>`` where two trees share even
+    that."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for i, (_, runs) in enumerate(trees):
+        for site in dict.fromkeys(r.site for r in runs):
+            newest = max(r.date for r in runs if r.site == site)
+            found.setdefault(site, []).append((i, newest))
+    labels = {}
+    for site, seen in found.items():
+        if len(seen) == 1:
+            labels[seen[0][0], site] = site
+            continue
+        for width in (10, 16, None):
+            stamps = [d[:width].replace("T", " ") if width else "" for _, d in seen]
+            if width is None or len(set(stamps)) == len(stamps):
+                break
+        for (i, _), stamp in zip(seen, stamps, strict=True):
+            labels[i, site] = f"{site}@{stamp or trees[i][0]}"
+    return labels
 
 
 def tree_name(path: Path) -> str:
@@ -157,17 +206,26 @@ class Loaded:
     data: list[Any]  # clusterbench.report.inputs.RunData
     pending: list[tuple[str, str]]
     skipped: list[dict[str, Any]]
-    comm: list[Path] = dataclasses.field(default_factory=list)  # every tree's comm.json files
+    # every tree's comm results (report.inputs.load_comm's rows), their sites labelled
+    comm: list[Any] = dataclasses.field(default_factory=list)
 
 
 def load_all(dirs: Sequence[Path]) -> Loaded:
     """Read every tree: its runs as the report reads them, each named and sited as the
-    comparison names it (an older run.json: the tree's directory is its site)."""
+    comparison names it (an older run.json: the tree's directory is its site; a site of
+    several trees: dated, :func:`dated_sites`)."""
     from clusterbench.report.inputs import load_run
 
     loaded = Loaded([], [], [], [])
-    for path in dirs:
-        runs, pending = find_runs(path)
+    found = [(path, find_runs(path)) for path in dirs]
+    labels = dated_sites([(tree_name(path), runs) for path, (runs, _) in found])
+    for i, (path, (runs, pending)) in enumerate(found):
+        site = tree_site(runs, tree_name(path))
+        runs = [dataclasses.replace(r, site=labels[i, r.site]) for r in runs]
+        pending = [
+            (f"{labels.get((i, site), site)}/{label.split('/', 1)[1]}", why)
+            for label, why in pending
+        ]
         for run in runs:
             try:
                 data = load_run(run.run_dir, run.eval_dir)
@@ -177,20 +235,38 @@ def load_all(dirs: Sequence[Path]) -> Loaded:
             loaded.runs.append(run)
             loaded.data.append(dataclasses.replace(data, name=run.label, info=info))
         loaded.pending += pending
-        loaded.skipped += find_skipped(path, tree_site(runs, tree_name(path)))
-        loaded.comm += sorted(results_root(path).glob("comm/*/comm.json"))
+        loaded.skipped += find_skipped(path, labels.get((i, site), site))
+        loaded.comm.append(tree_comm(path, lambda s, i=i: labels.get((i, s), s)))
     return loaded
+
+
+def tree_comm(path: Path, label: Callable[[str], str]) -> Any:
+    """A tree's comm results (``comm/*/comm.json``: :func:`clusterbench.report.inputs.
+    load_comm`), each row's site as the comparison labels that tree's runs of it (``label``:
+    a site of several trees is dated), so that each run meets its own tree's interconnect."""
+    from clusterbench.report.inputs import load_comm
+
+    try:
+        comm = load_comm(sorted(results_root(path).glob("comm/*/comm.json")))
+    except (OSError, ValueError) as exc:
+        raise CompareError(str(exc)) from None
+    return comm.assign(site=comm["site"].map(label))
 
 
 def match_key(config: dict[str, Any]) -> str:
     """What must be equal for two runs to be compared: the training slice without the name."""
     return canonical_json(
-        {k: config.get(k) for k in MATCH_KEYS if k in config or k in LATER_TRAIN_KEYS}
+        {k: setting(config, k) for k in MATCH_KEYS if k in config or k in LATER_TRAIN_KEYS}
     )
 
 
+def setting(config: dict[str, Any], key: str) -> Any:
+    """A training key of run.json's ``run``; a later key an older run.json lacks: its default."""
+    return config[key] if key in config else LATER_TRAIN_DEFAULTS.get(key)
+
+
 def differing_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in MATCH_KEYS if a.get(k) != b.get(k))
+    return sorted(k for k in MATCH_KEYS if setting(a, k) != setting(b, k))
 
 
 def match_runs(runs: Sequence[SiteRun]) -> tuple[list[list[SiteRun]], list[tuple[SiteRun, str]]]:
@@ -286,15 +362,15 @@ def comm_site_table(comm: Any) -> Any:
 def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) -> int:
     """Compare the trees ``dirs``: ``compare.csv``, ``compare-runs.csv`` and the PDF
     ``output``; returns 0."""
+    import pandas as pd
+
     from clusterbench import compare_report, provenance
     from clusterbench.report import tables
     from clusterbench.report.inputs import ReportParams, load_comm
 
     loaded = load_all(dirs)
-    try:
-        comm = load_comm(loaded.comm)
-    except (OSError, ValueError) as exc:
-        raise CompareError(str(exc)) from None
+    found = [frame for frame in loaded.comm if not frame.empty]
+    comm = pd.concat(found, ignore_index=True) if found else load_comm([])
     sites = list(dict.fromkeys(r.site for r in loaded.runs))
     groups, unmatched = match_runs(loaded.runs)
     runs_df = tables.runs_table(loaded.data, warmup)

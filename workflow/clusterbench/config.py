@@ -30,7 +30,7 @@ import yaml
 
 from clusterbench import config_file, models
 from clusterbench import experiments as expansion
-from clusterbench.backends import BACKENDS
+from clusterbench.backends import BACKENDS, grad_compression_problems
 from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
@@ -40,6 +40,7 @@ from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.formats import FORMATS, format_module
 from clusterbench.params import json_object
+from clusterbench.training.lr import schedule_problems
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
@@ -82,6 +83,8 @@ LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-adde
 #: ``loading: auto`` holds a run's data resident when the node's ranks' copies fit in this
 #: share of the memory (the schema's ``x-resident-memory-fraction`` of ``loading``).
 RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
+#: What an older run.json that lacks a later key trained with: the key's default.
+LATER_TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in LATER_TRAIN_KEYS}
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
 #: of local jobs): never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
@@ -652,6 +655,7 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
+    problems += schedule_problems(run, where) + grad_compression_problems(run, where)
     return problems + elastic_problems(run, where)
 
 
@@ -750,6 +754,23 @@ def stage_params(stage: str, params: str | Mapping[str, Any], what: str = "--par
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON: the form every params slice is passed in."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+#: The characters :func:`script_safe_json` writes as JSON escapes: those that let text end an
+#: HTML script block (``</script>``, ``<!--``) or start markup.
+HTML_SPECIAL = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_safe_json(obj: Any) -> str:
+    """:func:`canonical_json` with ``<``, ``>`` and ``&`` written as JSON escapes (``\\u003c``
+    ...): the same value to any JSON reader, and text that cannot end a script block.
+
+    For the params of a rule whose outputs Snakemake's HTML report shows (rules/report.smk):
+    the report embeds each such job's params, as text, in the JSON of an inline ``<script>``
+    block without escaping them (snakemake/report/html_reporter/data/results.py), and the
+    report rule's params carry user text: the title, the author, the skipped runs' reasons. The
+    characters stand only inside JSON strings, so the text stays valid JSON."""
+    return canonical_json(obj).translate(HTML_SPECIAL)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

@@ -8,7 +8,8 @@ python scripts/evaluate.py --data-dir results/data/NAME --model results/runs/RUN
 Only reads the model (``torch.load(..., weights_only=True)``: a checkpoint holding anything but
 tensors and plain containers is refused, nothing in it is executed), rebuilds it with
 :func:`clusterbench.models.build_model` and runs it in one process on the GPU when there is one,
-else on the CPU. Writes ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json``.
+else on the CPU. Writes ``per_class.csv``, ``confusion.csv``, ``metrics.json`` and, last, their
+``checksums.json`` (:func:`clusterbench.integrity.write_checksums`).
 
 Every input is checked (params, ``meta.json``, the split's arrays, the model file, the model's
 architecture against the data) before any inference runs. An image folder stored as files
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench import integrity
 from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.data import DataError
@@ -83,6 +85,9 @@ def load_model_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: model file missing")
     retrain = f"Train the run again with: {forcerun_command(path)}"
+    # what the train step recorded beside it, if it did (run by hand, it may not have)
+    remedy = integrity.remake_command(path)
+    integrity.check(path.parent / integrity.CHECKSUMS, "files", remedy, prefix=path.name)
     size = path.stat().st_size
     if size == 0:
         raise ValueError(
@@ -234,8 +239,8 @@ def write_outputs(
     loss_sum: float,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``per_class.csv``, ``confusion.csv`` and, last, ``metrics.json`` (with ``extra``);
-    return metrics."""
+    """Write ``per_class.csv``, ``confusion.csv``, ``metrics.json`` (with ``extra``) and, last,
+    their ``checksums.json``; return metrics."""
     import pandas as pd
 
     names = [str(n) for n in meta["class_names"]]
@@ -267,6 +272,8 @@ def write_outputs(
         **(extra or {}),
     }
     write_json(out_dir / "metrics.json", metrics)
+    # last: the workflow checks the three files against it before later steps read them
+    integrity.write_checksums(out_dir, integrity.EVAL_FILES)
     return metrics
 
 

@@ -44,7 +44,7 @@ ENVIRONMENT_KEYS = ("workers", "nodes", "gpus_per_node")
 CORES = "cores"
 
 #: The most runs one experiment may expand to (a typo in a matrix must not make 10^5 jobs).
-MAX_RUNS = 1000
+MAX_RUNS = 10_000
 
 #: An expanded run name: a file-name component with ``=`` and ``,`` too; at most this long.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,=+-]*$")

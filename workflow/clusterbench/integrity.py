@@ -1,12 +1,16 @@
 """Check a stage's files on disk against the checksums recorded when they were written.
 
 Snakemake notices a missing output, not a damaged one: a truncated ``train_x.npy`` only makes
-the steps after it stale, which then fail (or worse, use it). The download records each raw
-file's sha256 in ``MANIFEST.json`` and the preprocess step each array's in ``meta.json``
-(``files``). The workflow checks them before any job starts (rules/common.smk), and the stages
-check their inputs again before use. A damaged array is named with the command that makes it
-again; a damaged raw file makes the workflow set its manifest aside (:func:`set_aside`), so
-that Snakemake runs the download again.
+the steps after it stale, which then fail (or worse, use it), and Snakemake removes a job's
+outputs before it runs, so a job that then fails on a damaged input loses good outputs. The
+download records each raw file's sha256 in ``MANIFEST.json``, the preprocess step each array's
+in ``meta.json`` (``files``), and the train and evaluate steps their files' in a
+``checksums.json`` beside them (:func:`write_checksums`, written last: :data:`RUN_FILES`,
+:data:`EVAL_FILES`). The workflow checks them before any job starts
+(:mod:`clusterbench.pipeline.checks`), and the stages check their inputs again before use. A
+damaged array or run output is named with the command that makes it again; a damaged raw file
+makes the workflow set its manifest aside (:func:`set_aside`), so that Snakemake runs the
+download again.
 
 The workflow checks at every invocation: :class:`DigestCache` keeps each file's sha256 with
 its size, modification and change times, so an unchanged file is not read again.
@@ -32,6 +36,14 @@ from clusterbench.atomic import write_json
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
+#: The record of a train or evaluate step's files, beside them, written last.
+CHECKSUMS = "checksums.json"
+#: The files of ``results/runs/<run>/`` its ``checksums.json`` records (what later steps read).
+RUN_FILES = ("run.json", "metrics.jsonl", "model.pt")
+#: The files of ``results/eval/<run>/`` its ``checksums.json`` records.
+EVAL_FILES = ("per_class.csv", "confusion.csv", "metrics.json")
+
+
 class DamagedFile(ValueError):
     """A file differs from its recorded checksum (or is missing); the message says what to run."""
 
@@ -47,6 +59,16 @@ def sha256_of(path: Path) -> str:
 def record(path: Path) -> dict[str, Any]:
     """What :func:`problems` checks a file against: ``{"size", "sha256"}``."""
     return {"size": path.stat().st_size, "sha256": sha256_of(path)}
+
+
+def write_checksums(folder: Path, names: tuple[str, ...] | list[str]) -> Path:
+    """Record the size and sha256 of each file ``names`` in ``folder`` in ``folder``'s
+    :data:`CHECKSUMS` (``{"files": {name: {"size", "sha256"}}}``, atomically), and return its
+    path. The step's last write: once it is there, the files are complete as recorded."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    write_json(path, {"files": {name: record(folder / name) for name in names}})
+    return path
 
 
 class DigestCache:
@@ -171,7 +193,7 @@ def set_aside(marker: Path, suffix: str = ".damaged") -> Path:
     """Rename ``marker`` to ``<marker><suffix>`` (``<suffix>.2``, ... if taken: nothing is ever
     overwritten or deleted) and return the new path. A missing marker alone does not make
     Snakemake 9 rerun its job while the jobs after it are complete: the caller also forces it
-    (rules/common.smk, ``raw_files_intact``).
+    (:meth:`clusterbench.pipeline.checks.Checks.raw_files`).
 
     Atomic: a hard link under the new name, then the old name removed; where the file system
     has no hard links, a rename to a name that was free just before.
@@ -219,12 +241,12 @@ def set_aside_copies(marker: Path, suffix: str = ".damaged") -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def remake_command(marker: Path | str) -> str:
-    """What makes a stage's damaged files again: remove their marker (MANIFEST.json,
-    meta.json), which the workflow checks them against before any job, and force the stage
-    that writes it (and so what follows)."""
-    path = shlex.quote(_relative(marker))
-    return f"rm {path} && snakemake --forcerun {path} <your usual options>"
+def remake_command(*paths: Path | str) -> str:
+    """What makes a stage's damaged files again: force the stage that writes ``paths`` (any of
+    its outputs, e.g. the record the files are checked against), and so what follows. The
+    workflow's checks before any job pass over the outputs of a forced job: nothing needs
+    removing first."""
+    return f"{forcerun_command(*paths)} <your usual options>"
 
 
 def _relative(path: Path | str) -> str:
@@ -237,12 +259,12 @@ def _relative(path: Path | str) -> str:
     return text
 
 
-def forcerun_command(path: Path | str) -> str:
-    """The Snakemake command that makes ``path`` (an output of this workflow) again, and
-    everything that depends on it: ``snakemake --forcerun results/runs/RUN/model.pt``.
+def forcerun_command(*paths: Path | str) -> str:
+    """The Snakemake command that makes ``paths`` (outputs of this workflow) again, and
+    everything that depends on them: ``snakemake --forcerun results/runs/RUN/model.pt``.
 
-    ``path`` is the one the rule passed (relative to the workflow's working directory, with
-    the module prefix if any); an absolute path under the current directory is made relative,
-    as Snakemake matches ``--forcerun`` files against its relative output paths.
+    A path is the one the rule passed (relative to the workflow's working directory, with the
+    module prefix if any); an absolute path under the current directory is made relative, as
+    Snakemake matches ``--forcerun`` files against its relative output paths.
     """
-    return f"snakemake --forcerun {shlex.quote(_relative(path))}"
+    return "snakemake --forcerun " + " ".join(shlex.quote(_relative(path)) for path in paths)

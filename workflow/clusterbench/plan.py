@@ -8,9 +8,10 @@ profile's executor: ``CLUSTERBENCH_EXECUTOR``), prints its output, then the plan
 - every training job the dry run would run (a finished one is not), with its nodes, ranks,
   CPUs, GPUs and wall-clock limit, from the job's resources as Snakemake evaluated them
   (the profile's ``default-resources`` and ``--set-resources`` included) and read the way the
-  executor's scheduler reads them (:meth:`~clusterbench.launch.schedulers.base.Scheduler.
-  job_request`: Slurm ``--nodes``/``--ntasks``/``--cpus-per-task``, SGE's slots); GPUs from
-  the scheduler-neutral ``nodes`` x ``gpus_per_node``; the wall-clock limit is ``runtime``;
+  executor's scheduler reads them (the registry's scheduler of that name:
+  :meth:`~clusterbench.launch.schedulers.Scheduler.job_request`: Slurm ``--nodes``/``--ntasks``/
+  ``--cpus-per-task``, SGE's slots); GPUs from the scheduler-neutral ``nodes`` x
+  ``gpus_per_node``; the wall-clock limit is ``runtime``;
 - the CPU-hours and GPU-hours requested in all (at the wall-clock limits);
 - the jobs of each rule: Snakemake's own job stats;
 - the runs the workflow skips, and why: its ``skipping run ...`` warnings.
@@ -33,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench.launch.schedulers import SCHEDULERS
-from clusterbench.launch.schedulers.base import Scheduler
+from clusterbench.launch.schedulers import SCHEDULERS, Scheduler
 
 #: The environment variable naming the executor a dry run plans for (read by rules/common.smk).
 EXECUTOR_VAR = "CLUSTERBENCH_EXECUTOR"

@@ -2,17 +2,19 @@
 
 ``unavailable_runs`` in rules/common.smk (while Snakemake builds the job graph: the report's
 input functions, and ``preflight``, an input function of the train rule) asks the scheduler of
-the executor Snakemake runs under (or plans for) through :func:`unavailable`. Each scheduler's
+the executor Snakemake runs under (or plans for) through :func:`unavailable`: the scheduler of
+that name in the registry (:data:`clusterbench.launch.schedulers.SCHEDULERS`). Each scheduler's
 check lives in its own module of :mod:`clusterbench.launch.schedulers`, behind
-:meth:`~clusterbench.launch.schedulers.base.Scheduler.unavailable`:
+:meth:`~clusterbench.launch.schedulers.Scheduler.unavailable`; those clusterbench ships:
 
 - local: a run needing more cores than local jobs get (its ranks would share cores and its
   timing would measure that), or GPUs where none is usable (``CUDA_VISIBLE_DEVICES`` and
   ``nvidia-smi -L``, no torch import);
 - Slurm: each training job against the partition's nodes, CPUs and GPUs as ``sinfo`` reports
   them (Slurm would accept a larger job and leave it pending forever);
-- SGE: ``qsub -w v`` (verify, submit nothing) of each training job as it would be submitted:
-  what the profile's ``qsub -w e`` would refuse at submission.
+- SGE: the GPU complex a run names (``sge_gpu_complex``) is one of the cell's (``qconf -sc``),
+  and ``qsub -w v`` (verify, submit nothing) of each training job as it would be submitted: what
+  the profile's ``qsub -w e`` would refuse at submission.
 
 A run's ``on_unavailable`` decides what follows: ``skip`` (the default) leaves the run out, with
 a warning naming it and the reason, and the report lists it (``skipped.csv``); ``fail`` stops
@@ -23,8 +25,7 @@ Imported by the Snakefile: the standard library only (and the scheduler modules,
 
 from __future__ import annotations
 
-from clusterbench.launch.schedulers import SCHEDULERS
-from clusterbench.launch.schedulers.base import PreflightContext, PreflightError
+from clusterbench.launch.schedulers import SCHEDULERS, PreflightContext, PreflightError
 from clusterbench.launch.schedulers.local import local_gpus
 
 #: ``local_gpus`` stays importable from here: the GPUs local jobs can use (tests skip on it).
@@ -32,8 +33,9 @@ __all__ = ["PreflightContext", "PreflightError", "local_gpus", "unavailable"]
 
 
 def unavailable(executor: str, context: PreflightContext) -> dict[str, str]:
-    """Run -> why the scheduler behind Snakemake's ``executor`` (``local``, ``slurm``, ``sge``)
-    could never run the run's training job as asked; ``{}`` for an executor clusterbench has no
-    scheduler for. A :class:`PreflightError` when the scheduler could not be asked."""
+    """Run -> why the scheduler behind Snakemake's ``executor`` (the scheduler of that name:
+    ``local``, ``slurm``, ``sge``, ...) could never run the run's training job as asked; ``{}``
+    for an executor clusterbench has no scheduler for. A :class:`PreflightError` when the
+    scheduler could not be asked."""
     scheduler = SCHEDULERS.get(executor)
     return {} if scheduler is None else scheduler.unavailable(context)

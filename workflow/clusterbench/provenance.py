@@ -206,12 +206,30 @@ def _proc_driver() -> str:
     return parse_proc_driver_version(text) or UNKNOWN
 
 
+def nccl_version() -> str | None:
+    """The NCCL version of the torch this process has imported (``2.29.7``; torch is never
+    imported here); None without torch or without NCCL (a CPU-only build)."""
+    torch = sys.modules.get("torch")
+    try:
+        version = torch.cuda.nccl.version() if torch is not None else None
+    except Exception:  # a build without NCCL raises; provenance never fails
+        return None
+    if isinstance(version, tuple):
+        return ".".join(map(str, version))
+    return None if version is None else str(version)
+
+
 def versions() -> dict[str, str]:
-    """Python's and the key packages' versions (no subprocess, no import of the packages)."""
-    return {
+    """Python's and the key packages' versions (no subprocess, no import of the packages), and
+    ``nccl`` where this process has imported a torch with NCCL (the training's ranks)."""
+    found = {
         "python": platform.python_version(),
         **{name: package_version(dist) for name, dist in PACKAGES.items()},
     }
+    nccl = nccl_version()
+    if nccl is not None:
+        found["nccl"] = nccl
+    return found
 
 
 def host_facts() -> dict[str, Any]:

@@ -119,6 +119,9 @@ class Runtime(ABC):
     """One backend's collectives and data-parallel wrapping (see the module docstring)."""
 
     name: ClassVar[str]
+    #: The run's ``grad_compression`` choices this backend's step can apply to the gradients'
+    #: allreduce (``none``: full precision).
+    GRAD_COMPRESSIONS: ClassVar[tuple[str, ...]] = ("none",)
 
     def __init__(self, identity: Identity, device_type: str) -> None:
         self.identity = identity
@@ -237,12 +240,18 @@ class Runtime(ABC):
 
     @abstractmethod
     def wrap(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        bn: str,
+        grad_compression: str = "none",
     ) -> tuple[nn.Module, DistributedOptimizer]:
         """``(module to call in training, optimiser to step)`` for data-parallel training.
 
         Call after :meth:`broadcast_state`: the ranks must start equal. The returned module
         shares its parameters and buffers with ``model`` (save ``model``, not the wrapper).
+        ``grad_compression`` (one of :attr:`GRAD_COMPRESSIONS`): the 16-bit type the gradients
+        travel in; the BatchNorm statistics always travel exact.
         """
 
     def aggregator(self, model: nn.Module, bn: str) -> RunningStatsAggregator | None:

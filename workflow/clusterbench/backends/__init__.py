@@ -26,7 +26,8 @@ A single process started without a launcher is a world of one under either backe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from clusterbench.registry import Registry
 
@@ -47,6 +48,22 @@ def is_elastic(backend: str) -> bool:
     from clusterbench.runtime import ElasticRuntime
 
     return issubclass(runtime_class(backend), ElasticRuntime)
+
+
+def grad_compression_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
+    """A ``grad_compression`` the run's backend cannot apply, named (before any job)."""
+    wanted = run.get("grad_compression") or "none"
+    if run["backend"] not in BACKENDS.names():
+        return []  # the schema names an unknown backend
+    able = runtime_class(run["backend"]).GRAD_COMPRESSIONS
+    if wanted in able:
+        return []
+    others = [b for b in BACKENDS.names() if wanted in runtime_class(b).GRAD_COMPRESSIONS]
+    return [
+        f"{where}.grad_compression: backend {run['backend']!r} cannot compress gradients to "
+        f"{wanted} (it takes {', '.join(able)})"
+        + (f": use backend {' or '.join(others)} for {wanted}" if others else "")
+    ]
 
 
 def init(backend: str, device_type: str) -> Runtime:

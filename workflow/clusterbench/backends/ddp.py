@@ -10,6 +10,13 @@ DDP averages the gradients during backward, in buckets (one bucket for a small m
 per-forward buffer broadcast is switched off (``broadcast_buffers=False``) because BatchNorm
 statistics follow the run's ``bn`` mode instead: ``aggregate`` adds one ``all_reduce`` of the
 running-statistics contribution after each optimiser step.
+
+``grad_compression: fp16 | bf16`` registers PyTorch's own communication hook on the DDP module
+(``ddp_comm_hooks.default_hooks.fp16_compress_hook`` / ``bf16_compress_hook``): each gradient
+bucket is cast to the 16-bit type for its allreduce, averaged, and cast back. The BatchNorm
+contribution's ``all_reduce`` is no DDP bucket: it stays float32, exact. When steps are timed
+(:mod:`clusterbench.training.step_times`) the timed hook wraps the compress hook: each bucket's
+start is noted, then it is compressed and exchanged.
 """
 
 from __future__ import annotations
@@ -99,10 +106,12 @@ def allreduce_sum_function() -> type:
 
 class ReadyClock:
     """The state of DDP's communication hook when steps are timed: when each gradient bucket
-    was handed to the collective (the last one: backward's compute is done)."""
+    was handed to the collective (the last one: backward's compute is done), and the hook that
+    then exchanges it (``inner``: ``grad_compression``'s compress hook; None: DDP's allreduce)."""
 
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, inner: Callable[..., Any] | None = None) -> None:
         self.cuda = cuda
+        self.inner = inner
         self.last: Any = None
 
     def mark(self) -> None:
@@ -116,11 +125,14 @@ class ReadyClock:
 
 
 def timed_allreduce_hook(clock, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations
-    """DDP's own allreduce of a bucket (``default_hooks.allreduce_hook``), its start noted."""
+    """The bucket's exchange, its start noted: DDP's own allreduce
+    (``default_hooks.allreduce_hook``), or the compress hook of ``grad_compression`` (the
+    bucket cast to 16 bits, averaged, cast back): the timing wraps the compression."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     clock.mark()
-    return default_hooks.allreduce_hook(None, bucket)
+    exchange = default_hooks.allreduce_hook if clock.inner is None else clock.inner
+    return exchange(None, bucket)  # None: the default process group
 
 
 class AggregatingOptimizer(DistributedOptimizer):
@@ -149,6 +161,7 @@ class AggregatingOptimizer(DistributedOptimizer):
 
 class TorchRuntime(Runtime):
     name = "ddp"
+    GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 
     @classmethod
     def start(cls, device_type: str) -> TorchRuntime:
@@ -226,10 +239,15 @@ class TorchRuntime(Runtime):
         return batchnorm_factory(nn.SyncBatchNorm)
 
     def wrap(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, bn: str
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        bn: str,
+        grad_compression: str = "none",
     ) -> tuple[nn.Module, DistributedOptimizer]:
         from clusterbench.training import step_times
 
+        hook = compress_hook(grad_compression)
         module, clock = model, None
         if self.size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -243,9 +261,28 @@ class TorchRuntime(Runtime):
                 bucket_cap_mb=bucket_cap_mb(os.environ),
             )
             if step_times.enabled():  # when backward's compute ends: the last bucket's start
-                clock = ReadyClock(params.is_cuda)
+                clock = ReadyClock(params.is_cuda, hook)
                 module.register_comm_hook(clock, timed_allreduce_hook)
+            elif hook is not None:
+                module.register_comm_hook(None, hook)  # None: the default process group
         return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn), clock)
+
+
+def compress_hook(grad_compression: str) -> Callable[..., Any] | None:
+    """DDP's communication hook for ``grad_compression`` (None: DDP's own allreduce)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hooks = {
+        "none": None,
+        "fp16": default_hooks.fp16_compress_hook,
+        "bf16": default_hooks.bf16_compress_hook,
+    }
+    if grad_compression not in hooks:
+        raise ValueError(
+            f"grad_compression {grad_compression!r}: the ddp backend compresses to "
+            f"{' or '.join(TorchRuntime.GRAD_COMPRESSIONS)}"
+        )
+    return hooks[grad_compression]
 
 
 #: The backend's runtime (clusterbench.backends).

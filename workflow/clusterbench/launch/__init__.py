@@ -1,22 +1,32 @@
 """``clusterbench-launch`` (``python -m clusterbench.launch``): start one rank per slot of the
 allocation this job runs in: no ssh, no MPI, no torchrun.
 
-    clusterbench-launch --np W [--scheduler auto|slurm|sge|local] [--iface IF] [--timeout S]
-                        [--log-level L] -- CMD ARGS...
+    clusterbench-launch --np W [--min-np A --max-np B] [--scheduler auto|<name>] [--iface IF]
+                        [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 "Launcher" is this program; the cluster system whose allocation it runs in is the *scheduler*.
 The package:
 
-- :mod:`~clusterbench.launch.cli`: the options, the :class:`~clusterbench.launch.cli.Plan` of a
-  launch (``prepare``), ``main``;
-- :mod:`~clusterbench.launch.runner`: the rank runner (start every rank, watch, fail fast) and the
-  launcher's signals (SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank);
-- :mod:`~clusterbench.launch.schedulers`: one module per scheduler (``local``, ``slurm``,
-  ``sge``), each with its parsers, how it starts and signals a rank, pins GPUs and discovers
-  hosts for Horovod elastic, and the workflow's side: its pre-flight check (``unavailable``),
-  what a training job asks it for (``job_request``) and, for Slurm and SGE, the train rule's
-  resources; the registry picks the one the job runs in (or the executor's);
-- :mod:`~clusterbench.launch.placement`: where ranks go (slots, network interface).
+- :mod:`~clusterbench.launch.cli`: the options (``parse_args``), ``main``, ``cli``;
+- :mod:`~clusterbench.launch.fixed`: a launch of ``--np`` ranks: its
+  :class:`~clusterbench.launch.fixed.Plan` (``prepare``) and ``run`` (Horovod's Gloo runner);
+- :mod:`~clusterbench.launch.elastic`: with ``--min-np``/``--max-np``, Horovod elastic's driver
+  over the scheduler's host discovery;
+- :mod:`~clusterbench.launch.common`: what both share (this machine's interfaces, a free port,
+  every rank's extra environment);
+- :mod:`~clusterbench.launch.runner`: the rank runner (start every rank, watch, fail fast, pass
+  a warning on) and the :class:`~clusterbench.launch.runner.Reaper`;
+- :mod:`~clusterbench.launch.signals`: the launcher's own signals (SIGINT/SIGTERM stop every
+  rank, SIGUSR1/SIGUSR2 are passed on to every rank);
+- :mod:`~clusterbench.launch.exclusive`: ``--lock``, one launch of a run at a time;
+- :mod:`~clusterbench.launch.placement`: where ranks go (slots, network interface);
+- :mod:`~clusterbench.launch.schedulers`: the registry of schedulers, one module each
+  (``local``, ``slurm``, ``sge``), with its parsers, how it starts and signals a rank, pins GPUs
+  and discovers hosts for Horovod elastic, and the workflow's side: its part of the train rule's
+  resources, its pre-flight check (``unavailable``) and what a training job asks it for
+  (``job_request``); the registry picks the one the job runs in (or the executor's);
+- :mod:`~clusterbench.launch.slurm_batch`: the Slurm profile's stand-in for the batch shell,
+  which passes Slurm's preemption warning on to the job.
 
 Each rank's output is streamed with a ``[rank]`` prefix. When a rank fails the others are
 stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with the failing

@@ -5,14 +5,19 @@ rendezvous, assigns slots and decides when the world changes; this module gives 
 
 - a :class:`SchedulerDiscovery`: the scheduler's ``elastic_hosts`` (local: each slot of this
   host or of the hosts file ``CLUSTERBENCH_HOSTS_FILE``, one host per slot; Slurm: the job's
-  nodes, SGE: the parallel environment's hosts, each less those where a rank failed), asked
-  again about every second;
+  nodes, SGE: the parallel environment's hosts, each limited to the hosts file when one is
+  named; less those where a rank failed), asked again about every second;
 - an :class:`ElasticRankRunner` as ``exec_command``: ranks start exactly as in a fixed launch
   (local process, ``srun`` step, ``qrsh -inherit``; no ssh), but a rank that fails takes only
   its host out (Horovod blacklists the host, and the other ranks reset to the smaller world)
-  instead of stopping every rank.
+  instead of stopping every rank; a rank whose host left the discovery (stopped by Horovod's
+  host event, or ended by Horovod itself) is no failure (the host may come back).
 
-Signals are handled as in a fixed launch (:class:`~clusterbench.launch.runner.StopSignals`):
+Horovod's driver starts on every slot the discovery offers, up to ``--max-np``, once it offers
+at least ``--np`` (its ``num_proc``): an allocation sized for ``max_workers`` starts with that
+many, unless a hosts file holds slots back; ranks join and leave as the offer changes.
+
+Signals are handled as in a fixed launch (:class:`~clusterbench.launch.signals.StopSignals`):
 SIGINT/SIGTERM stop every rank, SIGUSR1 is passed on to every rank that runs.
 """
 
@@ -30,22 +35,17 @@ from typing import Any
 
 from clusterbench import preemption
 from clusterbench.launch import schedulers
-from clusterbench.launch.cli import local_ifaces, rank_env
+from clusterbench.launch.common import local_ifaces, rank_env
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
-from clusterbench.launch.runner import (
-    RankResult,
-    RankRunner,
-    StopSignals,
-    failure_message,
-    shutdown_event_without_handlers,
-)
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.runner import RankResult, RankRunner, failure_message
+from clusterbench.launch.schedulers import (
     Allocation,
     LaunchError,
     Scheduler,
     resolve,
     split_devices,
 )
+from clusterbench.launch.signals import StopSignals, shutdown_event_without_handlers
 
 log = logging.getLogger("clusterbench.launch")
 
@@ -55,13 +55,20 @@ ELASTIC_TIMEOUT_S = 120
 
 class SchedulerDiscovery:
     """Horovod's ``HostDiscovery`` over a scheduler: ``find_available_hosts_and_slots`` is the
-    scheduler's :meth:`~clusterbench.launch.schedulers.base.Scheduler.elastic_hosts`."""
+    scheduler's :meth:`~clusterbench.launch.schedulers.Scheduler.elastic_hosts`; ``offered`` is
+    what it answered last (None: not asked yet)."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        self.offered: dict[str, int] | None = None
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
-        return self.scheduler.elastic_hosts()
+        self.offered = self.scheduler.elastic_hosts()
+        return self.offered
+
+    def left(self, host: str) -> bool:
+        """Whether ``host`` has left the hosts offered (a hosts file's ``:0``, say)."""
+        return self.offered is not None and not self.offered.get(host)
 
 
 def discovery(scheduler: Scheduler) -> Any:
@@ -81,10 +88,17 @@ class ElasticRankRunner(RankRunner):
     stops that rank only; the launcher's own stop signals still stop every rank. Each slot's
     GPU comes from the scheduler (``elastic_device``) when it starts."""
 
-    def __init__(self, scheduler: Scheduler, inherited: Any, stop_all: threading.Event):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        inherited: Any,
+        stop_all: threading.Event,
+        found: SchedulerDiscovery | None = None,
+    ):
         super().__init__(scheduler, {})
         self.inherited = inherited
         self.stop_all = stop_all  # the launcher's shutdown: stops every rank
+        self.found = found  # the driver's host discovery (which hosts left)
         #: (seconds since the launch, rank, host, exit code) of each rank that failed
         self.failures: list[RankResult] = []
 
@@ -97,6 +111,18 @@ class ElasticRankRunner(RankRunner):
     def ended(self, result: RankResult, slot_info: Any) -> None:
         code = result.exit_code
         if code in (0, preemption.EXIT_PREEMPTED) or self.stop_all.is_set():
+            return
+        # Its host left the hosts offered: Horovod stopped the rank, or the rank ended itself
+        # ("<host>[<slot>] has been removed from elastic job", an abort): no failure, as for
+        # Horovod's driver, and the host may come back.
+        if result.after_stop or (self.found is not None and self.found.left(result.host)):
+            log.info(
+                "rank %d on %s ended (exit %d): %s left the hosts the job may use",
+                result.rank,
+                result.host,
+                code,
+                result.host,
+            )
             return
         self.failures.append(result)
         self.scheduler.rank_failed(slot_info)
@@ -165,8 +191,9 @@ def run(plan: ElasticPlan) -> int:
     )
     log.info("Gloo interface %s: %s", plan.iface.iface, plan.iface.reason)
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
+    found = discovery(plan.scheduler)
     settings = ElasticSettings(
-        discovery=discovery(plan.scheduler),
+        discovery=found,
         min_num_proc=args.min_np,
         max_num_proc=args.max_np,
         elastic_timeout=ELASTIC_TIMEOUT_S,
@@ -176,7 +203,7 @@ def run(plan: ElasticPlan) -> int:
         nics={plan.iface.iface},
     )
     shutdown = threading.Event()
-    runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown)
+    runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown, found)
     signals = StopSignals(
         shutdown, runner.kill_all, runner.sweep, runner.reaper.sweep, forward=runner.forward
     )
@@ -201,7 +228,12 @@ def run(plan: ElasticPlan) -> int:
                 runner.reaper.sweep()
             if error is not None or signals.first is not None:
                 plan.scheduler.cleanup()
+    return outcome(runner, signals, error, args.max_np)
 
+
+def outcome(runner: ElasticRankRunner, signals: StopSignals, error: str | None, max_np: int) -> int:
+    """How the elastic launch ended, logged; its exit code (see :func:`run`). ``error``:
+    Horovod's, when it gave up."""
     for failed in runner.failures:
         log.info("rank %d on %s had failed (exit %d)", failed.rank, failed.host, failed.exit_code)
     if signals.first is not None:
@@ -220,6 +252,6 @@ def run(plan: ElasticPlan) -> int:
         )
         return 0
     last = runner.failures[-1] if runner.failures else None
-    detail = f"\n{failure_message(last, args.max_np)}" if last else ""
+    detail = f"\n{failure_message(last, max_np)}" if last else ""
     log.error("Horovod elastic gave up: %s%s", error.strip(), detail)
     return 1

@@ -1,9 +1,10 @@
 """Where the ranks go, whatever the scheduler: pure functions, text and data in, data out.
 
-How ``--np`` ranks spread over an allocation's hosts (Horovod's ``host:slots`` string), which
-hosts are this machine, and the network interface Gloo binds to. The schedulers
-(:mod:`clusterbench.launch.schedulers`) read the allocation; :mod:`clusterbench.launch.cli`
-puts the two together.
+How ``--np`` ranks spread over an allocation's hosts (Horovod's ``host:slots`` string, with
+:func:`~clusterbench.launch.schedulers.spread_ranks`, Slurm's block distribution, which the Slurm
+scheduler also uses), which hosts are this machine, and the network interface Gloo binds to.
+The schedulers (:mod:`clusterbench.launch.schedulers`) read the allocation; a launch
+(:mod:`clusterbench.launch.fixed`, :mod:`clusterbench.launch.elastic`) puts the two together.
 """
 
 from __future__ import annotations
@@ -12,33 +13,10 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clusterbench.launch.schedulers.base import Allocation, AllocationError
+from clusterbench.launch.schedulers import Allocation, AllocationError, spread_ranks
 
 # ------------------------------------------------------------------------------------------
 # ranks on hosts
-
-
-def spread_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:
-    """How many of ``np`` ranks each host runs: one per host first (in order), then fill each
-    host up to its capacity in order — Slurm's block distribution. Hosts given 0 are dropped."""
-    total = sum(c for _, c in capacities)
-    if np < 1:
-        raise AllocationError(f"--np must be at least 1, got {np}")
-    if np > total:
-        desc = ", ".join(f"{h}:{c}" for h, c in capacities)
-        raise AllocationError(
-            f"--np {np} is more than the {total} slot(s) of the allocation ({desc})"
-        )
-    counts = [0] * len(capacities)
-    left = np
-    for i, (_, cap) in enumerate(capacities):
-        if left and cap:
-            counts[i], left = 1, left - 1
-    for i, (_, cap) in enumerate(capacities):
-        extra = min(cap - counts[i], left)
-        counts[i] += extra
-        left -= extra
-    return [(h, n) for (h, _), n in zip(capacities, counts, strict=True) if n]
 
 
 def horovod_hosts(allocation: Allocation, np: int) -> str:

@@ -4,8 +4,8 @@
 python scripts/report.py \
     --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
-    [--comm results/comm/JOB/comm.json ...] \
-    --benchmarks results/benchmarks/**/*.tsv --out-dir results/report
+    --benchmarks results/benchmarks/**/*.tsv [--history results/history/series.csv] \
+    [--comm results/comm/JOB/comm.json ...] --out-dir results/report
 ```
 
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
@@ -88,6 +88,7 @@ from clusterbench.report.inputs import (
     expand_benchmark_args,
     load_benchmarks,
     load_comm,
+    load_history,
     load_run,
     pair_dirs,
     parse_params,
@@ -171,6 +172,7 @@ def write_outputs(
     bench: pd.DataFrame,
     bench_missing: list[str],
     skipped: Sequence[dict[str, Any]] = (),
+    history: pd.DataFrame | None = None,
     comm: pd.DataFrame | None = None,
 ) -> int:
     """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count.
@@ -187,7 +189,9 @@ def write_outputs(
         # matplotlib warns of each missing glyph at each save: said once per text below instead
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
-        ctx = Context(params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped)
+        ctx = Context(
+            params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped, history
+        )
         if comm is not None:
             ctx.comm = comm
         write_tables(out_dir, {"scaling_model": ctx.scaling_model})
@@ -228,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         help="benchmark files, directories or glob patterns",
     )
     parser.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="the history of these runs' series (results/history/series.csv, the history step)",
+    )
+    parser.add_argument(
         "--comm",
         type=Path,
         nargs="*",
@@ -255,10 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
     bench = load_benchmarks(bench_files)
+    history = load_history(args.history)
     comm = load_comm(args.comm)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
-    n_pages = write_outputs(args.out_dir, params, prov, runs, bench, bench_missing, skipped, comm)
+    n_pages = write_outputs(
+        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history, comm
+    )
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "
         f"{n_pages} pages -> {args.out_dir / 'report.pdf'}"

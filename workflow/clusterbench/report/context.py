@@ -31,6 +31,7 @@ class Context:
     bench: pd.DataFrame  # benchmarks.csv: one row per Snakemake benchmark record
     bench_missing: Sequence[str] = ()  # --benchmarks arguments that matched no file
     skipped: Sequence[dict[str, Any]] = ()  # the runs skipped here, each with its reason
+    history: pd.DataFrame | None = None  # the history of these runs' series (None: none)
     # the comm stage's rows: one per job, operation and size (inputs.COMM_COLUMNS)
     comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMM_COLUMNS)))
     book: Book = field(init=False)  # the style: new pages, the runs' colours and order

@@ -13,7 +13,8 @@ from clusterbench.report.text import plural, shorten_text
 
 #: What runs share to be compared for scaling (``tables.BASELINE_KEY``), in words.
 BASELINE_WORDS = (
-    "the same dataset, model, global batch, device, backend, BN mode and precision/memory format"
+    "the same dataset, model, global batch, device, backend, BN mode and precision/memory "
+    "format (any gradient compression: one worker exchanges no gradients)"
 )
 
 
@@ -30,10 +31,16 @@ def describe_series(key: dict[str, Any] | pd.Series) -> str:
     horovod, aggregate BN'."""
     extra = "" if key["precision"] == "fp32" else f", {key['precision']}"
     extra += ", channels-last" if key["memory_format"] == "channels_last" else ""
+    extra += compression_words(key.get("grad_compression"))
     return (
         f"{key['dataset']} / {key['model']}, batch {key['global_batch']}, {key['device']}, "
         f"{key['backend']}, {key['bn']} BN{extra}"
     )
+
+
+def compression_words(grad_compression: str | None) -> str:
+    """', fp16 gradients' for a compressed allreduce; nothing for none."""
+    return f", {grad_compression} gradients" if grad_compression not in (None, "none") else ""
 
 
 def series_words(row: pd.Series, runs_df: pd.DataFrame) -> str:

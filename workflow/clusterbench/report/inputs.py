@@ -62,6 +62,7 @@ class ReportParams:
     author: str
     config_hash: str
     timing_warmup_epochs: int
+    target_accuracy: float | None = None  # time-to-accuracy's target (None: none)
 
 
 @dataclass
@@ -87,6 +88,7 @@ def parse_params(text: str, config_hash: str) -> ReportParams:
         author=settings["author"].strip(),
         config_hash=config_hash,
         timing_warmup_epochs=settings["timing_warmup_epochs"],
+        target_accuracy=settings["target_accuracy"],
     )
 
 
@@ -404,6 +406,55 @@ def check_provenance(info: dict[str, Any], path: Path) -> None:
         problems.append("'versions' must be an object")
     if problems:
         raise ValueError(f"{path}: malformed 'provenance': {'; '.join(problems)}")
+
+
+def load_history(path: Path | None) -> pd.DataFrame | None:
+    """The history step's table (``results/history/series.csv``: the store's entries in the
+    series of these runs, :mod:`clusterbench.history.stage`); None without one."""
+    if path is None:
+        return None
+    text = ("site", "experiment", "environment", "workload", "speed_settings", "run")
+    df = _read_csv(
+        path,
+        "the history of these runs' series (the history step)",
+        dtype={c: str for c in text},
+        keep_default_na=False,  # an empty site is '', not NaN
+        na_values={c: [""] for c in HISTORY_NUMBERS},
+    )
+    missing = [c for c in HISTORY_FIELDS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing} (not the history step's table)")
+    return df
+
+
+#: Columns the history page needs of the history step's table.
+HISTORY_FIELDS = (
+    "site",
+    "environment",
+    "workload",
+    "speed_settings",
+    "append_id",
+    "date",
+    "run",
+    "images_per_second_mean",
+    "images_per_second_sd",
+    "timed_epochs",
+    "current",
+)
+
+
+#: Numeric columns of the history step's table (empty: NaN).
+HISTORY_NUMBERS = (
+    "images_per_second_mean",
+    "images_per_second_sd",
+    "epoch_seconds_mean",
+    "epoch_seconds_sd",
+    "tokens_per_second_mean",
+    "tokens_per_second_sd",
+    "timed_epochs",
+    "accuracy",
+    "final_val_accuracy",
+)
 
 
 #: skipped.csv's columns (one row per run skipped where the workflow ran).

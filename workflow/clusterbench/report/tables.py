@@ -34,8 +34,13 @@ BASELINE_KEY = (
     "bn",
     "precision",
     "memory_format",
+    "grad_compression",
     "site",
 )
+
+#: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
+#: baseline of every series that differs from it only in these.
+NO_USE_ON_ONE_WORKER = ("grad_compression",)
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
@@ -49,6 +54,7 @@ BACKEND_MATCH_KEY = (
     "global_batch",
     "precision",
     "memory_format",
+    "grad_compression",
     "site",
 )
 
@@ -212,7 +218,7 @@ def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
 def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Speed-up and efficiency of each run against its baseline: the 1-worker run with the same
     dataset, model, global batch, device, backend and BN mode on the same site
-    (``BASELINE_KEY``).
+    (``BASELINE_KEY``; whatever its ``NO_USE_ON_ONE_WORKER`` settings).
 
     Throughput (mean images/s over the timed epochs) is compared; with several 1-worker runs the
     fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
@@ -223,7 +229,8 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     df["baseline_candidates"] = 0
     df["speedup"] = np.nan
     df["efficiency"] = np.nan
-    for _, group in df.groupby(list(BASELINE_KEY), sort=False, dropna=False):
+    matched = [k for k in BASELINE_KEY if k not in NO_USE_ON_ONE_WORKER]
+    for _, group in df.groupby(matched, sort=False, dropna=False):
         base = group[(group["workers"] == 1) & np.isfinite(group["images_per_second"])]
         if base.empty:
             continue
@@ -274,10 +281,13 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "global_batch": int(eff["global_batch"]),
                 "lr": float(cfg["lr"]),
                 "effective_lr": float(eff["lr"]),
+                "lr_schedule": str(cfg.get("lr_schedule") or "constant"),
                 "deterministic": bool(cfg["deterministic"]),
                 "precision": str(cfg["precision"]),
                 "channels_last": str(cfg["channels_last"]),
                 "memory_format": memory_format(r.info),
+                # the setting (run.json's `effective` says "none" for one worker)
+                "grad_compression": str(cfg.get("grad_compression") or "none"),
                 "eval_split": r.metrics["split"],
                 "eval_n": int(r.metrics["n"]),
                 "accuracy": float(r.metrics["accuracy"]),

@@ -8,7 +8,8 @@ module                             what it holds
 :mod:`~.elastic`                   the elastic session: commits and resets (Horovod elastic)
 :mod:`~.steps`                     the training pass (the hot path) and validation
 :mod:`~.state`                     the state carried across steps, checkpoints and resets
-:mod:`~.schedule`                  pure: batch split, sample order, LR, progress lines
+:mod:`~.schedule`                  pure: batch split, sample order, progress lines
+:mod:`~.lr`                        pure: the LR of each step (warm-up, ``lr_schedule``)
 :mod:`~.record`                    the epoch's record, run.json's world and provenance
 :mod:`~.outputs`                   rank 0's writer: checkpoints, metrics, run.json, model.pt
 :mod:`~.device`                    the rank's device, CPU threads, node name, RNG state

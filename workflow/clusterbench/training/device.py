@@ -5,6 +5,9 @@ node's name, and the random state it carries across a checkpoint.
   needs a usable CUDA GPU (else a clear error naming the run, before any training) and uses
   the GPU of the rank's local rank.
 * ``deterministic: false`` lets cuDNN autotune; ``true`` asks for deterministic algorithms.
+* ``precision: bf16`` on a GPU needs one with bfloat16 arithmetic (Ampere or later): on an
+  older one the run stops before training, naming the GPU. The CPU runs bf16 autocast
+  everywhere (with native instructions where the CPU has them, AVX512-BF16 or AMX).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ def check_device(run: Mapping[str, Any]) -> str:
             f"{node_name()} has no usable CUDA GPU (torch.cuda.is_available() is False"
             + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
             + f", torch {torch.__version__}): not training it on the CPU instead"
+        )
+    if run["precision"] == "bf16" and not torch.cuda.is_bf16_supported():
+        raise DeviceError(
+            f"run {run['name']!r} asks for precision bf16, but the GPU of {node_name()} "
+            f"({torch.cuda.get_device_name()}) has no bfloat16 arithmetic (bfloat16 needs "
+            "compute capability 8.0, Ampere, or later): use precision fp32 on it"
         )
     return "cuda"
 

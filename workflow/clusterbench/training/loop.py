@@ -237,7 +237,8 @@ class Trainer:
     def body(self, state: Any) -> dict[str, Any]:
         """Train to the end from ``state``; in an elastic run, again after each reset."""
         rt = self.rt
-        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"])
+        compression = self.run.get("grad_compression") or "none"
+        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"], compression)
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench import checkpoints
+from clusterbench import checkpoints, integrity
 from clusterbench.atomic import atomic_path, write_json, write_text
 from clusterbench.training.device import node_name
 from clusterbench.training.state import Partial
@@ -128,6 +128,8 @@ class Outputs:
         )
         with atomic_path(self.out_dir / "model.pt") as tmp:
             torch.save(model_file, tmp)
+        # last: the workflow checks run.json, metrics.jsonl and model.pt against it before use
+        integrity.write_checksums(self.out_dir, integrity.RUN_FILES)
         checkpoints.remove_all(self.out_dir)  # only now: the run is complete
 
 

@@ -1,5 +1,6 @@
 """The schedule of a training, pure: how a global batch is split over the ranks, the order of the
-samples in an epoch, the learning rate of each step, and when rank 0 logs its progress.
+samples in an epoch, and when rank 0 logs its progress (the learning rate of each step:
+:mod:`clusterbench.training.lr`).
 
 * Batch and LR convention (``batch_scaling``):
   - ``global`` (default): ``batch_size`` is the global batch, split over the workers (the
@@ -22,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from clusterbench.training.lr import lr_scale
 
 #: Seconds between two progress lines of rank 0 within an epoch (see :func:`progress_due`).
 PROGRESS_INTERVAL = 10.0
@@ -64,31 +67,18 @@ def global_batch_size(run: Mapping[str, Any]) -> int:
     return run["batch_size"]
 
 
-def lr_scale(run: Mapping[str, Any]) -> int:
-    """Factor from ``lr`` to the effective LR: ``workers`` under ``per_worker``, else 1."""
-    return run["workers"] if run["batch_scaling"] == "per_worker" else 1
-
-
 def effective_settings(run: Mapping[str, Any]) -> dict[str, Any]:
-    """What the run's convention makes of its settings (recorded in run.json)."""
+    """What the run's convention makes of its settings (recorded in run.json): the batch and
+    LR, and the type its gradients travel in (``grad_compression``; ``none`` for a run of one
+    worker, which exchanges none)."""
+    exchanges = max(run["workers"], run.get("max_workers") or 0) > 1
     return {
         "batch_scaling": run["batch_scaling"],
         "global_batch": global_batch_size(run),
         "per_worker_batch": shard_sizes(global_batch_size(run), run["workers"]),
         "lr": run["lr"] * lr_scale(run),
+        "grad_compression": (run.get("grad_compression") or "none") if exchanges else "none",
     }
-
-
-def learning_rate(
-    base_lr: float, scale: int, warmup_epochs: float, epoch: int, step: int, steps_per_epoch: int
-) -> float:
-    """LR of ``step`` (0-based) in ``epoch`` (0-based): linear warm-up from ``base_lr`` to
-    ``base_lr * scale`` over ``warmup_epochs`` epochs, then constant (``scale`` 1: constant)."""
-    target = base_lr * scale
-    if warmup_epochs <= 0 or scale == 1:
-        return target
-    progress = min(1.0, (epoch + step / steps_per_epoch) / warmup_epochs)
-    return base_lr + (target - base_lr) * progress
 
 
 def progress_due(

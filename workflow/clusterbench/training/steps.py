@@ -19,11 +19,10 @@ from typing import Any
 
 from clusterbench import preemption
 from clusterbench.runtime import Runtime
+from clusterbench.training.lr import learning_rate, lr_schedule
 from clusterbench.training.schedule import (
     global_batch_size,
     global_batches,
-    learning_rate,
-    lr_scale,
     progress_due,
     progress_line,
 )
@@ -95,7 +94,7 @@ def run_steps(
     import torch
 
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
-    scale, steps = lr_scale(run), len(batches)
+    schedule, steps = lr_schedule(run), len(batches)
     loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
     fmt, times, optimizer = ctx.memory_format, ctx.step_times, ctx.optimizer
     ctx.net.train()
@@ -107,7 +106,7 @@ def run_steps(
     printed = False
     for step in range(begin.step, end):
         start, stop = batches[step]
-        lr = learning_rate(run["lr"], scale, run["warmup_epochs"], epoch, step, steps)
+        lr = learning_rate(schedule, epoch, step, steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         times.fetching()

@@ -1,8 +1,9 @@
 """No scheduler: ranks are subprocesses of the launcher on this host.
 
 The allocation is this host with one slot per CPU this process may run on. For Horovod elastic,
-:meth:`LocalScheduler.allocated_hosts` reads a user-editable hosts file when
-``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`parse_hosts_file`), else it is this host's slots.
+:meth:`LocalScheduler.allocated_hosts` is the user-editable hosts file when
+``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`~._base.parse_hosts_file`: any host names, every
+rank runs here), else this host's slots.
 Horovod elastic blacklists the *host* of a rank that fails, which on one machine would end the
 run: :meth:`LocalScheduler.elastic_hosts` makes each slot a host of its own
 (:func:`slot_hosts`), so a failed rank takes only its slot out.
@@ -22,50 +23,25 @@ import signal
 import socket
 import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers._base import (
+    HOSTS_FILE_VAR,
     RANK_ID_VAR,
     Allocation,
     AllocationError,
     Host,
     JobRequest,
-    LaunchError,
     PreflightContext,
     Scheduler,
+    parse_hosts_file,
+    read_hosts_file,
 )
-
-#: The environment variable naming a hosts file for :meth:`LocalScheduler.allocated_hosts`.
-HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
 
 
 def local_allocation() -> Allocation:
     """This host, one slot per CPU this process may run on."""
     return Allocation("local", (Host(socket.gethostname(), len(os.sched_getaffinity(0))),))
-
-
-_HOST_LINE = re.compile(r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|\s+slots\s*=\s*(?P<m>\S+))?")
-
-
-def parse_hosts_file(text: str) -> dict[str, int]:
-    """Hosts and their slots from a hosts file, one host per line: ``host`` (1 slot),
-    ``host:N`` (Horovod's discovery format) or ``host slots=N`` (MPI's hostfile); ``#`` starts
-    a comment, blank lines are skipped, a host listed twice gets the sum. Hosts with 0 slots
-    are left out (a way to take a host out without deleting its line)."""
-    hosts: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = _HOST_LINE.fullmatch(line)
-        count = (m.group("n") or m.group("m") or "1") if m else ""
-        if not m or not count.isdigit():
-            raise AllocationError(
-                f"hosts file line {lineno} is not 'host', 'host:slots' or 'host slots=N': {raw!r}"
-            )
-        hosts[m.group("host")] = hosts.get(m.group("host"), 0) + int(count)
-    return {h: n for h, n in hosts.items() if n > 0}
 
 
 #: How :func:`slot_hosts` names one slot of a host: ``<host>-slot<i>``.
@@ -89,6 +65,7 @@ class LocalScheduler(Scheduler):
     any scheduler: it runs right where the launcher does)."""
 
     name = "local"
+    detection_priority = 0  # the fallback: asked last, it always detects
     how = "local processes"
 
     def __init__(self) -> None:
@@ -107,16 +84,10 @@ class LocalScheduler(Scheduler):
         return {h.name: "127.0.0.1" for h in alloc.hosts}
 
     def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
-        """The hosts file's hosts (``CLUSTERBENCH_HOSTS_FILE``), else this host's slots."""
-        path = env.get(HOSTS_FILE_VAR)
-        if not path:
-            return local_allocation().host_slots()
-        try:
-            return parse_hosts_file(Path(path).read_text())
-        except OSError as exc:
-            raise LaunchError(
-                f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}"
-            ) from exc
+        """The hosts file's hosts (``CLUSTERBENCH_HOSTS_FILE``: locally, any hosts it lists,
+        whose ranks all run here), else this host's slots."""
+        listed = read_hosts_file(env)
+        return local_allocation().host_slots() if listed is None else listed
 
     def elastic_hosts(self) -> dict[str, int]:
         """Each slot of :meth:`discover_hosts` as a host of its own (a failed rank is named by
@@ -276,3 +247,9 @@ def local_problems(
         "its time per epoch would measure that; lower workers or cpus_per_worker, or run it "
         "through a cluster profile (--profile profiles/slurm or profiles/sge)"
     ]
+
+
+#: The scheduler of this module (the registry's plugin).
+SCHEDULER = LocalScheduler
+
+__all__ = ["HOSTS_FILE_VAR", "SCHEDULER", "LocalScheduler", "parse_hosts_file", "slot_hosts"]

@@ -4,10 +4,11 @@
 - :class:`SgeScheduler`: ``qrsh -inherit -nostdin -V <host> ...`` on the hosts of
   ``$PE_HOSTFILE`` (a parallel environment with ``control_slaves TRUE``); for Horovod elastic,
   the hosts of ``$PE_HOSTFILE`` less those where a rank failed.
-- The train rule's SGE resources (:func:`train_resources`), what a job with them asks SGE for
-  (:meth:`SgeScheduler.job_request`), and the pre-flight check (:meth:`SgeScheduler.unavailable`:
-  ``qsub -w v`` of each training job as it would be submitted, :func:`verify_command`,
-  :func:`verify_problem`).
+- The train rule's SGE resources (:meth:`SgeScheduler.train_resources`), what a job with them
+  asks SGE for (:meth:`SgeScheduler.job_request`), and the pre-flight check
+  (:meth:`SgeScheduler.unavailable`: the GPU complex a run names exists (``qconf -sc``,
+  :func:`parse_complexes`, :func:`complex_problem`), and ``qsub -w v`` of each training job as it
+  would be submitted, :func:`verify_command`, :func:`verify_problem`).
 
 The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
 module imports only the standard library.
@@ -21,11 +22,12 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterbench import preemption
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     TOOL_TIMEOUT_S,
     Allocation,
@@ -37,6 +39,7 @@ from clusterbench.launch.schedulers.base import (
     PreflightError,
     Scheduler,
     require_tools,
+    run_tool,
 )
 
 
@@ -88,9 +91,11 @@ class SgeScheduler(Scheduler):
     """
 
     name = "sge"
+    detection_priority = 10
     how = "qrsh -inherit"
     remote = True
     cluster = True
+    resource_keys = ("threads", "sge_pe", "sge_resources", "sge_priority")
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,19 +156,65 @@ class SgeScheduler(Scheduler):
         )
         return proc.returncode == 0
 
-    # the workflow's side
+    # the workflow's side (snakemake-executor-plugin-sge 0.6.31)
+
+    @classmethod
+    def train_resources(cls, run: Mapping[str, Any], generic: Mapping[str, Any]) -> dict[str, Any]:
+        """The SGE part of a training job's resources (``qsub``):
+
+        ``threads``        slots: ``-pe <pe> N`` (the plugin ignores the rule's ``threads:``;
+                           without a PE it would write ``-l slots=N``).
+        ``sge_pe``         ``mpi`` for multi-worker jobs (a ``$fill_up`` PE with
+                           ``control_slaves``, so the launcher can ``qrsh -inherit``); one-worker
+                           jobs use the profile's ``sge-pe`` (``smp``).
+        ``sge_resources``  ``h_vmem=INFINITY`` and ``tmem=<per slot>``: the plugin turns
+                           ``mem_mb``/``mem_mb_per_cpu`` into ``-l h_vmem=`` per slot, enforced
+                           like ``ulimit -v``, which kills PyTorch (it reserves far more address
+                           space than it uses); ``sge_resources`` comes later on the command line
+                           and wins. With a run's ``sge_gpu_complex`` C and ``gpus_per_node``
+                           G > 0, also ``C=G`` (``-l C=G``: SGE has no standard GPU request; the
+                           site's consumable complex is named in the config).
+        ``sge_priority``   ``-p P`` for a run's ``priority`` P (-1023..1024; above 0 needs an
+                           operator or manager).
+
+        ``runtime`` (generic) becomes ``-l h_rt=``. The profile's ``sge_extra`` (``-w e
+        -notify``) is left alone.
+        """
+        resources: dict[str, Any] = {}
+        if generic["ranks"] > 1:
+            slots = generic["ranks"]
+            resources["sge_pe"] = SGE_MPI_PE
+        else:
+            slots = run["cpus_per_worker"]
+        resources["threads"] = slots
+        requests = [_sge_memory(generic["mem_mb"], slots)]
+        if run["sge_gpu_complex"] and generic["gpus_per_node"]:
+            requests.append(f"{run['sge_gpu_complex']}={generic['gpus_per_node']}")
+        resources["sge_resources"] = ",".join(requests)
+        if run["priority"]:
+            resources["sge_priority"] = run["priority"]
+        return resources
 
     @classmethod
     def unavailable(cls, context: PreflightContext) -> dict[str, str]:
-        """Runs whose train job no queue could ever run: ``qsub -w v`` (verify, submit nothing)
-        of a job with the resources it would be submitted with, in the executor's parallel
-        environment for one-worker jobs (the profile's ``sge-pe``, else ``smp``): what the
-        profile's ``qsub -w e`` would refuse."""
+        """Runs whose train job no queue could ever run: one whose GPU complex
+        (``sge_gpu_complex``) the cell does not have (``qconf -sc``, asked once), else
+        ``qsub -w v`` (verify, submit nothing) of a job with the resources it would be submitted
+        with, in the executor's parallel environment for one-worker jobs (the profile's
+        ``sge-pe``, else ``smp``): what the profile's ``qsub -w e`` would refuse."""
         default_pe = getattr(context.executor_settings, "pe", None) or "smp"
+        complexes: dict[str, Complex] | None = None
         reasons = {}
-        for name in context.runs:
-            resources = context.resources(name, ("runtime", *VERIFY_KEYS))
+        for name, run in context.runs.items():
+            gpu_complex = run.get("sge_gpu_complex") if run.get("gpus_per_node") else None
             try:
+                if gpu_complex:
+                    complexes = sge_complexes() if complexes is None else complexes
+                    problem = complex_problem(name, gpu_complex, complexes)
+                    if problem:
+                        reasons[name] = problem
+                        continue
+                resources = context.resources(name, ("runtime", *VERIFY_KEYS))
                 problems = sge_problems(name, resources, default_pe)
             except LaunchError as exc:
                 raise PreflightError(str(exc)) from None
@@ -186,51 +237,15 @@ class SgeScheduler(Scheduler):
 
 
 # ------------------------------------------------------------------------------------------
-# the train rule's resources (snakemake-executor-plugin-sge 0.6.31)
+# the train rule's resources
 
 #: The SGE parallel environment multi-worker jobs run in (``$fill_up``, ``control_slaves TRUE``).
 SGE_MPI_PE = "mpi"
-
-#: The SGE keys :func:`train_resources` may return.
-TRAIN_RESOURCE_KEYS = ("threads", "sge_pe", "sge_resources", "sge_priority")
 
 
 def _sge_memory(mem_mb: int, slots: int) -> str:
     """``sge_resources`` that lift h_vmem and state the real memory per slot (``tmem``)."""
     return f"h_vmem=INFINITY,tmem={math.ceil(mem_mb / slots)}M"
-
-
-def train_resources(
-    *, workers: int, cpus_per_worker: int, mem_mb: int, priority: int = 0
-) -> dict[str, Any]:
-    """The SGE part of a training job's resources (``qsub``):
-
-    ``threads``        slots: ``-pe <pe> N`` (the plugin ignores the rule's ``threads:``; without
-                       a PE it would write ``-l slots=N``).
-    ``sge_pe``         ``mpi`` for multi-worker jobs (a ``$fill_up`` PE with ``control_slaves``,
-                       so the launcher can ``qrsh -inherit``); one-worker jobs use the
-                       profile's ``sge-pe`` (``smp``).
-    ``sge_resources``  ``h_vmem=INFINITY`` and ``tmem=<per slot>``: the plugin turns
-                       ``mem_mb``/``mem_mb_per_cpu`` into ``-l h_vmem=`` per slot, enforced like
-                       ``ulimit -v``, which kills PyTorch (it reserves far more address space
-                       than it uses); ``sge_resources`` comes later on the command line and wins.
-    ``sge_priority``   ``-p P`` for a run's ``priority`` P (-1023..1024; above 0 needs an
-                       operator or manager).
-    ``runtime`` (generic) becomes ``-l h_rt=``. No GPU mapping exists; a site with a GPU
-    complex adds it to ``sge_resources`` in its profile. The profile's ``sge_extra``
-    (``-w e``) is left alone.
-    """
-    resources: dict[str, Any] = {}
-    if workers > 1:
-        slots = workers
-        resources["sge_pe"] = SGE_MPI_PE
-    else:
-        slots = cpus_per_worker
-    resources["threads"] = slots
-    resources["sge_resources"] = _sge_memory(mem_mb, slots)
-    if priority:
-        resources["sge_priority"] = priority
-    return resources
 
 
 # ------------------------------------------------------------------------------------------
@@ -288,3 +303,68 @@ def sge_problems(run: str, resources: Mapping[str, Any], default_pe: str) -> lis
         raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
     problem = verify_problem(run, cmd, proc.returncode, proc.stdout + proc.stderr)
     return [problem] if problem else []
+
+
+# ------------------------------------------------------------------------------------------
+# pre-flight: the GPU complex a run names (`qconf -sc`)
+
+
+@dataclass(frozen=True)
+class Complex:
+    """One complex (resource attribute) of the cell, a row of ``qconf -sc``."""
+
+    name: str
+    shortcut: str
+    type: str  # INT, DOUBLE, MEMORY, BOOL, STRING, ...
+    requestable: str  # YES, NO, FORCED
+    consumable: str  # YES (per slot), JOB (per job), NO
+
+
+def parse_complexes(text: str) -> dict[str, Complex]:
+    """``qconf -sc`` (``#name shortcut type relop requestable consumable default urgency``
+    rows, ``#`` lines are comments): complex by name."""
+    found = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or line.lstrip().startswith("#"):
+            continue
+        name, shortcut, kind, _relop, requestable, consumable = fields[:6]
+        found[name] = Complex(name, shortcut, kind, requestable, consumable)
+    return found
+
+
+def sge_complexes() -> dict[str, Complex]:
+    """The cell's complexes (``qconf -sc``); a :class:`LaunchError` when qconf fails."""
+    require_tools("sge", "qconf")
+    return parse_complexes(run_tool(["qconf", "-sc"]))
+
+
+#: The complex types a GPU count can be requested as.
+COUNT_TYPES = ("INT", "DOUBLE")
+
+
+def complex_problem(run: str, wanted: str, complexes: Mapping[str, Complex]) -> str | None:
+    """Why ``run``'s GPU complex ``wanted`` (its ``sge_gpu_complex``, by name or shortcut) cannot
+    carry a GPU request in this cell, None when it can: it must exist, be requestable and hold a
+    count."""
+    found = complexes.get(wanted) or next(
+        (c for c in complexes.values() if c.shortcut == wanted), None
+    )
+    where = f"run {run!r}: sge_gpu_complex {wanted!r}"
+    if found is None:
+        counts = sorted(c.name for c in complexes.values() if c.consumable != "NO")
+        return (
+            f"{where} is no complex of this SGE cell (`qconf -sc`; its consumable ones: "
+            f"{', '.join(counts) or 'none'}): name the complex your site requests GPUs with, "
+            "or set gpus_per_node: 0"
+        )
+    if found.requestable == "NO" or found.type not in COUNT_TYPES:
+        return (
+            f"{where} cannot be requested as a GPU count (`qconf -sc`: type {found.type}, "
+            f"requestable {found.requestable}); it needs requestable YES and type INT or DOUBLE"
+        )
+    return None
+
+
+#: The scheduler of this module (the registry's plugin).
+SCHEDULER = SgeScheduler

@@ -1,246 +1,61 @@
 """Slurm: everything clusterbench knows about it, from submitting a job to starting its ranks.
 
-- Reading the job (pure parsers, unit-tested on real ``scontrol``/``squeue`` output): Slurm
-  hostlists, ``scontrol show job -d`` (nodes, slots, CPUs, memory, GPU indices), ``scontrol show
-  node`` (addresses), ``squeue --steps``.
 - :class:`SlurmScheduler`: one single-task step per rank inside the job's own allocation
   (``srun --jobid=<id> --nodes=1 --ntasks=1 --nodelist=<node> --exact ...``), found through
   ``scontrol show job -d <id>`` since Snakemake's jobstep executor strips every other
-  ``SLURM_*`` variable.
-- The train rule's Slurm resources (:func:`train_resources`), what a job with them asks Slurm
-  for (:meth:`SlurmScheduler.job_request`), and the pre-flight check of each training job
-  against the partitions ``sinfo`` reports (:meth:`SlurmScheduler.unavailable`,
-  :func:`parse_sinfo`, :func:`slurm_problems`).
+  ``SLURM_*`` variable; Slurm's text is read by the pure parsers of :mod:`._slurm_parsing`.
+- The train rule's Slurm resources (:meth:`SlurmScheduler.train_resources`), what a job with them
+  asks Slurm for (:meth:`SlurmScheduler.job_request`), and the pre-flight check of each training
+  job against the partitions ``sinfo`` reports (:meth:`SlurmScheduler.unavailable`, with
+  :mod:`._slurm_partitions`).
 
 The resource and pre-flight parts run when the Snakefile is parsed or its job graph built: this
-module imports only the standard library (and :mod:`clusterbench.launch.placement`).
+module imports only the standard library.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import logging
-import math
 import os
-import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clusterbench.launch.placement import spread_ranks
-from clusterbench.launch.schedulers.base import (
+from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     Allocation,
-    AllocationError,
     Host,
     JobRequest,
     LaunchError,
     PreflightContext,
-    PreflightError,
     Scheduler,
     require_tools,
     resolve,
     run_tool,
 )
+from clusterbench.launch.schedulers._slurm_parsing import (
+    expand_hostlist,
+    expand_ranges,
+    parse_cluster_name,
+    parse_scontrol_job,
+    parse_scontrol_nodes,
+    running_steps,
+    slurm_job_id,
+)
+from clusterbench.launch.schedulers._slurm_partitions import (
+    SINFO_FORMAT,
+    SLURM_RESOURCE_KEYS,
+    Partition,
+    parse_sinfo,
+    sinfo,
+    slurm_option,
+    slurm_problems,
+)
 from clusterbench.preemption import WARNING_SIGNAL
 
 log = logging.getLogger("clusterbench.launch")
-
-
-def slurm_job_id(env: Mapping[str, str]) -> str | None:
-    return env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None
-
-
-# ------------------------------------------------------------------------------------------
-# hostlists
-
-
-def expand_hostlist(expr: str) -> list[str]:
-    """Expand a Slurm hostlist such as ``node[01-03,07],gpu-[1-2]-x`` into host names.
-
-    Commas separate hosts except inside brackets; a host may hold several bracket groups
-    (``r[1-2]n[1-2]`` -> r1n1 r1n2 r2n1 r2n2); ranges keep the zero padding of their lower
-    bound (``[08-10]`` -> 08 09 10).
-    """
-    hosts: list[str] = []
-    for item in _split_outside_brackets(expr.strip()):
-        if item:
-            hosts.extend(_expand_one(item))
-    return hosts
-
-
-def _split_outside_brackets(expr: str) -> list[str]:
-    items, depth, current = [], 0, []
-    for ch in expr:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise AllocationError(f"unbalanced ']' in hostlist {expr!r}")
-        if ch == "," and depth == 0:
-            items.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    if depth != 0:
-        raise AllocationError(f"unbalanced '[' in hostlist {expr!r}")
-    items.append("".join(current).strip())
-    return items
-
-
-def _expand_one(item: str) -> list[str]:
-    parts = re.split(r"(\[[^\]]*\])", item)
-    choices: list[list[str]] = []
-    for part in parts:
-        if part.startswith("["):
-            choices.append(_expand_ranges(part[1:-1], item))
-        elif part:
-            choices.append([part])
-    return ["".join(p) for p in itertools.product(*choices)]
-
-
-def _expand_ranges(spec: str, context: str) -> list[str]:
-    out: list[str] = []
-    for piece in spec.split(","):
-        piece = piece.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece)
-        if not m:
-            raise AllocationError(f"bad range {piece!r} in hostlist {context!r}")
-        lo, hi = m.group(1), m.group(2)
-        if hi is None:
-            out.append(lo)
-            continue
-        if int(hi) < int(lo):
-            raise AllocationError(f"descending range {piece!r} in hostlist {context!r}")
-        width = len(lo) if lo.startswith("0") else 0
-        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
-    return out
-
-
-def expand_ranges(spec: str) -> list[int]:
-    """``0-3,6`` -> [0, 1, 2, 3, 6] (CPU_IDs and GRES IDX lists)."""
-    return [int(x) for x in _expand_ranges(spec, spec)] if spec.strip() else []
-
-
-# ------------------------------------------------------------------------------------------
-# scontrol / squeue output
-
-
-def _fields(line: str) -> dict[str, str]:
-    """``Key=value`` tokens of one line of scontrol output (values without spaces)."""
-    return dict(m.groups() for m in re.finditer(r"(?:^|\s)([\w/:]+)=(\S*)", line))
-
-
-_GPU_IDX = re.compile(r"gpu[^,(]*\(IDX:([^)]*)\)")
-
-
-def parse_scontrol_job(text: str) -> Allocation:
-    """Slots per node from ``scontrol show job -d <id>``.
-
-    Each node takes ``allocated CPUs // CPUs/Task`` ranks (``NtasksPerN`` caps it when set).
-    The job's ``NumTasks`` caps the total. Per-node GPU indices come from ``GRES=gpu...(IDX:..)``.
-    """
-    records = [r for r in re.split(r"\n\s*\n", text.strip()) if r.strip()]
-    if not records or "JobId=" not in records[0]:
-        raise AllocationError("no job record in `scontrol show job -d` output")
-    if len(records) > 1 or text.count("JobId=") > 1:
-        raise AllocationError("several job records (heterogeneous job?): not supported")
-    top: dict[str, str] = {}
-    node_lines: list[dict[str, str]] = []
-    for line in records[0].splitlines():
-        if line.strip().startswith("Nodes="):
-            node_lines.append(_fields(line))
-        else:
-            for key, value in _fields(line).items():
-                top.setdefault(key, value)
-
-    job_id = top.get("JobId")
-    state = top.get("JobState", "")
-    if state and state not in ("RUNNING", "COMPLETING"):
-        raise AllocationError(f"Slurm job {job_id} is {state}, not RUNNING")
-    cpus_per_task = _int(top.get("CPUs/Task")) or 1
-    per_node_cap = _int(top.get("NtasksPerN:B:S:C", "").split(":")[0])
-    num_tasks = _int(top.get("NumTasks"))
-    if not node_lines:
-        raise AllocationError(
-            f"`scontrol show job -d {job_id}` has no per-node 'Nodes=... CPU_IDs=...' lines"
-        )
-
-    hosts: list[Host] = []
-    for fields in node_lines:
-        cpus = len(expand_ranges(fields.get("CPU_IDs", "")))
-        mem = _int(fields.get("Mem"))
-        gres = fields.get("GRES", "") + "," + fields.get("GRES_IDX", "")
-        gpu_idx = [i for m in _GPU_IDX.finditer(gres) for i in expand_ranges(m.group(1))]
-        slots = cpus // cpus_per_task
-        if per_node_cap:
-            slots = min(slots, per_node_cap)
-        for name in expand_hostlist(fields["Nodes"]):
-            gpus = tuple(str(i) for i in gpu_idx) if gpu_idx else None
-            hosts.append(Host(name=name, slots=slots, cpus=cpus, mem_mb=mem, gpus=gpus))
-
-    if num_tasks:
-        hosts = _cap_total(hosts, num_tasks)
-    return Allocation(
-        scheduler="slurm",
-        hosts=tuple(hosts),
-        job_id=job_id,
-        cpus_per_task=cpus_per_task,
-    )
-
-
-def _cap_total(hosts: list[Host], total: int) -> list[Host]:
-    """Keep at most ``total`` slots, spread like Slurm's block distribution (see spread_ranks)."""
-    capacities = [(h.name, h.slots) for h in hosts]
-    counts = dict(spread_ranks(capacities, min(total, sum(c for _, c in capacities))))
-    return [dataclasses.replace(h, slots=counts.get(h.name, 0)) for h in hosts]
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def parse_scontrol_nodes(text: str) -> dict[str, str]:
-    """``NodeName -> NodeAddr`` from ``scontrol show node ...`` output."""
-    addrs: dict[str, str] = {}
-    for record in re.split(r"\n\s*\n", text.strip()):
-        fields = _fields(" ".join(record.split()))
-        if "NodeName" in fields:
-            addrs[fields["NodeName"]] = fields.get("NodeAddr") or fields["NodeName"]
-    return addrs
-
-
-def running_steps(
-    squeue_text: str,
-    job_id: str | None,
-    name: str | None = None,
-    name_prefix: str | None = None,
-) -> list[str]:
-    """Step ids in ``squeue --steps --format='%i %j'`` output for ``job_id``, leaving out the
-    batch and extern steps; only those called ``name`` / named ``name_prefix...`` when given."""
-    steps = []
-    for line in squeue_text.splitlines():
-        parts = line.split()
-        if not parts or "." not in parts[0]:
-            continue
-        job, _, step = parts[0].partition(".")
-        if job != job_id or step in ("batch", "extern"):
-            continue
-        step_name = parts[1] if len(parts) > 1 else ""
-        if name is not None and step_name != name:
-            continue
-        if name_prefix is not None and not step_name.startswith(name_prefix):
-            continue
-        steps.append(parts[0])
-    return steps
 
 
 # ------------------------------------------------------------------------------------------
@@ -276,12 +91,6 @@ def _job_id_or_error(env: Mapping[str, str]) -> str:
     return job_id
 
 
-def parse_cluster_name(text: str) -> str | None:
-    """``ClusterName`` from ``scontrol show config`` output (None if absent)."""
-    m = re.search(r"^\s*ClusterName\s*=\s*(\S+)\s*$", text, re.M)
-    return m.group(1) if m else None
-
-
 class SlurmScheduler(Scheduler):
     """One single-task step per rank inside the job's allocation.
 
@@ -304,9 +113,11 @@ class SlurmScheduler(Scheduler):
     """
 
     name = "slurm"
+    detection_priority = 20
     how = "srun steps"
     remote = True
     cluster = True
+    resource_keys = ("mpi", "tasks", "cpus_per_task", "slurm_extra", "qos")
 
     def __init__(self) -> None:
         super().__init__()
@@ -413,7 +224,56 @@ class SlurmScheduler(Scheduler):
     def cleanup(self) -> None:
         cancel_slurm_steps(self.alloc.job_id if self.alloc else None, self.tag)
 
-    # the workflow's side
+    # the workflow's side (snakemake-executor-plugin-slurm 2.8.0 + -slurm-jobstep 0.6.1)
+
+    @classmethod
+    def train_resources(cls, run: Mapping[str, Any], generic: Mapping[str, Any]) -> dict[str, Any]:
+        """The Slurm part of a training job's resources (``sbatch``), for ``generic["ranks"]``
+        ranks on ``generic["nodes"]`` nodes:
+
+        ``mpi``            present => the jobstep runs the rule's shell directly, not inside
+                           ``srun -n1`` (which would hold every CPU and block the launcher's
+                           steps). The plugin rejects ``mpi`` with a single task, so one worker
+                           is no MPI job.
+        ``tasks``          ``--ntasks``. (Combined with ``tasks_per_node`` the plugin errors, and
+                           it needs ``tasks_per_node`` > 1: the per-node geometry therefore goes
+                           into ``slurm_extra`` as ``--ntasks-per-node``.)
+        ``cpus_per_task``  ``--cpus-per-task`` (one rank's CPUs; overrides the rule's
+                           ``threads``).
+        ``slurm_extra``    ``--gpus-per-node=G``, ``--ntasks-per-node=K``, ``--nice=-P`` for a
+                           run's ``priority`` P (Slurm's nice is the opposite way round: a higher
+                           priority is a lower nice; a negative nice needs an operator), and
+                           ``--signal=B:USR1@N`` for a run's ``warning_seconds`` N: Slurm sends
+                           the preemption warning to the batch script's process, which the Slurm
+                           profile's precommand makes :mod:`clusterbench.launch.slurm_batch`,
+                           which passes it on to the job (the launcher passes it on to every
+                           rank). GPUs are *not* asked for with ``gpu=`` (that is ``--gpus`` per
+                           job, and it makes the plugin add ``--ntasks-per-gpu=<tasks>``);
+                           ``slurm_extra`` may not repeat flags the plugin sets (``--gres``,
+                           ``--gpus``, ``--ntasks``, ``--mem``, ``--qos`` ...).
+        ``qos``            ``--qos`` (a run's ``qos``).
+
+        Left to the profile: ``slurm_partition``, ``slurm_account``, ``constraint``.
+        """
+        workers, nodes = generic["ranks"], generic["nodes"]
+        resources: dict[str, Any] = {"cpus_per_task": run["cpus_per_worker"]}
+        extra = []
+        if generic["gpus_per_node"]:
+            extra.append(f"--gpus-per-node={generic['gpus_per_node']}")
+        if workers > 1:
+            resources.update(mpi="srun", tasks=workers)
+            if nodes > 1 and workers % nodes == 0:
+                extra.append(f"--ntasks-per-node={workers // nodes}")
+        if run["priority"]:
+            extra.append(f"--nice={-run['priority']}")
+        if run["warning_seconds"]:
+            warning = WARNING_SIGNAL.name.removeprefix("SIG")
+            extra.append(f"--signal=B:{warning}@{run['warning_seconds']}")
+        if extra:
+            resources["slurm_extra"] = " ".join(extra)
+        if run["qos"]:
+            resources["qos"] = run["qos"]
+        return resources
 
     @classmethod
     def unavailable(cls, context: PreflightContext) -> dict[str, str]:
@@ -441,188 +301,26 @@ class SlurmScheduler(Scheduler):
         )
 
 
-# ------------------------------------------------------------------------------------------
-# the train rule's resources (snakemake-executor-plugin-slurm 2.8.0 + -slurm-jobstep 0.6.1)
+#: The scheduler of this module (the registry's plugin).
+SCHEDULER = SlurmScheduler
 
-#: The Slurm keys :func:`train_resources` may return.
-TRAIN_RESOURCE_KEYS = ("mpi", "tasks", "cpus_per_task", "slurm_extra", "qos")
-
-
-def train_resources(
-    *,
-    workers: int,
-    nodes: int,
-    gpus_per_node: int,
-    cpus_per_worker: int,
-    priority: int = 0,
-    qos: str | None = None,
-    warning_seconds: int = 0,
-) -> dict[str, Any]:
-    """The Slurm part of a training job's resources (the generic ``nodes``, ``mem_mb``,
-    ``mem_mb_per_cpu`` and ``runtime`` come from :func:`clusterbench.resources.train_resources`).
-
-    ``mpi``            present => the jobstep runs the rule's shell directly, not inside
-                       ``srun -n1`` (which would hold every CPU and block the launcher's steps).
-                       The plugin rejects ``mpi`` with a single task, so one worker is no MPI job.
-    ``tasks``          ``--ntasks``. (Combined with ``tasks_per_node`` the plugin errors, and it
-                       needs ``tasks_per_node`` > 1: the per-node geometry therefore goes into
-                       ``slurm_extra`` as ``--ntasks-per-node``.)
-    ``cpus_per_task``  ``--cpus-per-task`` (one rank's CPUs; overrides the rule's ``threads``).
-    ``slurm_extra``    ``--gpus-per-node=G``, ``--ntasks-per-node=K``, ``--nice=-P`` for a run's
-                       ``priority`` P (Slurm's nice is the opposite way round: a higher priority
-                       is a lower nice; a negative nice needs an operator), and
-                       ``--signal=B:USR1@N`` for a run's ``warning_seconds`` N: Slurm sends the
-                       preemption warning to the batch script's process, which the Slurm
-                       profile's precommand makes :mod:`.slurm_batch`, which passes it on to
-                       the job (the launcher passes it on to every rank). GPUs are *not* asked
-                       for with ``gpu=`` (that is ``--gpus`` per job, and it makes the plugin
-                       add ``--ntasks-per-gpu=<tasks>``); ``slurm_extra`` may not repeat flags the
-                       plugin sets (``--gres``, ``--gpus``, ``--ntasks``, ``--mem``, ``--qos`` ...).
-    ``qos``            ``--qos`` (a run's ``qos``).
-    Left to the profile: ``slurm_partition``, ``slurm_account``, ``constraint``.
-    """
-    resources: dict[str, Any] = {"cpus_per_task": cpus_per_worker}
-    extra = []
-    if gpus_per_node:
-        extra.append(f"--gpus-per-node={gpus_per_node}")
-    if workers > 1:
-        resources.update(mpi="srun", tasks=workers)
-        if nodes > 1 and workers % nodes == 0:
-            extra.append(f"--ntasks-per-node={workers // nodes}")
-    if priority:
-        extra.append(f"--nice={-priority}")
-    if warning_seconds:
-        extra.append(f"--signal=B:{WARNING_SIGNAL.name.removeprefix('SIG')}@{warning_seconds}")
-    if extra:
-        resources["slurm_extra"] = " ".join(extra)
-    if qos:
-        resources["qos"] = qos
-    return resources
-
-
-# ------------------------------------------------------------------------------------------
-# pre-flight: refuse a job larger than its partition
-#
-# Slurm accepts a job that asks for more than its partition has (unless the site sets
-# ``EnforcePartLimits``) and leaves it pending forever with reason ``PartitionConfig``. Before
-# the first job is submitted, the workflow asks the executor's scheduler
-# (:meth:`SlurmScheduler.unavailable`, from rules/common.smk while the job graph is built) to
-# compare each training job with the partition's nodes, CPUs and GPUs as ``sinfo`` reports
-# them; a run it refuses is skipped (or stops the workflow) with a message naming the run and
-# both sizes.
-
-#: ``sinfo`` format: partition (``*`` marks the default), node count, CPUs per node, GRES.
-SINFO_FORMAT = "%P|%D|%c|%G"
-
-#: The rule resources :func:`slurm_problems` reads.
-SLURM_RESOURCE_KEYS = ("slurm_partition", "nodes", "tasks", "cpus_per_task", "slurm_extra")
-
-
-@dataclass
-class Partition:
-    name: str
-    default: bool = False
-    nodes: int = 0
-    cpus: int = 0
-    max_cpus_per_node: int = 0
-    max_gpus_per_node: int = 0
-
-
-def _gpus(gres: str) -> int:
-    """GPUs per node in a GRES string such as ``gpu:a100:4(S:0-1),shard:8`` or ``(null)``."""
-    total = 0
-    for item in gres.split(","):
-        fields = re.sub(r"\(.*?\)", "", item).split(":")
-        if fields[0] == "gpu" and fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
-
-
-def parse_sinfo(text: str) -> dict[str, Partition]:
-    """Partitions from ``sinfo -h -o '%P|%D|%c|%G'`` (one line per node group of a partition)."""
-    parts: dict[str, Partition] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        name, nodes, cpus, gres = (field.strip() for field in line.split("|"))
-        default = name.endswith("*")
-        name = name.rstrip("*")
-        part = parts.setdefault(name, Partition(name))
-        part.default |= default
-        count, per_node = int(nodes), int(cpus.rstrip("+"))
-        part.nodes += count
-        part.cpus += count * per_node
-        part.max_cpus_per_node = max(part.max_cpus_per_node, per_node)
-        part.max_gpus_per_node = max(part.max_gpus_per_node, _gpus(gres))
-    return parts
-
-
-def slurm_option(extra: str, name: str) -> int | None:
-    """The integer value of ``--name=N`` / ``--name N`` in an sbatch option string."""
-    args = shlex.split(extra or "")
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{name}="):
-            return int(arg.split("=", 1)[1])
-        if arg == f"--{name}" and i + 1 < len(args):
-            return int(args[i + 1])
-    return None
-
-
-def slurm_problems(
-    run: str, resources: Mapping[str, Any], partitions: Mapping[str, Partition]
-) -> list[str]:
-    """Why the Slurm job of ``run`` with these rule ``resources`` could never start, if it can't."""
-    wanted = resources.get("slurm_partition") or next(
-        (p.name for p in partitions.values() if p.default), None
-    )
-    if wanted is None or wanted not in partitions:
-        known = ", ".join(sorted(partitions)) or "none"
-        return [f"run {run!r}: partition {wanted!r} does not exist (partitions: {known})"]
-    part = partitions[wanted]
-    nodes = int(resources.get("nodes") or 1)
-    tasks = int(resources.get("tasks") or 1)
-    cpus = int(resources.get("cpus_per_task") or 1)
-    extra = str(resources.get("slurm_extra") or "")
-    per_node = slurm_option(extra, "ntasks-per-node") or math.ceil(tasks / nodes)
-    gpus = slurm_option(extra, "gpus-per-node") or 0
-    where = f"partition {part.name!r} ({part.nodes} node(s), {part.cpus} CPUs"
-    where += f", at most {part.max_cpus_per_node} per node"
-    where += f", {part.max_gpus_per_node} GPU(s) per node)"
-    problems = []
-    if nodes > part.nodes:
-        problems.append(f"{nodes} nodes")
-    if tasks * cpus > part.cpus:
-        problems.append(f"{tasks} workers x {cpus} CPU(s) = {tasks * cpus} CPUs")
-    elif per_node * cpus > part.max_cpus_per_node:
-        problems.append(f"{per_node} workers x {cpus} CPU(s) on one node")
-    if gpus > part.max_gpus_per_node:
-        problems.append(f"{gpus} GPU(s) per node")
-    if not problems:
-        return []
-    return [
-        f"run {run!r} asks for {' and '.join(problems)}, more than {where} can ever give: "
-        "it would wait in the queue forever. Lower workers/nodes/cpus_per_worker/gpus_per_node "
-        "or choose another partition (slurm_partition)."
-    ]
-
-
-def sinfo() -> str:
-    """``sinfo -h -o SINFO_FORMAT``: the partitions as this host's Slurm reports them."""
-    try:
-        return subprocess.run(
-            ["sinfo", "-h", "-o", SINFO_FORMAT],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise PreflightError(f"cannot ask Slurm for its partitions (sinfo): {exc}") from exc
-
-
-def check_slurm(jobs: Iterable[tuple[str, Mapping[str, Any]]], sinfo_text: str | None = None):
-    """Raise :class:`PreflightError` if any ``(run, resources)`` could never start on Slurm."""
-    partitions = parse_sinfo(sinfo() if sinfo_text is None else sinfo_text)
-    problems = [p for run, resources in jobs for p in slurm_problems(run, resources, partitions)]
-    if problems:
-        raise PreflightError("\n".join(problems))
+__all__ = [
+    "SCHEDULER",
+    "SINFO_FORMAT",
+    "SLURM_RESOURCE_KEYS",
+    "Partition",
+    "SlurmScheduler",
+    "cancel_slurm_steps",
+    "expand_hostlist",
+    "expand_ranges",
+    "parse_cluster_name",
+    "parse_scontrol_job",
+    "parse_scontrol_nodes",
+    "parse_sinfo",
+    "running_steps",
+    "sinfo",
+    "slurm_job_id",
+    "slurm_option",
+    "slurm_problems",
+    "slurm_steps",
+]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from clusterbench.report.charts import set_category_ticks
 from clusterbench.report.context import Context
+from clusterbench.report.describe import compression_words
 from clusterbench.report.tables import BACKEND_MATCH_KEY, REFERENCE_BACKEND, backend_comparison
 from clusterbench.report.text import list_runs, part_of, plural
 
@@ -24,8 +25,8 @@ TITLE = "Backend comparison"
 
 CAPTION = (
     "Mean throughput (timed epochs, \u00b1 sample sd) of runs that differ only in their "
-    "backend: same dataset, model, workers, nodes, device, BN mode, global batch and "
-    "precision/memory format. The "
+    "backend: same dataset, model, workers, nodes, device, BN mode, global batch, "
+    "precision/memory format and gradient compression. The "
     f"ratio is each backend's throughput over {REFERENCE_BACKEND}'s (> 1: faster)."
 )
 
@@ -147,5 +148,7 @@ def config_bars(
     return (
         f"{cfg['dataset']} / {cfg['model']}, {plural(cfg['workers'], 'worker')} on "
         f"{plural(cfg['nodes'], 'node')}, {cfg['device']}, batch "
-        f"{cfg['global_batch']}, {cfg['bn']} BN" + (f", site {cfg['site']}" if sites else "")
+        f"{cfg['global_batch']}, {cfg['bn']} BN"
+        + compression_words(cfg["grad_compression"])
+        + (f", site {cfg['site']}" if sites else "")
     )

@@ -21,6 +21,9 @@ ORDER = 70
 #: The memory formats as the table names them.
 MEMORY_FORMATS = {"channels_last": "NHWC (ch.-last)", "contiguous": "NCHW"}
 
+#: The LR schedule under the effective LR (its column is narrow); constant: nothing.
+SCHEDULE_MARKS = {"constant": "", "cosine": "\ncos", "step": "\nstep", "inverse_time": "\n1/t"}
+
 
 def draw(ctx: Context) -> None:
     runs_df, warmup = ctx.runs_df, ctx.warmup
@@ -51,8 +54,9 @@ def draw(ctx: Context) -> None:
         "Memory = the memory format trained in. "
         "Global batch = images per optimiser step over all workers; convention: global = the "
         "configured batch size is the global batch, per worker = it is per worker (times the "
-        "workers). Eff. LR = learning rate after warm-up. Time per epoch and throughput (all "
-        "workers): mean \u00b1 sample sd over the timed epochs (ep.), "
+        "workers). Eff. LR = learning rate after warm-up (then cos, step, 1/t: its schedule). "
+        "Time per epoch and throughput (all workers): mean \u00b1 sample sd over the timed "
+        "epochs (ep.), "
         + (
             f"excluding {first_epochs(warmup)} of each run (warm-up)."
             if warmup
@@ -75,9 +79,10 @@ def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
         f"{r.dataset}\n{r.model}",
         f"{r.workers} ({r.nodes})",
         f"{r.device}\n{MEMORY_FORMATS.get(r.memory_format, r.memory_format)}",
-        f"{r.backend}\n{r.bn}",
+        f"{r.backend}\n{r.bn}"
+        + ("" if r.grad_compression == "none" else f"\n{r.grad_compression} grads"),
         f"{r.global_batch}\n{convention}",
-        f"{r.effective_lr:g}",
+        f"{r.effective_lr:g}" + SCHEDULE_MARKS.get(r.lr_schedule, f"\n{r.lr_schedule}"),
         "yes" if r.deterministic else "no",
         str(r.epochs),
         f"{acc}\n({r.eval_split})" if splits else acc,

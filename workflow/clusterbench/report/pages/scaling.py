@@ -13,7 +13,7 @@ import pandas as pd
 from clusterbench.report.book import Book
 from clusterbench.report.charts import node_marker
 from clusterbench.report.context import Context
-from clusterbench.report.describe import BASELINE_WORDS, series_words
+from clusterbench.report.describe import BASELINE_WORDS, compression_words, series_words
 from clusterbench.report.tables import BASELINE_KEY
 from clusterbench.report.text import list_runs, plural
 
@@ -231,12 +231,20 @@ def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
         ("device", lambda k: str(k["device"])),
         ("backend", lambda k: str(k["backend"])),
         ("bn", lambda k: f"{k['bn']} BN"),
+        (
+            "grad_compression",
+            lambda k: compression_words(k["grad_compression"])[2:] or "fp32 gradients",
+        ),
         ("site", lambda k: f"site {k['site']}" if k["site"] else ""),
     ]
     dicts = [dict(zip(BASELINE_KEY, key, strict=True)) for key in keys]
     varies = {name: len({fmt(d) for d in dicts}) > 1 or len(dicts) == 1 for name, fmt in parts}
+    unnamed = set()
     if len({d["site"] for d in dicts}) == 1:  # one site: never named (as before sites)
-        parts = parts[:-1]
+        unnamed.add("site")
+    if all(d["grad_compression"] == "none" for d in dicts):  # named only where some compress
+        unnamed.add("grad_compression")
+    parts = [(name, fmt) for name, fmt in parts if name not in unnamed]
     labels = [", ".join(fmt(d) for name, fmt in parts if varies[name] and fmt(d)) for d in dicts]
     common = ", ".join(fmt(dicts[0]) for name, fmt in parts if not varies[name])
     return labels, common

@@ -1,13 +1,18 @@
-"""The title page: the report's title, author and date, a summary of the results and their
-provenance (where and with what the runs trained, and where the report was made)."""
+"""The title page: the report's title, author and date, then the recommendation (the fastest
+configuration of each workload and whether its margin is beyond the noise; with a target
+accuracy, the configuration that reached it first: :mod:`clusterbench.report.recommend`), a
+summary of the results and their provenance (where and with what the runs trained, and where
+the report was made)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from clusterbench import provenance
+from clusterbench.report import recommend
 from clusterbench.report.book import Book
 from clusterbench.report.context import Context
 from clusterbench.report.describe import describe_run, series_words, timing_sentence
@@ -15,7 +20,6 @@ from clusterbench.report.inputs import PROVENANCE_COMPARED
 from clusterbench.report.layout import (
     LINE_HEIGHT,
     PAGE_SIZE,
-    SUBTITLE_PT,
     TEXT_WIDTH_PT,
     drawn_width,
     fit_wrap,
@@ -36,7 +40,7 @@ from clusterbench.report.theme import font_families
 ORDER = 10
 
 #: How the PDF's list of pages names this one (its title is the report's).
-CONTENTS = "the title page: summary and provenance"
+CONTENTS = "the title page: recommendation, summary and provenance"
 
 
 def draw(ctx: Context) -> None:
@@ -45,9 +49,36 @@ def draw(ctx: Context) -> None:
     fig = ctx.book.new(params.title, caption, layout=None, contents=CONTENTS)
     # the summary starts below the caption (a long author takes up to 4 lines)
     below_caption = 0.028 * (len(Book.subtitle_lines(caption)) - 1)
-    draw_summary(fig, summary_lines(ctx), below_caption)
+    blocks = [("Recommendation", recommendation_lines(ctx)), ("Summary", summary_lines(ctx))]
+    draw_blocks(fig, [(head, lines) for head, lines in blocks if lines], below_caption)
     differs = (ctx.runs_df["provenance_differs"] != "").any()
     draw_provenance(fig, provenance_rows(ctx), highlight="Runs that differ" if differs else None)
+
+
+#: The most workloads the title page recommends for (the recommendation page has them all).
+WORKLOADS_SHOWN = 3
+
+
+def recommendation_lines(ctx: Context) -> list[str]:
+    """The fastest configuration of each workload (the first :data:`WORKLOADS_SHOWN`), its
+    margin and whether it is beyond the noise; with a target accuracy, who reached it first."""
+    recs = recommend.recommendations(recommend.configurations(ctx.runs_df))
+    shown = recs.head(WORKLOADS_SHOWN)
+    lines = [recommend.recommendation_sentence(row) for _, row in shown.iterrows()]
+    if recs.empty:
+        lines = ["No configuration to recommend: no run has an epoch left after the warm-up."]
+    target = ctx.params.target_accuracy
+    if target is not None:
+        tta = recommend.time_to_accuracy(ctx.epochs_df, target)
+        firsts = recommend.first_to_target(ctx.runs_df, tta).set_index("workload", drop=False)
+        fastest = recs.set_index("workload")["config"]
+        for workload, row in firsts.iterrows():
+            if recs.empty or workload in set(shown["workload"]):
+                lines.append(recommend.first_sentence(row, target, fastest.get(workload)))
+    if len(recs) > WORKLOADS_SHOWN:
+        more = plural(len(recs) - WORKLOADS_SHOWN, "more workload")
+        lines.append(f"... and {more} (see the recommendation pages).")
+    return lines
 
 
 def summary_lines(ctx: Context) -> list[str]:
@@ -112,30 +143,59 @@ def scaling_lines(runs_df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def draw_summary(fig, lines: list[str], below_caption: float) -> None:
-    """The summary's bullets in the upper half of the page; many lines (skips, sites, long
-    names) are set closer, then smaller, above the provenance."""
-    ax = fig.add_axes((0.03, 0.52, 0.94, 0.34 - below_caption))
+def draw_blocks(fig, blocks: list[tuple[str, list[str]]], below_caption: float) -> None:
+    """Each block's heading and bullets, one under the other, in the upper half of the page;
+    many lines (workloads, skips, sites, long names) are set closer, then smaller, above the
+    provenance."""
+    height = 0.45 - below_caption
+    ax = fig.add_axes((0.03, 0.41, 0.94, height))
     ax.set_axis_off()
-    ax.text(0, 1, "Summary", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
-    indent_pt = drawn_width("\u2022  ", SUBTITLE_PT)
-    wrapped = [
-        "\u2022  " + "\n    ".join(fit_wrap(line, 135, SUBTITLE_PT, TEXT_WIDTH_PT - 2 * indent_pt))
-        for line in lines
-    ]
-    room_pt = 0.87 * (0.34 - below_caption) * PAGE_SIZE[1] * 72
-    n_lines = sum(w.count("\n") + 1 for w in wrapped)
-    spacing = min(1.5, max(1.15, room_pt / (n_lines * 11 * LINE_HEIGHT)))
-    size = min(11.0, max(8.0, room_pt / (n_lines * spacing * LINE_HEIGHT)))
-    ax.text(
-        0.01,
-        0.87,
-        "\n".join(wrapped),
-        va="top",
-        fontsize=size,
-        linespacing=spacing,
-        transform=ax.transAxes,
-    )
+    top_pt = height * PAGE_SIZE[1] * 72  # the axes' height, in points
+    gaps = len(blocks) * HEADING_PT + (len(blocks) - 1) * HEADING_PT / 2
+    size, wrapped, n_lines = fit_bullets([lines for _, lines in blocks], 0.9 * (top_pt - gaps))
+    spacing = min(1.5, max(1.15, 0.9 * (top_pt - gaps) / (n_lines * size * LINE_HEIGHT)))
+    y_pt = top_pt
+    for (heading, _), bullets in zip(blocks, wrapped, strict=True):
+        ax.text(
+            0, y_pt / top_pt, heading, fontsize=14, weight="bold", va="top", transform=ax.transAxes
+        )
+        y_pt -= HEADING_PT
+        text = "\n".join(bullets)
+        ax.text(
+            0.01,
+            y_pt / top_pt,
+            text,
+            va="top",
+            fontsize=size,
+            linespacing=spacing,
+            transform=ax.transAxes,
+        )
+        y_pt -= (text.count("\n") + 1) * size * spacing * LINE_HEIGHT + 0.5 * HEADING_PT
+
+
+def fit_bullets(blocks: list[list[str]], room_pt: float) -> tuple[float, list[list[str]], int]:
+    """The largest font size (11 down to 7.5 points) at which the blocks' lines, as bullets
+    wrapped at that size, fit ``room_pt`` points of height at the closest spacing (1.15); the
+    bullets and their number of lines."""
+    for size in np.arange(11.0, 7.49, -0.25):
+        indent_pt = drawn_width("\u2022  ", size)
+        columns = int(135 * 11 / size)
+        wrapped = [
+            [
+                "\u2022  "
+                + "\n    ".join(fit_wrap(line, columns, size, TEXT_WIDTH_PT - 2 * indent_pt))
+                for line in lines
+            ]
+            for lines in blocks
+        ]
+        n_lines = sum(w.count("\n") + 1 for block in wrapped for w in block)
+        if n_lines * size * 1.15 * LINE_HEIGHT <= room_pt:
+            break
+    return float(size), wrapped, n_lines
+
+
+#: The height a block's heading takes, with the room under it (points).
+HEADING_PT = 26
 
 
 def differs_text(runs_df: pd.DataFrame) -> str:
@@ -198,7 +258,7 @@ def provenance_rows(ctx: Context) -> list[tuple[str, str]]:
 
 def draw_provenance(fig, rows: list[tuple[str, str]], highlight: str | None) -> None:
     """The provenance table in the lower half of the page, the row ``highlight`` marked."""
-    ax = fig.add_axes((0.03, 0.06, 0.94, 0.44))
+    ax = fig.add_axes((0.03, 0.05, 0.94, 0.34))
     ax.set_axis_off()
     ax.text(0, 1, "Provenance", fontsize=14, weight="bold", va="top", transform=ax.transAxes)
     table = ax.table(

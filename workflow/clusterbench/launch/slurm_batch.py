@@ -43,8 +43,7 @@ MARK = "CLUSTERBENCH_BATCH_SHELL"
 #: ``$`` and no ``"``: the executor plugin puts the job's command in ``sbatch --wrap="..."``
 #: through a shell, which would expand a ``$`` on the submit host.
 PRECOMMAND = (
-    f"env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.schedulers.slurm_batch; "
-    "trap '' USR1 USR2"
+    f"env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.slurm_batch; trap '' USR1 USR2"
 )
 #: The warnings passed on (as clusterbench.preemption.WARNING_SIGNALS, without importing it).
 WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     job = os.environ.get("SLURM_JOB_ID")
     if args or not job:
         print(
-            "usage: python -m clusterbench.launch.schedulers.slurm_batch (in a Slurm batch "
+            "usage: python -m clusterbench.launch.slurm_batch (in a Slurm batch "
             "script, with SLURM_JOB_ID set: the Slurm profile's precommand)",
             file=sys.stderr,
         )

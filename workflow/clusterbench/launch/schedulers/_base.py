@@ -1,26 +1,32 @@
 """What every scheduler implements (:class:`Scheduler`), and what they share.
 
-A *scheduler* is the cluster system the launcher runs in: none (``local``), Slurm or SGE. For
-each, a subclass says whether the launcher runs inside one of its allocations (``detect``), which
-hosts, slots and GPUs that allocation has (``allocation``), how one rank's command is started on
-its host (``shell_command``) and signalled (``signal_rank``), which GPU a rank uses
-(``rank_device``) and which hosts the job could use now (``discover_hosts``, for Horovod
-elastic). The registry in :mod:`clusterbench.launch.schedulers` picks one.
+A *scheduler* is the cluster system the launcher runs in: none (``local``), Slurm or SGE. Each
+is one module of this package (a plugin of :data:`clusterbench.launch.schedulers.REGISTRY`)
+whose ``SCHEDULER`` is a subclass of :class:`Scheduler`. It says whether the launcher runs inside
+one of its allocations (``detect``; the schedulers are asked in the order of their
+``detection_priority``), which hosts, slots and GPUs that allocation has (``allocation``), how one
+rank's command is started on its host (``shell_command``) and signalled (``signal_rank``), which
+GPU a rank uses (``rank_device``) and which hosts the job could use now (``discover_hosts``, for
+Horovod elastic).
 
-The same classes answer the workflow's two questions about a scheduler before any job is
-submitted, as class methods (no allocation needed): could it ever run a training job as asked
-(``unavailable``, the pre-flight check; ``rules/common.smk`` asks the executor's scheduler), and
-what a training job with these evaluated rule resources asks it for (``job_request``: nodes,
-ranks, CPUs; :mod:`clusterbench.plan`).
+The same classes answer the workflow's questions about a scheduler before any job is submitted,
+as class methods (no allocation needed): its part of the train rule's resources
+(``train_resources``, whose keys are its ``resource_keys``: :mod:`clusterbench.resources` merges
+every scheduler's part), could it ever run a training job as asked (``unavailable``, the
+pre-flight check; ``rules/common.smk`` asks the executor's scheduler), and what a training job
+with these evaluated rule resources asks it for (``job_request``: nodes, ranks, CPUs;
+:mod:`clusterbench.plan`).
 
-The dataclasses and pure functions here (GPU lists) and the scheduler modules' parsers (text in,
-data out) need no scheduler to be unit-tested; the methods that ask a scheduler run its tools
-(:func:`run_tool`).
+The dataclasses and pure functions here (GPU lists, how ranks spread over hosts) and the
+scheduler modules' parsers (text in, data out) need no scheduler to be unit-tested; the methods
+that ask a scheduler run its tools (:func:`run_tool`). Standard library only: the Snakefile
+imports it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -28,6 +34,7 @@ import socket
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 TOOL_TIMEOUT_S = 60  # scontrol / squeue / sinfo answering
@@ -86,6 +93,78 @@ def usable_hosts(hosts: Mapping[str, int], failed: Iterable[str] = ()) -> dict[s
     those without a slot: the hosts Horovod elastic may use now."""
     out = set(failed)
     return {name: slots for name, slots in hosts.items() if name not in out and slots > 0}
+
+
+def spread_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:
+    """How many of ``np`` ranks each host runs: one per host first (in order), then fill each
+    host up to its capacity in order — Slurm's block distribution. Hosts given 0 are dropped."""
+    total = sum(c for _, c in capacities)
+    if np < 1:
+        raise AllocationError(f"--np must be at least 1, got {np}")
+    if np > total:
+        desc = ", ".join(f"{h}:{c}" for h, c in capacities)
+        raise AllocationError(
+            f"--np {np} is more than the {total} slot(s) of the allocation ({desc})"
+        )
+    counts = [0] * len(capacities)
+    left = np
+    for i, (_, cap) in enumerate(capacities):
+        if left and cap:
+            counts[i], left = 1, left - 1
+    for i, (_, cap) in enumerate(capacities):
+        extra = min(cap - counts[i], left)
+        counts[i] += extra
+        left -= extra
+    return [(h, n) for (h, _), n in zip(capacities, counts, strict=True) if n]
+
+
+#: The environment variable naming a hosts file: the hosts (and slots) a Horovod elastic launch
+#: may use now (:meth:`Scheduler.discover_hosts`), edited while it trains.
+HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
+
+
+_HOST_LINE = re.compile(r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|\s+slots\s*=\s*(?P<m>\S+))?")
+
+
+def parse_hosts_file(text: str) -> dict[str, int]:
+    """Hosts and their slots from a hosts file, one host per line: ``host`` (1 slot),
+    ``host:N`` (Horovod's discovery format) or ``host slots=N`` (MPI's hostfile); ``#`` starts
+    a comment, blank lines are skipped, a host listed twice gets the sum. Hosts with 0 slots
+    are left out (a way to take a host out without deleting its line)."""
+    hosts: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _HOST_LINE.fullmatch(line)
+        count = (m.group("n") or m.group("m") or "1") if m else ""
+        if not m or not count.isdigit():
+            raise AllocationError(
+                f"hosts file line {lineno} is not 'host', 'host:slots' or 'host slots=N': {raw!r}"
+            )
+        hosts[m.group("host")] = hosts.get(m.group("host"), 0) + int(count)
+    return {h: n for h, n in hosts.items() if n > 0}
+
+
+def read_hosts_file(env: Mapping[str, str]) -> dict[str, int] | None:
+    """The hosts file ``env`` names (:data:`HOSTS_FILE_VAR`), parsed; None when it names none."""
+    path = env.get(HOSTS_FILE_VAR)
+    if not path:
+        return None
+    try:
+        return parse_hosts_file(Path(path).read_text())
+    except OSError as exc:
+        raise LaunchError(f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from exc
+
+
+def within_hosts_file(hosts: Mapping[str, int], listed: Mapping[str, int] | None) -> dict[str, int]:
+    """``hosts`` (an allocation's, name -> slots) limited to what the hosts file ``listed``
+    offers (None: no hosts file): a host it leaves out, or lists with ``:0``, has no slot; one
+    it lists with fewer slots has that many. It cannot add a host or a slot to the
+    allocation."""
+    if listed is None:
+        return dict(hosts)
+    return {name: min(slots, listed.get(name, 0)) for name, slots in hosts.items()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -213,8 +292,16 @@ class Scheduler:
     would only reach srun/qrsh, so the runner stops it with ``signal_rank`` first.
     """
 
-    #: The name the registry, ``--scheduler`` and the ranks' ``CLUSTERBENCH_SCHEDULER`` use.
+    #: The name the registry, ``--scheduler`` and the ranks' ``CLUSTERBENCH_SCHEDULER`` use:
+    #: the plugin's (its module's) name, and the name of the Snakemake executor that submits to
+    #: it (the workflow asks the executor's scheduler).
     name: ClassVar[str] = ""
+    #: Detection order: the scheduler with the highest is asked first whether the launcher runs
+    #: in its allocation (``local``, which always says yes, has the lowest).
+    detection_priority: ClassVar[int] = 0
+    #: The rule resources :meth:`train_resources` may return (the train rule lists every
+    #: scheduler's).
+    resource_keys: ClassVar[tuple[str, ...]] = ()
     #: How ranks start, for the launcher's log ("srun steps").
     how: ClassVar[str] = ""
     #: The rank is not this host's process but a scheduler's task (srun step, qrsh -inherit):
@@ -257,11 +344,14 @@ class Scheduler:
 
     def discover_hosts(self, env: Mapping[str, str] | None = None) -> dict[str, int]:
         """The hosts (and their slots) the job could run ranks on now, asked again each time:
-        what Horovod elastic's host discovery needs: :meth:`allocated_hosts` less the hosts
-        where a rank failed (:meth:`rank_failed`), the same under every scheduler. ``env``: the
-        job's environment (default: the one :meth:`allocation` read)."""
+        what Horovod elastic's host discovery needs: :meth:`allocated_hosts`, limited to the
+        hosts file when ``CLUSTERBENCH_HOSTS_FILE`` names one (:func:`within_hosts_file`: a host
+        taken out with ``:0`` leaves, put back it joins again), less the hosts where a rank
+        failed (:meth:`rank_failed`), the same under every scheduler. ``env``: the job's
+        environment (default: the one :meth:`allocation` read)."""
         env = self.job_env if env is None else env
-        return usable_hosts(self.allocated_hosts(env), self.failed_hosts)
+        hosts = within_hosts_file(self.allocated_hosts(env), read_hosts_file(env))
+        return usable_hosts(hosts, self.failed_hosts)
 
     def site(self) -> str:
         """The name of the cluster the job runs on, for results of several clusters: the
@@ -324,6 +414,15 @@ class Scheduler:
         runs (Slurm: leftover steps)."""
 
     # the workflow's side (class methods: no allocation, no launch)
+
+    @classmethod
+    def train_resources(cls, run: Mapping[str, Any], generic: Mapping[str, Any]) -> dict[str, Any]:
+        """This scheduler's part of the train rule's resources for ``run`` (a resolved run of the
+        config), beside the scheduler-neutral ``generic`` ones (``nodes``, ``ranks``,
+        ``gpus_per_node``, ``mem_mb``, ``mem_mb_per_cpu``, ``runtime``:
+        :func:`clusterbench.resources.generic_resources`); only keys of
+        :attr:`resource_keys`. Every executor gets every scheduler's keys and reads its own."""
+        return {}
 
     @classmethod
     def unavailable(cls, context: PreflightContext) -> dict[str, str]:

@@ -1,0 +1,7 @@
+"""Thin entry point: see clusterbench.history.stage."""
+
+import sys
+
+from clusterbench.history import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""`make gpu-check` (benchmarks/gpu_check.py): without a GPU it stops at once saying so; its
+config is the synthetic ResNet-50 on every GPU of the machine; ``--cpu-smoke`` runs the same
+steps through the real workflow on the CPU at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from clusterbench import config as cb
+from clusterbench.formats import FORMATS
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_check  # noqa: E402
+
+needs_synthetic = pytest.mark.skipif(
+    "synthetic" not in FORMATS.names(), reason="the workflow has no synthetic data yet"
+)
+
+
+def test_without_a_gpu_it_stops_at_once_saying_so(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--work-dir", str(tmp_path / "work")]) == 2
+    err = capsys.readouterr().err
+    assert "make gpu-check needs a CUDA GPU" in err and "torch.cuda.is_available() is False" in err
+    assert "GPU_CHECK_ARGS=--cpu-smoke" in err
+    assert not (tmp_path / "work").exists()  # nothing started
+
+
+def test_make_gpu_check_is_the_script_with_its_args():
+    dry = subprocess.run(
+        ["make", "-n", "gpu-check", "GPU_CHECK_ARGS=--minutes 2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "python benchmarks/gpu_check.py --minutes 2" in dry.stdout
+
+
+def test_the_check_trains_a_synthetic_resnet50_on_every_gpu_in_bf16_channels_last():
+    config = gpu_check.check_config(gpus=4, minutes=1.5, cpu_smoke=False)
+    (dataset,) = config["datasets"].values()
+    assert dataset["format"] == "synthetic" and dataset["shape"] == [3, 224, 224]
+    runs = config["run_defaults"]
+    assert runs["model"] == "torchvision.resnet50"
+    assert (runs["workers"], runs["gpus_per_node"], runs["minutes"]) == (4, 4, 1.5)
+    assert runs["precision"] == "bf16" and runs["channels_last"] is True
+    assert sorted(r["backend"] for r in config["runs"]) == ["ddp", "horovod"]
+    smoke = gpu_check.check_config(gpus=0, minutes=1, cpu_smoke=True)
+    assert smoke["run_defaults"]["gpus_per_node"] == 0 and smoke["run_defaults"]["epochs"] == 1
+    assert smoke["run_defaults"]["model"] == "torchvision.resnet50"  # the same model, smaller
+    assert list(smoke["datasets"].values())[0]["shape"] == [3, 32, 32]
+
+
+@needs_synthetic
+def test_the_checks_configs_are_valid():
+    for config in (
+        gpu_check.check_config(8, 1, False),
+        gpu_check.check_config(0, 1, True),
+        cb.load_file(gpu_check.CONFIG),
+    ):
+        cb.validate(config)
+
+
+@pytest.mark.slow
+@needs_synthetic
+def test_cpu_smoke_runs_the_three_steps_and_prints_images_per_second(tmp_path):
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--cpu-smoke"]
+    proc = subprocess.run(
+        [*cmd, "--work-dir", str(work)], capture_output=True, text=True, timeout=900, cwd=REPO
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    summary = out[out.index("== make gpu-check: summary") :]
+    for step in ("tests", "bench", "workflow"):
+        assert f"   {step}" in summary and "FAILED" not in summary
+    for run in ("resnet50-horovod", "resnet50-ddp"):
+        assert f"{run}: " in summary and "images/s on 2 rank(s)" in summary
+        info = json.loads((work / "results" / "runs" / run / "run.json").read_text())
+        assert info["run"]["precision"] == "bf16" and info["world"]["size"] == 2
+    assert "gpu: skipped (no GPU" in summary  # F5 says why it has no figure
+    assert (work / "results" / "report" / "report.pdf").is_file()

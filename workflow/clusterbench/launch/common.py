@@ -1,0 +1,47 @@
+"""What a fixed-size launch (:mod:`.fixed`) and an elastic one (:mod:`.elastic`) share: this
+machine's network interfaces, a free port, and the environment every rank gets beside Horovod's
+own variables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+from clusterbench.launch import schedulers
+from clusterbench.launch.placement import IfaceChoice
+from clusterbench.launch.schedulers import Scheduler
+
+
+def local_ifaces() -> dict[str, list[str]]:
+    """This machine's network interfaces with an IPv4 address: name -> addresses."""
+    import psutil
+
+    return {
+        name: [a.address for a in addrs if a.family == socket.AF_INET]
+        for name, addrs in psutil.net_if_addrs().items()
+        if any(a.family == socket.AF_INET for a in addrs)
+    }
+
+
+def free_port(address: str) -> int:
+    """A TCP port that is free on this machine's ``address`` now (for rank 0's TCPStore)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice) -> dict[str, str]:
+    """The extra environment of every rank (beside Horovod's own variables)."""
+    # the ranks record what started them (clusterbench.train writes it to run.json)
+    extra: dict[str, str] = {
+        schedulers.SCHEDULER_VAR: scheduler.name,
+        # the cluster's name for the results (the config's `site` wins: the workflow sets it)
+        schedulers.SITE_VAR: os.environ.get(schedulers.SITE_VAR) or scheduler.site(),
+        "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
+    }
+    if args.log_level:
+        extra["HOROVOD_LOG_LEVEL"] = args.log_level
+    if args.timeout:
+        extra["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.timeout)
+    return extra

@@ -1,0 +1,20 @@
+"""The workflow's own logic, out of rules/*.smk: testable without a Snakemake run.
+
+```
+pipeline/core.py     Pipeline: what the rules call (runs, comm jobs, input, priority and
+                     resource functions, the environment for the jobs, the stage code inputs)
+pipeline/runs.py     RunPlan: the runs skipped under the executor, those refused
+pipeline/checks.py   Checks: files checked against their records before any job
+pipeline/adapter.py  Adapter: what is read from Snakemake's `workflow` (SnakemakeAdapter)
+pipeline/layout.py   where the files are
+```
+
+rules/common.smk makes ``Pipeline(config, SnakemakeAdapter(workflow, rules), checkout)``; tests
+give it a fake adapter. Imported by the Snakefile: the standard library, yaml and jsonschema
+only (no torch: the Snakefile is parsed again in every cluster job).
+"""
+
+from clusterbench.pipeline.adapter import Adapter, PlannedJob, SnakemakeAdapter
+from clusterbench.pipeline.core import Pipeline
+
+__all__ = ["Adapter", "Pipeline", "PlannedJob", "SnakemakeAdapter"]

@@ -1,0 +1,250 @@
+"""The workflow's logic, called from rules/*.smk: one :class:`Pipeline` per Snakefile parse.
+
+rules/common.smk makes it from the validated config and a :class:`SnakemakeAdapter`, and the
+rules take their input, priority and resource functions from it. What runs when:
+
+- parse time (every process, cluster jobs included, so kept to a minimum): the config's runs,
+  datasets and comm jobs, the environment for the jobs, the code files each stage reads;
+- while the job graph is built (input functions; only in the main process): the checks of each
+  used dataset's files (:class:`Checks`), the skip decisions (:class:`RunPlan`);
+- once Snakemake has decided which jobs run, before any of them starts: every rule's priority
+  function (:meth:`Pipeline.priority`, which Snakemake calls for the jobs that will run, and
+  only for them) runs :meth:`Pipeline.before_jobs` once: the training jobs that may not run
+  here, and the outputs the planned jobs read, checked against their records.
+
+A problem found stops the workflow with a message alone (:meth:`Adapter.stop`), nothing run or
+deleted. Imported by the Snakefile: the standard library, yaml and jsonschema only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from clusterbench import comm_jobs
+from clusterbench import config as cbconfig
+from clusterbench.comm_jobs import CommJob
+from clusterbench.pipeline import layout
+from clusterbench.pipeline.adapter import Adapter
+from clusterbench.pipeline.checks import DIGESTS, Checks
+from clusterbench.pipeline.runs import RunPlan
+from clusterbench.resources import train_resources
+
+
+class Pipeline:
+    """The workflow's logic for the validated config ``cfg`` of a checkout at ``checkout``."""
+
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        adapter: Adapter,
+        checkout: Path,
+        env: Mapping[str, str] = os.environ,
+        digests: Path | None = DIGESTS,
+    ) -> None:
+        self.cfg, self.adapter, self.checkout, self.env = cfg, adapter, Path(checkout), env
+        self.runs: dict[str, dict[str, Any]] = {run["name"]: run for run in cfg["runs"]}
+        self.datasets = sorted({run["dataset"] for run in cfg["runs"]})
+        self.plan = RunPlan(
+            self.runs, cfg["environment_defaults"], cfg["environments"], adapter, env
+        )
+        self.storages = {d: cfg["datasets"][d]["storage"] for d in self.datasets}
+        self.checks = Checks(self.runs, adapter, digests, self.storages)
+        self._resources: dict[str, dict[str, Any]] = {}
+        #: The comm jobs by name (:mod:`clusterbench.comm_jobs`: one per multi-worker
+        #: environment and backend of the runs; none with ``comm.enabled: false``).
+        self.comm_jobs = comm_jobs.config_jobs(cfg)
+        self._comm_resources: dict[str, dict[str, Any]] = {}
+        self._before_jobs_done = False
+
+    # ------------------------------------------------------------------- parse time
+    def environment(self, python: str = sys.executable) -> dict[str, str]:
+        """What jobs (local ones, and cluster jobs, which parse the Snakefile again) need in
+        their environment: ``python`` and the package of this Snakemake's own environment
+        first on ``PATH``/``PYTHONPATH`` (as if it were activated), and the settings that are
+        no rerun trigger (download and checkpoint settings cannot change a result: bumping
+        ``retries`` must not make every stage stale), read by the stages from there."""
+        found = {
+            "PATH": prepend_path(self.env.get("PATH", ""), str(Path(python).parent)),
+            "PYTHONPATH": prepend_path(
+                self.env.get("PYTHONPATH", ""), str(self.checkout / "workflow")
+            ),
+            "CLUSTERBENCH_HOME": str(self.checkout),
+            "CLUSTERBENCH_DOWNLOAD": cbconfig.canonical_json(self.cfg["download"]),
+            "CLUSTERBENCH_CHECKPOINTS": cbconfig.canonical_json(self.cfg["checkpoints"]),
+        }
+        if self.cfg["site"]:  # the site label runs record; unset: the launcher asks
+            found["CLUSTERBENCH_SITE"] = self.cfg["site"]
+        return found
+
+    def remote_download(self) -> bool:
+        """``CLUSTERBENCH_REMOTE_DOWNLOAD=1``: the site's compute nodes have internet, so the
+        download runs as a cluster job; unset or ``0``: it runs on the submit host."""
+        value = self.env.get("CLUSTERBENCH_REMOTE_DOWNLOAD", "")
+        if value not in ("", "0", "1"):
+            self.adapter.stop(
+                f"environment variable CLUSTERBENCH_REMOTE_DOWNLOAD={value!r}: expected 1 "
+                "(download in a cluster job) or 0/unset (download on the submit host)"
+            )
+        return value == "1"
+
+    def script(self, stage: str) -> str:
+        """The entry point ``scripts/<stage>.py``: an input, so editing it reruns the stage."""
+        return str(self.checkout / "scripts" / f"{stage}.py")
+
+    def stage_module(self, stage: str) -> str | list[str]:
+        """The stage's own module ``workflow/clusterbench/<stage>.py``, or every module of its
+        package ``workflow/clusterbench/<stage>/``: inputs, so editing them reruns the stage
+        and what follows (the shared modules it imports are no input)."""
+        package = self.checkout / "workflow" / "clusterbench" / stage
+        if package.is_dir():
+            return sorted(str(path) for path in package.glob("*.py"))
+        return str(package.with_suffix(".py"))
+
+    # ------------------------------------------------------------------- runs
+    def run_of(self, wildcards: Any) -> dict[str, Any]:
+        return self.runs[wildcards.run]
+
+    def run_data(self, wildcards: Any) -> list[str]:
+        """Input function: the preprocessed files of the run's dataset. For a name the config
+        has no run of (the ``run`` wildcard matches any file name: an alternation of every
+        name made Snakemake's graph quadratic in the runs), a file nothing makes, which
+        Snakemake reports as the job's missing input."""
+        run = self.runs.get(wildcards.run)
+        if run is None:
+            return [f"(no run {wildcards.run!r} in the config)"]
+        return self.data_files(run["dataset"])
+
+    def data_files(self, dataset: str) -> list[str]:
+        """Every file of the preprocessed ``dataset``, as its storage has it."""
+        return layout.stored_files(dataset, self.storages[dataset])
+
+    def elastic_options(self, wildcards: Any) -> str:
+        """The launcher's ``--min-np``/``--max-np`` for an elastic run ("" otherwise)."""
+        run = self.run_of(wildcards)
+        if not cbconfig.is_elastic(run):
+            return ""
+        low, high = cbconfig.worker_bounds(run)
+        return f"--min-np {low} --max-np {high} "
+
+    def train_threads(self, wildcards: Any) -> int:
+        """The train job's threads: every worker's CPUs."""
+        run = self.run_of(wildcards)
+        return cbconfig.allocated_workers(run) * run["cpus_per_worker"]
+
+    def train_resource(self, key: str) -> Callable[[Any], Any]:
+        """The resource function of ``key`` of the train rule (None: not used by this run);
+        each run's resources (:func:`clusterbench.resources.train_resources`) are computed
+        when a job first asks."""
+
+        def resource(wildcards: Any) -> Any:
+            found = self._resources.get(wildcards.run)
+            if found is None:
+                found = self._resources[wildcards.run] = train_resources(self.run_of(wildcards))
+            return found.get(key)
+
+        return resource
+
+    def available_runs(self) -> list[str]:
+        """The runs the report (and so every target) takes: see :class:`RunPlan`."""
+        return self.plan.available()
+
+    def skipped_runs(self) -> list[dict[str, Any]]:
+        return self.plan.skipped()
+
+    def report_benchmarks(self, runs: list[str]) -> list[str]:
+        """The benchmark files of ``runs``, of the datasets they use and of their comm jobs."""
+        datasets = sorted({self.runs[run]["dataset"] for run in runs})
+        return [
+            *(
+                f"results/benchmarks/{rule}/{d}.tsv"
+                for rule in ("download", "preprocess")
+                for d in datasets
+            ),
+            *(f"results/benchmarks/{rule}/{r}.tsv" for rule in ("train", "evaluate") for r in runs),
+            *self.comm_files("results/benchmarks/comm/{name}.tsv", runs),
+        ]
+
+    # ------------------------------------------------------------------- comm jobs
+    def comm_of(self, wildcards: Any) -> CommJob:
+        """The comm job ``wildcards.comm`` (the rule's wildcard allows these names only)."""
+        return self.comm_jobs[wildcards.comm]
+
+    def comm_threads(self, wildcards: Any) -> int:
+        """The comm job's threads, as a train job's of its size."""
+        return comm_jobs.threads(self.comm_of(wildcards), self.runs)
+
+    def comm_resource(self, key: str) -> Callable[[Any], Any]:
+        """The resource function of ``key`` of the comm rule (None: not used by the job): a
+        train job's resources of its size (:func:`clusterbench.comm_jobs.job_run`), computed
+        when a job first asks."""
+
+        def resource(wildcards: Any) -> Any:
+            found = self._comm_resources.get(wildcards.comm)
+            if found is None:
+                job = self.comm_of(wildcards)
+                run = comm_jobs.job_run(job, self.runs[job.runs[0]], self.cfg["comm"])
+                found = self._comm_resources[wildcards.comm] = train_resources(run)
+            return found.get(key)
+
+        return resource
+
+    def comm_files(self, pattern: str, runs: list[str]) -> list[str]:
+        """``pattern`` (its ``{name}``) for every comm job measuring for one of ``runs``: the
+        skipped runs' environments drop out with them."""
+        return [pattern.format(name=name) for name in comm_jobs.jobs_of_runs(self.comm_jobs, runs)]
+
+    # ------------------------------------------------------------------- checks
+    def raw_files_intact(self, wildcards: Any) -> list[str]:
+        """Input function of the download rule; it adds no file: see :meth:`Checks.raw_files`
+        (here because the executor, and so whether this is a dry run, and the forced files
+        are known only once Snakemake builds the job graph)."""
+        self.checks.raw_files(wildcards.dataset)
+        return []
+
+    def arrays_intact(self, wildcards: Any) -> list[str]:
+        """Input function of the preprocess rule; it adds no file: see :meth:`Checks.arrays`
+        (Snakemake calls it whenever a job reads the dataset, planned to run or not)."""
+        self.checks.arrays(wildcards.dataset)
+        return []
+
+    def priority(self, rule: str) -> Callable[[Any], int]:
+        """The ``priority:`` function of ``rule``: the run's ``priority`` for a train job, else
+        0 (Snakemake's default). Snakemake calls it for the jobs it will run, once it has
+        decided which, and before any job starts: the first call runs
+        :meth:`before_jobs`."""
+
+        def priority(wildcards: Any) -> int:
+            self.before_jobs()
+            return self.run_of(wildcards)["priority"] if rule == "train" else 0
+
+        return priority
+
+    def before_jobs(self) -> None:
+        """Once, before any job: stop if a planned training job may not run here
+        (:meth:`RunPlan.refusals`) or a planned job would read a damaged output
+        (:meth:`Checks.consumed`). Not in cluster jobs, nor where nothing runs (``--touch``,
+        no executor)."""
+        if self._before_jobs_done:
+            return
+        self._before_jobs_done = True
+        if not self.adapter.is_main_process or self.adapter.executor() in (None, "touch"):
+            return
+        planned = self.adapter.planned_jobs()
+        if planned is None:
+            return
+        trained = [job.wildcards["run"] for job in planned if job.rule == "train"]
+        refusals = self.plan.refusals(trained)
+        if refusals:
+            self.adapter.stop("\n".join(refusals))
+        self.checks.consumed(planned)
+
+
+def prepend_path(value: str, entry: str) -> str:
+    """The path list ``value`` with ``entry`` first, once (cluster jobs inherit it and parse
+    again)."""
+    rest = [p for p in value.split(os.pathsep) if p and p != entry]
+    return os.pathsep.join([entry, *rest])
