@@ -2,7 +2,7 @@
 rule best:
     input:
         script=script("best"),
-        code=stage_module("best"),
+        code=stage_code("best"),
         results=f"{REPORT_DIR}/results.csv",
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",

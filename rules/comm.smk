@@ -14,7 +14,8 @@ wildcard_constraints:
 rule comm:
     input:
         script=script("comm"),
-        code=stage_module("comm"),
+        # the stage's code (one stamp: clusterbench.pipeline.code)
+        code=stage_code("comm"),
     output:
         json="results/comm/{comm}/comm.json",
         csv="results/comm/{comm}/comm.csv",

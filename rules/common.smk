@@ -80,7 +80,7 @@ SOFTWARE = "../workflow/envs/clusterbench.yaml"
 script = PIPELINE.script
 #: A path in the working directory (under a module's prefix), as Snakemake reads the rules' files.
 IN_WORKDIR = PIPELINE.adapter.in_workdir
-stage_module = PIPELINE.stage_module
+stage_code = PIPELINE.stage_code
 run_of = PIPELINE.run_of
 
 #: The download runs on the submit host (its `localrule:`) unless CLUSTERBENCH_REMOTE_DOWNLOAD=1:

@@ -3,7 +3,7 @@
 rule download:
     input:
         script=script("download"),
-        code=stage_module("download"),
+        code=stage_code("download"),
         # a missing or damaged raw file makes this step due (clusterbench.pipeline); no file
         intact=PIPELINE.raw_files_intact,
     output:

@@ -1,7 +1,7 @@
 rule evaluate:
     input:
         script=script("evaluate"),
-        code=stage_module("evaluate"),
+        code=stage_code("evaluate"),
         model=rules.train.output.model,
         data=PIPELINE.run_data,
     output:

@@ -7,17 +7,15 @@ HISTORY_PATH = history_store.workflow_path(CFG["history"]["path"], IN_WORKDIR)
 # rerun trigger: a new report title would append again)
 os.environ.update(CLUSTERBENCH_CONFIG_HASH=cbconfig.config_hash(CFG))
 
-# Before any job: a store that cannot be appended to (not writable, or of a schema this
-# clusterbench cannot use) stops the workflow, naming it. At parse time, dry runs included (it
-# reads the file's schema version at most: a dry run writes nothing); only in the main process
-# (cluster jobs parse again). Not in an input function: Snakemake prints an input function's
-# error with a traceback.
-if workflow.is_main_process:
-    HISTORY_PROBLEM = history_store.unwritable_message(
+# Before any job, when the history job runs: a store that cannot be appended to (not writable,
+# or of a schema this clusterbench cannot use) stops the workflow, naming it; dry runs included.
+# It opens the store at most (to read its schema version), and only then: not at every parse.
+PIPELINE.check_before_jobs(
+    "history",
+    lambda: history_store.unwritable_message(
         Path(HISTORY_PATH), CFG["history"]["path"]
-    )
-    if HISTORY_PROBLEM:
-        raise WorkflowError(HISTORY_PROBLEM)
+    ),
+)
 
 
 # On the submit host, like the report: it reads the runs and writes one small file. The store
@@ -25,7 +23,7 @@ if workflow.is_main_process:
 rule history:
     input:
         script=script("history"),
-        code=stage_module("history"),
+        code=stage_code("history"),
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",
             run=PIPELINE.available_runs(),
@@ -39,6 +37,7 @@ rule history:
         series="results/history/series.csv",
     log:
         "results/logs/history/history.log",
+    priority: PIPELINE.priority("history")
     localrule: True
     conda:
         SOFTWARE

@@ -4,7 +4,7 @@
 rule preprocess:
     input:
         script=script("preprocess"),
-        code=stage_module("preprocess"),
+        code=stage_code("preprocess"),
         manifest=rules.download.output.manifest,
         # damaged arrays, or arrays whose meta.json is gone, stop the workflow; no file
         intact=PIPELINE.arrays_intact,
@@ -33,7 +33,7 @@ rule preprocess:
 rule preprocess_files:
     input:
         script=script("preprocess"),
-        code=stage_module("preprocess"),
+        code=stage_code("preprocess"),
         manifest=rules.download.output.manifest,
         # a damaged index, or an index whose meta.json is gone, stops the workflow; no file
         intact=PIPELINE.arrays_intact,

@@ -7,19 +7,13 @@ REPORT_DIR = "results/report"
 PAGE_CAPTIONS = os.path.abspath(IN_WORKDIR(f"{REPORT_DIR}/captions.rst"))
 
 
-#: Every module of the report package, its page modules (report/pages/) included: inputs, so
-#: that editing one, or adding a page, reruns the report.
-REPORT_CODE = sorted(
-    str(path)
-    for path in (CHECKOUT / "workflow" / "clusterbench" / "report").rglob("*.py")
-)
-
-
 # On the submit host: the report needs no compute-node resources.
 rule report:
     input:
         script=script("report"),
-        code=REPORT_CODE,
+        # every module of the report package, its pages included: editing one, or adding a
+        # page, reruns the report
+        code=stage_code("report"),
         # functions: the runs skipped here drop out (clusterbench.pipeline.runs)
         runs=lambda wc: expand(
             "results/runs/{run}/{name}",

@@ -8,8 +8,8 @@
 rule train:
     input:
         script=script("train"),
-        code=stage_module("train"),
-        loop=stage_module("training"),  # the training loop is the stage's code too
+        # the stage's code and its training loop's (one stamp: clusterbench.pipeline.code)
+        code=stage_code("train", "training"),
         # the run's dataset; a name the config has no run of is a missing input
         data=PIPELINE.run_data,
     output:

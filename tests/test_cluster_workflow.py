@@ -383,8 +383,7 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
             ):
                 assert time.time() < deadline, "the requeued job never went back to the queue"
                 time.sleep(0.5)
-            # a requeued job waits for a BeginTime about 2 min ahead: start it now
-            slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+            _start_requeued_now(slurm_cluster, job)
         out, _ = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
@@ -415,6 +414,15 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     )
 
 
+def _start_requeued_now(slurm_cluster, job: str) -> None:
+    """A requeued job waits for a BeginTime about 2 min ahead: start it now, but not within the
+    second of its requeue. slurmd revokes the ended instance's job credential by the second,
+    and a restart within that second is killed ("Job credential revoked": seen once in CI, a
+    restart 0.8 s after the requeue). Slurm's own delay avoids that; 2 s of ours do too."""
+    time.sleep(2.0)
+    slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+
+
 @pytest.mark.slurm
 def test_with_requeue_exit_75_slurm_itself_requeues_a_preempted_job_which_resumes(
     slurm_cluster, slurm_finished, slurm_uninterrupted, tmp_path
@@ -441,8 +449,7 @@ def test_with_requeue_exit_75_slurm_itself_requeues_a_preempted_job_which_resume
                 assert time.time() < deadline, "Slurm did not requeue the job that exited 75"
                 time.sleep(0.5)
             requeued = time.time()
-            # a requeued job waits for a BeginTime about 2 min ahead: start it now
-            slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+            _start_requeued_now(slurm_cluster, job)
             out, _ = proc.communicate(timeout=900)
         finally:
             if proc.poll() is None:

@@ -11,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import REPO, default_config, snakemake, write_config
 from test_data_sources import folder_archive
@@ -86,6 +87,9 @@ def test_an_image_folder_streams_through_the_workflow_staged_and_skipping_a_bad_
     ).stdout
     page = text[text.index("How the runs read their data") :]
     assert "copied" in page and "verified" in page
+    # the wait for data: the step-time breakdown's share (runs.csv), one definition
+    shares = pd.read_csv(res / "report" / "runs.csv").set_index("run")["data_share"]
+    assert all(f"{100 * shares[r['name']]:.1f} %" in page for r in runs), page[:3000]
     assert ("1 file" in page) == (where != "test")  # skipped in training
 
     # how the data is read is no rerun trigger: loader processes, loading, staging changed

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterbench import config as cbconfig
+from clusterbench.pipeline.code import STAMPS
 from conftest import REPO, default_config, run_snakemake, snakemake, snakemake_cmd, write_config
 
 PREFIX = "bench"
@@ -123,17 +124,19 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
         ]
         assert paths, kind
         assert all(path.startswith(f"{PREFIX}/results/") for path in paths), (kind, paths)
-    # inputs: under the prefix, or the stage code in the checkout (real files: edits rerun)
+    # inputs: under the prefix, the stage scripts in the checkout (real files: edits rerun),
+    # or the stages' code stamps in the prefix's .snakemake (clusterbench.pipeline.code)
     inputs = [
         path
         for line in re.findall(r"^    input: (.*)$", out, re.MULTILINE)
         for path in line.split(", ")
     ]
     code = [path for path in inputs if not path.startswith(f"{PREFIX}/results/")]
+    stamps = str(consumer / PREFIX / STAMPS)
     assert code and all(
-        path.startswith(str(REPO / "scripts")) or path.startswith(str(REPO / "workflow"))
-        for path in code
+        path.startswith(str(REPO / "scripts")) or path.startswith(stamps) for path in code
     ), code
+    assert any(path.startswith(stamps) for path in code), code
     assert all(Path(path).is_file() for path in code), code
 
     # every path a command is given, params included, lies under the prefix or in the checkout

@@ -246,6 +246,29 @@ def test_a_planned_training_job_that_may_not_run_stops_before_any_job(scheduler)
         pipe.priority("report")(wc())
 
 
+def test_a_jobs_own_check_runs_only_when_that_job_is_planned(scheduler):
+    """check_before_jobs: the check of a rule (the history store's) runs before any job only
+    when a job of that rule is planned, and what it says stops the workflow."""
+    asked = []
+
+    def check():
+        asked.append(1)
+        return "history store /x/h.sqlite cannot be created: /x is not a directory"
+
+    adapter = FakeAdapter("dryrun")
+    pipe = pipeline(adapter)
+    pipe.check_before_jobs("history", check)
+    adapter.planned = [PlannedJob("report")]
+    assert pipe.priority("report")(wc()) == 0 and asked == []
+    adapter = FakeAdapter("local")
+    pipe = pipeline(adapter)
+    pipe.check_before_jobs("history", check)
+    adapter.planned = [PlannedJob("history"), PlannedJob("report")]
+    with pytest.raises(Stopped, match=r"^history store /x/h\.sqlite cannot be created"):
+        pipe.priority("report")(wc())
+    assert asked == [1]
+
+
 # ------------------------------------------------------------------ files and their records
 def write_recorded(folder: Path, names, content=b"x") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
@@ -471,12 +494,50 @@ def test_the_remote_download_switch():
         pipeline(FakeAdapter(None), env={"CLUSTERBENCH_REMOTE_DOWNLOAD": "yes"}).remote_download()
 
 
-def test_stage_code_is_the_module_or_every_module_of_the_package():
-    pipe = pipeline(FakeAdapter(None))
-    assert pipe.stage_module("train") == str(REPO / "workflow" / "clusterbench" / "train.py")
-    report = pipe.stage_module("report")
-    assert report and all(p.endswith(".py") and "/clusterbench/report/" in p for p in report)
+def test_stage_code_is_one_stamp_of_the_module_or_every_module_of_the_package(in_tmp):
+    from clusterbench.pipeline import code
+
+    adapter = FakeAdapter("local", prefix="sub/")
+    pipe = pipeline(adapter)
+    stamp = Path(pipe.stage_code("train", "training"))
+    assert stamp == in_tmp / "sub" / code.STAMPS / "train+training.sha256"
+    lines = stamp.read_text().splitlines()
+    paths = [line.split("  ", 1)[1] for line in lines]
+    assert paths[0] == "workflow/clusterbench/train.py"
+    assert "workflow/clusterbench/training/loop.py" in paths and len(paths) > 5
+    loop = REPO / "workflow" / "clusterbench" / "training" / "loop.py"
+    digest = hashlib.sha256(loop.read_bytes()).hexdigest()
+    assert f"{digest}  workflow/clusterbench/training/loop.py" in lines
+    report = Path(pipe.stage_code("report")).read_text()
+    assert "workflow/clusterbench/report/pages/" in report  # sub-packages are the stage's too
     assert pipe.script("train") == str(REPO / "scripts" / "train.py")
+    # a cluster job's Snakemake writes nothing: it reads the stamp the main process wrote
+    other = pipeline(FakeAdapter("slurm", main=False, prefix="job/"))
+    assert not Path(other.stage_code("evaluate")).exists()
+
+
+def test_a_stamp_is_written_when_the_code_changes_with_the_newest_files_time(tmp_path):
+    from clusterbench.pipeline import code
+
+    root = tmp_path / "checkout"
+    (root / "pkg").mkdir(parents=True)
+    a, b = root / "pkg" / "a.py", root / "pkg" / "b.py"
+    a.write_text("A = 1\n")
+    b.write_text("B = 1\n")
+    os.utime(a, ns=(10**18, 10**18))
+    os.utime(b, ns=(15 * 10**17, 15 * 10**17))
+    stamp = tmp_path / "stamps" / "pkg.sha256"
+    assert code.write_stamp(stamp, [a, b], root)
+    assert stamp.stat().st_mtime_ns == 15 * 10**17  # the newest file's
+    assert stamp.read_text().endswith("  pkg/b.py\n")
+    assert not code.write_stamp(stamp, [a, b], root)  # unchanged: left alone
+    a.write_text("A = 2\n")  # an edit: another content, a newer time
+    assert code.write_stamp(stamp, [a, b], root)
+    assert stamp.stat().st_mtime_ns == a.stat().st_mtime_ns > 15 * 10**17
+    a.write_text("A = 1\n")  # restored, with its old time: as old as before
+    os.utime(a, ns=(10**18, 10**18))
+    assert code.write_stamp(stamp, [a, b], root)
+    assert stamp.stat().st_mtime_ns == 15 * 10**17
 
 
 def test_train_resources_are_computed_once_per_run_when_asked(monkeypatch):

@@ -23,14 +23,13 @@ each global batch, through a ``torch.utils.data.DataLoader`` with worker process
   loader process whose training process died ends on its own (the DataLoader's watchdog).
 * **Bad files.** An image that cannot be read stops the run naming its file (``on_bad_file:
   fail``), or is left out of its batch and counted (``skip``).
-* **Data wait.** The seconds the training waited for each training batch, per epoch
-  (``describe()``: ``run.json``'s ``data.wait_seconds``), for the data-wait share of the step
-  time.
+* **Data wait.** The training loop's step-time breakdown times the wait for each batch (its
+  ``data`` phase, :mod:`clusterbench.training.step_times`); the report's data page shows its
+  share of the step time.
 """
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -131,7 +130,6 @@ class StreamedImages:
         self.augment, self.on_bad_file = settings["augment"], settings["on_bad_file"]
         self.workers = int(settings["loader_workers"])
         self.skipped: dict[str, str] = {}
-        self.wait_seconds: dict[int, float] = {}
         self._live: weakref.WeakSet = weakref.WeakSet()
         self.loader: Any = None
         self.items = Items()
@@ -166,8 +164,7 @@ class StreamedImages:
         if self.augment == "standard" and self.storage == "arrays":
             table = augmentation.crop_flip_table(self.train_size, self.seed, epoch)
             table = torch.from_numpy(table).to(self.device)
-        self.wait_seconds.setdefault(epoch + 1, 0.0)
-        return self.track(self.passes(items, table, epoch + 1))
+        return self.track(self.passes(items, table))
 
     def val_batches(self, rank: int, size: int) -> Iterator[tuple[Any, Any]]:
         lo, hi = shard_bounds(self.reader.count("val"), size, rank)
@@ -175,13 +172,13 @@ class StreamedImages:
             ("val", None, np.arange(start, min(start + self.eval_batch, hi)))
             for start in range(lo, hi, self.eval_batch)
         ]
-        return self.track(self.passes(items, None, None))
+        return self.track(self.passes(items, None))
 
     def track(self, batches: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
         self._live.add(batches)
         return batches
 
-    def passes(self, items: list, table: Any, timed_epoch: int | None) -> Iterator[tuple[Any, Any]]:
+    def passes(self, items: list, table: Any) -> Iterator[tuple[Any, Any]]:
         """One pass of the loader over ``items``: each batch on the device, as the network takes
         it (a generator: the pass starts at its first ``next``)."""
         if self.loader is None:
@@ -189,13 +186,10 @@ class StreamedImages:
         self.items.items = items
         batches = iter(self.loader)
         while True:
-            began = time.perf_counter()
             try:
                 x, y, idx, bad = next(batches)
             except StopIteration:
                 return
-            if timed_epoch is not None:
-                self.wait_seconds[timed_epoch] += time.perf_counter() - began
             self.bad_files(bad, len(y))
             x = x.to(self.device, non_blocking=True)
             if table is not None:
@@ -226,7 +220,6 @@ class StreamedImages:
             "source": "stream",
             "augment": self.augment,
             "loader_workers": self.workers,
-            "wait_seconds": {str(k): round(v, 6) for k, v in self.wait_seconds.items()},
             "skipped": dict(sorted(self.skipped.items())),
         }
 

@@ -27,7 +27,7 @@ from typing import Any
 from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench.comm_jobs import CommJob
-from clusterbench.pipeline import layout
+from clusterbench.pipeline import code, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
 from clusterbench.pipeline.runs import RunPlan
@@ -59,6 +59,8 @@ class Pipeline:
         self.comm_jobs = comm_jobs.config_jobs(cfg)
         self._comm_resources: dict[str, dict[str, Any]] = {}
         self._before_jobs_done = False
+        self._job_checks: list[tuple[str, Callable[[], str | None]]] = []
+        self._stamps: dict[str, str] = {}
 
     # ------------------------------------------------------------------- parse time
     def environment(self, python: str = sys.executable) -> dict[str, str]:
@@ -95,14 +97,19 @@ class Pipeline:
         """The entry point ``scripts/<stage>.py``: an input, so editing it reruns the stage."""
         return str(self.checkout / "scripts" / f"{stage}.py")
 
-    def stage_module(self, stage: str) -> str | list[str]:
-        """The stage's own module ``workflow/clusterbench/<stage>.py``, or every module of its
-        package ``workflow/clusterbench/<stage>/``: inputs, so editing them reruns the stage
-        and what follows (the shared modules it imports are no input)."""
-        package = self.checkout / "workflow" / "clusterbench" / stage
-        if package.is_dir():
-            return sorted(str(path) for path in package.glob("*.py"))
-        return str(package.with_suffix(".py"))
+    def stage_code(self, *stages: str) -> str:
+        """The code stamp of ``stages`` (:mod:`clusterbench.pipeline.code`): one input, so that
+        editing the stage's code reruns the stage and what follows. Written here, while the
+        Snakefile is parsed, by the main process (cluster jobs read the one it wrote)."""
+        name = "+".join(stages)
+        if name not in self._stamps:
+            stamp = Path(os.path.abspath(self.adapter.in_workdir(str(code.STAMPS / name))))
+            stamp = stamp.with_name(f"{stamp.name}.sha256")
+            if self.adapter.is_main_process:
+                files = [f for stage in stages for f in code.stage_files(self.checkout, stage)]
+                code.write_stamp(stamp, files, self.checkout)
+            self._stamps[name] = str(stamp)
+        return self._stamps[name]
 
     # ------------------------------------------------------------------- runs
     def run_of(self, wildcards: Any) -> dict[str, Any]:
@@ -225,8 +232,9 @@ class Pipeline:
 
     def before_jobs(self) -> None:
         """Once, before any job: stop if a planned training job may not run here
-        (:meth:`RunPlan.refusals`) or a planned job would read a damaged output
-        (:meth:`Checks.consumed`). Not in cluster jobs, nor where nothing runs (``--touch``,
+        (:meth:`RunPlan.refusals`), a planned job would read a damaged output
+        (:meth:`Checks.consumed`) or a planned job's own check fails
+        (:meth:`check_before_jobs`). Not in cluster jobs, nor where nothing runs (``--touch``,
         no executor)."""
         if self._before_jobs_done:
             return
@@ -241,6 +249,17 @@ class Pipeline:
         if refusals:
             self.adapter.stop("\n".join(refusals))
         self.checks.consumed(planned)
+        rules = {job.rule for job in planned}
+        for rule, check in self._job_checks:
+            problem = check() if rule in rules else None
+            if problem:
+                self.adapter.stop(problem)
+
+    def check_before_jobs(self, rule: str, check: Callable[[], str | None]) -> None:
+        """Have :meth:`before_jobs` call ``check()`` when a job of ``rule`` is planned, and stop
+        the workflow with what it returns (None: nothing wrong). For what only that job's
+        running needs (e.g. a store it appends to), checked then and not at every parse."""
+        self._job_checks.append((rule, check))
 
 
 def prepend_path(value: str, entry: str) -> str:

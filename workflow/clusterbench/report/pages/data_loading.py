@@ -1,7 +1,8 @@
 """How each run read its data, part of the runs' provenance: resident or streamed and why
-(``loading``), the storage, augmentation and loader processes, the share of the training time
-spent waiting for batches, the image files skipped as unreadable, and the node-local staging
-(directory, bytes copied, seconds, and per node whether it copied, verified or reused a copy).
+(``loading``), the storage, augmentation and loader processes, the share of the step time
+spent waiting for batches (the step-time breakdown's: runs.csv's ``data_share``), the image
+files skipped as unreadable, and the node-local staging (directory, bytes copied, seconds, and
+per node whether it copied, verified or reused a copy).
 No page when every run was resident, staged nothing and skipped nothing (run.json's ``data``:
 :mod:`clusterbench.data.record`)."""
 
@@ -31,7 +32,8 @@ CAPTION = (
     "share of each batch from disk through loader processes (stream), and why (loading: auto "
     "decides by the memory the ranks' copies need); the storage (arrays, or an image folder's "
     "files decoded per batch), the augmentation and the loader processes per rank; the share "
-    "of the training time its rank 0 waited for the next batch (streamed runs); the image "
+    "of the step time the ranks waited for the next batch (streamed runs: the step-time "
+    "breakdown's data phase); the image "
     "files it left out as unreadable (on_bad_file: skip); and the node-local copy it read "
     "(staging.dir): where, the bytes copied and the seconds, and per node whether a rank "
     "copied it, verified a copy an earlier run left, or reused the copy another rank made."
@@ -46,16 +48,6 @@ def shown(data: dict[str, Any]) -> bool:
     )
 
 
-def wait_share(data: dict[str, Any], epochs: Any) -> str:
-    """Seconds rank 0 waited for batches over its epochs' training seconds."""
-    waits = {int(k): v for k, v in (data.get("wait_seconds") or {}).items()}
-    timed = epochs[epochs["epoch"].isin(list(waits))]
-    total = float(timed["epoch_seconds"].sum())
-    if not waits or total <= 0:
-        return "-"
-    return fmt_pct(sum(waits[int(e)] for e in timed["epoch"]) / total, 1)
-
-
 def staging_text(staging: dict[str, Any] | None) -> str:
     if not staging:
         return "none"
@@ -67,7 +59,7 @@ def staging_text(staging: dict[str, Any] | None) -> str:
     return "\n".join([*lines, staging["dir"]])  # the directory last: a long one is cut
 
 
-def row(name: str, data: dict[str, Any], epochs: Any) -> list[str]:
+def row(name: str, data: dict[str, Any], data_share: float) -> list[str]:
     loading = data.get("loading") or {}
     workers = data.get("loader_workers")
     how = ", ".join(
@@ -83,7 +75,7 @@ def row(name: str, data: dict[str, Any], epochs: Any) -> list[str]:
         cell_text(name, COLUMNS[0][1]),
         cell_text(f"{loading.get('decision', '?')}: {loading.get('reason', '')}", COLUMNS[1][1]),
         cell_text(how, COLUMNS[2][1]),
-        wait_share(data, epochs) if loading.get("decision") == "stream" else "-",
+        fmt_pct(data_share, 1) if loading.get("decision") == "stream" else "-",
         cell_text(skip_text, COLUMNS[4][1], max_lines=4),
         cell_text(staging_text(data.get("staging")), COLUMNS[5][1], max_lines=6),
     ]
@@ -91,10 +83,10 @@ def row(name: str, data: dict[str, Any], epochs: Any) -> list[str]:
 
 def draw(ctx: Context) -> None:
     rows = []
+    shares = ctx.runs_df.set_index("run")["data_share"] if "data_share" in ctx.runs_df else {}
     for name in ctx.runs_df["run"]:
-        run = ctx.run_data(name)
-        data = run.info.get("data") or {}
+        data = ctx.run_data(name).info.get("data") or {}
         if shown(data):
-            rows.append(row(name, data, run.epochs))
+            rows.append(row(name, data, float(shares.get(name, float("nan")))))
     if rows:
         table_pages(ctx.book, "How the runs read their data", CAPTION, COLUMNS, rows)

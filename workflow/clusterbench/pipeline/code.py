@@ -1,0 +1,60 @@
+"""A stage's code as one input file of its jobs: its code stamp.
+
+Editing a stage's code reruns the stage (and what follows), so its jobs take the code as input.
+Listed file by file, the training loop alone adds a dozen inputs to every train job, and
+Snakemake checks every input of every job for a job that makes it: at 5,000 runs that was most
+of a no-op dry run (``make bench``'s workflow cost). So each stage's code is one input: the
+stamp ``.snakemake/clusterbench/code/<name>.sha256`` in the working directory, a line per file
+(sha256, path in the checkout), written while the Snakefile is parsed, and only when a line
+changed. The stamp then takes the newest file's modification time: an edit makes it newer than
+the stage's outputs and of another content, and so reruns the stage exactly as the files
+themselves did as inputs; restoring a file with its old time (and content) makes nothing stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from clusterbench import atomic
+
+#: Where the stamps are, in the working directory (Snakemake's own folder, as the checksums').
+STAMPS = Path(".snakemake", "clusterbench", "code")
+
+
+def stage_files(checkout: Path, stage: str) -> list[Path]:
+    """The stage's code: the module ``workflow/clusterbench/<stage>.py``, or every module of
+    the package ``workflow/clusterbench/<stage>/`` (sub-packages included: a report page is
+    code of the report). The shared modules it imports are not (they would make every stage
+    rerun for any change)."""
+    package = Path(checkout) / "workflow" / "clusterbench" / stage
+    if package.is_dir():
+        return sorted(package.rglob("*.py"))
+    return [package.with_suffix(".py")]
+
+
+def stamp_text(files: Iterable[Path], root: Path) -> str:
+    """A line per file: its sha256 and its path under ``root``."""
+    lines = []
+    for path in files:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        lines.append(f"{digest}  {Path(path).relative_to(root)}\n")
+    return "".join(lines)
+
+
+def write_stamp(stamp: Path, files: list[Path], root: Path) -> bool:
+    """Write ``files``' stamp at ``stamp`` if its text changed, with the newest file's
+    modification time; whether it was written."""
+    text = stamp_text(files, root)
+    try:
+        if stamp.read_text() == text:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(stamp, text)
+    newest = max(os.stat(path).st_mtime_ns for path in files)
+    os.utime(stamp, ns=(newest, newest))
+    return True
