@@ -5,6 +5,10 @@ VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
+# make test's two pytest workers (pytest-xdist): the Slurm and SGE tests, which mostly wait on
+# their schedulers, run on one of them beside the rest (tests/conftest.py groups them);
+# TEST_WORKERS= runs the suite in one process
+TEST_WORKERS ?= -n 2 --dist loadgroup
 GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -49,7 +53,7 @@ test: setup
 	@command -v chromium >/dev/null || { echo "installing chromium (the HTML report in a browser)"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	python -m tests.clusters install
-	python -m pytest $(PYTEST_ARGS)
+	python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 check: lint
 	python -m pytest -q -m "not slow and not slurm and not sge" $(PYTEST_ARGS)

@@ -11,7 +11,7 @@ checked at every invocation); the train, evaluate, report and best outputs of ev
 made empty and marked done with ``snakemake --touch``, so that the workflow finds nothing to do.
 
 The reference is plain Snakemake on a Snakefile of the same shape, which this script writes: the
-same rules, each job reading and writing the same files (the stage code in the checkout
+same rules, each job reading and writing the same files (the stage's script and its code stamp
 included: what makes an edit rerun a stage), given as plain lists, with trivial commands and
 nothing else (no input, params or resource functions, no config validation, no checks), its
 outputs made and marked done the same way. What ours costs above it is clusterbench's own code
@@ -145,17 +145,17 @@ def _touch(path: Path) -> None:
     path.touch()
 
 
-def stage_code(stage: str) -> list[str]:
-    """The files of the checkout the workflow's ``stage`` rule reads as its code."""
-    package = REPO / "workflow" / "clusterbench" / stage
-    if package.is_dir():
-        return sorted(str(path) for path in package.glob("*.py"))
-    return [str(package.with_suffix(".py"))]
+def code_inputs(workdir: Path, stage: str, *packages: str) -> list[str]:
+    """The files the workflow's ``stage`` rule reads as its code: its script, and the code
+    stamp of its module or package (and ``packages``), written in ``workdir`` as the workflow
+    writes it (clusterbench.pipeline.code)."""
+    from clusterbench.pipeline import code
 
-
-def code_inputs(stage: str, *packages: str) -> list[str]:
-    files = [str(REPO / "scripts" / f"{stage}.py"), *stage_code(stage)]
-    return files + [path for package in packages for path in stage_code(package)]
+    stages = (stage, *packages)
+    stamp = workdir / code.STAMPS / f"{'+'.join(stages)}.sha256"
+    files = [f for name in stages for f in code.stage_files(REPO, name)]
+    code.write_stamp(stamp, files, REPO)
+    return [str(REPO / "scripts" / f"{stage}.py"), str(stamp.relative_to(workdir))]
 
 
 #: The plain reference: the workflow's rules with the same files, as plain lists.
@@ -249,8 +249,10 @@ def prepare_plain(workdir: Path, names: list[str]) -> None:
     outputs += ['directory("results/report/figures")', '"results/report/report.pdf"']
     workdir.mkdir(parents=True)
     (workdir / "Snakefile").write_text(PLAIN_SNAKEFILE.format(report_outputs=", ".join(outputs)))
-    code = {stage: code_inputs(stage) for stage in ("download", "preprocess", "report", "best")}
-    code.update(train=code_inputs("train", "training"), evaluate=code_inputs("evaluate"))
+    code = {s: code_inputs(workdir, s) for s in ("download", "preprocess", "report", "best")}
+    code.update(
+        train=code_inputs(workdir, "train", "training"), evaluate=code_inputs(workdir, "evaluate")
+    )
     (workdir / "config.json").write_text(json.dumps({"runs": names, "code": code}))
     # in the graph's order, each job's outputs after its inputs (a directory is an output too)
     made = ["results/raw/digits/MANIFEST.json", "results/benchmarks/download/digits.tsv"]

@@ -26,13 +26,29 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+#: The fixtures that start the test clusters (one of each per machine: their tests share them).
+CLUSTER_FIXTURES = {"slurm_cluster", "sge_cluster"}
+
+
 def pytest_collection_modifyitems(config, items):
+    group_for_workers(items)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def group_for_workers(items) -> None:
+    """The groups of ``make test``'s workers (pytest-xdist's ``--dist loadgroup``): every test
+    that uses a test cluster in one group, on one worker (a cluster is one per machine, and
+    started once per worker); every other test with its module (its module-scoped fixtures,
+    whole workflow runs, are made once)."""
+    for item in items:
+        uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        group = "test-clusters" if uses_cluster else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -373,6 +373,20 @@ def test_a_preempted_elastic_run_continues_from_its_checkpoint(data, tmp_path):
     assert_complete(out, 3)
 
 
+def slurm_job_script(launcher: list[str], *env: str) -> str:
+    """A batch script running the elastic ``launcher`` as Snakemake's jobstep executor runs a
+    job: SLURM_* stripped but the job id, this checkout's package first (as the pipeline puts
+    it for every job), commits every 3 steps, ``env`` (``NAME=value``) added; it echoes the
+    launcher's exit code."""
+    settings = json.dumps({"elastic_commit_steps": 3})
+    return (
+        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
+        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
+        f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
+        f"{' '.join(env)} {shlex.join(launcher)}\necho launcher-exit=$?"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, data, tmp_path):
@@ -384,15 +398,7 @@ def test_slurm_rank_on_node2_killed_training_finishes_on_node1(slurm_cluster, da
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     run = run_config(workers=2, min_workers=1, max_workers=2, epochs=3, batch_size=24)
     out = tmp_path / "out"
-    launcher = shlex.join(elastic_cmd(data, run, out))
-    settings = json.dumps({"elastic_commit_steps": 3})
-    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id (and
-        # this checkout's package first, as rules/common.smk puts it for every job)
-        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
-        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
-        f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
-        f"{launcher}\necho launcher-exit=$?"
-    )
+    script = slurm_job_script(elastic_cmd(data, run, out))
     killed: list[int] = []
 
     def kill_node2_rank() -> None:
@@ -441,14 +447,8 @@ def test_slurm_elastic_run_starts_on_every_node_and_the_hosts_file_shrinks_and_g
     # discovery (every second) to see both edits and for node2's rank to start again
     run = run_config(workers=1, min_workers=1, max_workers=2, epochs=30, batch_size=8)
     out = tmp_path / "out"
-    launcher = shlex.join(elastic_cmd(data, run, out))
-    settings = json.dumps({"elastic_commit_steps": 3})
-    script = (  # as Snakemake's jobstep executor runs it: SLURM_* stripped but the job id (and
-        # this checkout's package first, as rules/common.smk puts it for every job)
-        'env -i PATH="$PATH" HOME="$HOME" SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_CONF="$SLURM_CONF" '
-        f"PYTHONPATH={shlex.quote(str(REPO / 'workflow'))} "
-        f"CLUSTERBENCH_GLOO_TIMEOUT=10 CLUSTERBENCH_CHECKPOINTS={shlex.quote(settings)} "
-        f"CLUSTERBENCH_HOSTS_FILE={shlex.quote(str(hosts))} {launcher}\necho launcher-exit=$?"
+    script = slurm_job_script(
+        elastic_cmd(data, run, out), f"CLUSTERBENCH_HOSTS_FILE={shlex.quote(str(hosts))}"
     )
     steps: list[str] = []
 

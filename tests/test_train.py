@@ -415,7 +415,12 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     events = [f for f in files if f.startswith("tensorboard/")]
     assert len(events) == 1 and "events.out.tfevents" in events[0]
     # the checkpoints are gone once model.pt is written: nothing is left to resume from
-    assert [f for f in files if f not in events] == ["metrics.jsonl", "model.pt", "run.json"]
+    assert [f for f in files if f not in events] == [
+        "checksums.json",
+        "metrics.jsonl",
+        "model.pt",
+        "run.json",
+    ]
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -428,17 +428,20 @@ def local_rules(workdir: Path, env: dict[str, str]) -> list[str]:
 
 def test_download_and_report_run_on_the_submit_host(tmp_path: Path):
     write_config(tmp_path, default_config())
-    # (best copies the best run's files into results/best: no compute node needed either)
+    # (best copies the best run's files into results/best, history appends to the store: no
+    # compute node needed either)
     assert local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": ""}) == [
         "best",
         "download",
+        "history",
         "report",
     ]
     # the switch for sites whose compute nodes have internet: the download becomes a job
-    assert local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": "1"}) == ["best", "report"]
+    remote = local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": "1"})
+    assert remote == ["best", "history", "report"]
     # and a dry run under the Slurm profile plans every job
     proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "slurm"), "--dry-run")
-    for rule in ("download", "preprocess", "train", "evaluate", "report", "best"):
+    for rule in ("download", "preprocess", "train", "evaluate", "history", "report", "best"):
         assert f"rule {rule}:" in proc.stdout, proc.stdout
 
 

@@ -31,10 +31,12 @@ import contextlib
 import getpass
 import json
 import os
+import random
 import socket
 import sqlite3
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -244,7 +246,7 @@ def open_for_writing(path: Path) -> sqlite3.Connection:
         conn = _sqlite_connect(str(path))
         if new and path.exists():
             os.chmod(path, _new_file_mode(path.parent))
-        got = conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+        got = set_journal_mode(conn, mode)
     except sqlite3.OperationalError as exc:
         raise HistoryError(f"history store {path}: cannot be opened for writing: {exc}") from None
     except sqlite3.DatabaseError as exc:  # "file is not a database"
@@ -259,6 +261,23 @@ def open_for_writing(path: Path) -> sqlite3.Connection:
             f"no workflow is appending (or set {JOURNAL_ENV}=wal if the file system is local)"
         )
     return conn
+
+
+def set_journal_mode(conn: sqlite3.Connection, mode: str) -> str:
+    """``PRAGMA journal_mode=<mode>``; the mode the file is in after it. Switching a file into
+    WAL takes its exclusive lock, and SQLite answers "database is locked" at once, without its
+    busy timeout, while another connection holds the file (writers appending to a new store
+    together): so the switch is tried again, up to :data:`BUSY_TIMEOUT_SECONDS`."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    pause = 0.01
+    while True:
+        try:
+            return conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause * (1 + random.random()))
+        pause = min(pause * 2, 0.5)
 
 
 @contextlib.contextmanager

@@ -255,13 +255,17 @@ class Trainer:
         return record
 
     def finished(self, state: Any, clock: Clock) -> bool:
-        """Rank 0 decides (its clock is the time box's); every rank stops after that epoch."""
+        """Rank 0 decides (its clock is the time box's); every rank stops after that epoch.
+        The time since the epoch's end (its outputs, its checkpoint) counts, in the time box
+        and in ``train_seconds`` alike: the record is what the time box saw."""
+        now = time.perf_counter()
+        state.train_seconds += now - clock.train
+        clock.train = now
         stop = False
         if self.rt.rank == 0:
             run = self.run
-            seconds = state.train_seconds + time.perf_counter() - clock.train
             stop = run["epochs"] is not None and state.epoch >= run["epochs"]
-            stop = stop or run["minutes"] is not None and seconds >= 60 * run["minutes"]
+            stop = stop or run["minutes"] is not None and state.train_seconds >= 60 * run["minutes"]
         return self.rt.broadcast_object(stop, name="train.stop")
 
     def epoch(self, ctx: StepContext, state: Any, clock: Clock) -> dict[str, Any]:
