@@ -30,8 +30,11 @@ def _has_cuda() -> bool:
 CLUSTER_FIXTURES = {"slurm_cluster", "sge_cluster"}
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    group_for_workers(items)
+    if config.getvalue("loadgroup"):  # a make test worker (pytest-xdist, --dist loadgroup)
+        for item in items:
+            group_for_workers(item)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
@@ -40,15 +43,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def group_for_workers(items) -> None:
-    """The groups of ``make test``'s workers (pytest-xdist's ``--dist loadgroup``): every test
-    that uses a test cluster in one group, on one worker (a cluster is one per machine, and
-    started once per worker); every other test with its module (its module-scoped fixtures,
-    whole workflow runs, are made once)."""
-    for item in items:
-        uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
-        group = "test-clusters" if uses_cluster else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+def group_for_workers(item) -> None:
+    """``item``'s group among ``make test``'s workers (pytest-xdist's ``--dist loadgroup``):
+    every test that uses a test cluster in one group, on one worker (a cluster is one per
+    machine, and started once per worker); every other test with its module (its
+    module-scoped fixtures, whole workflow runs, are made once).
+
+    The group goes where pytest-xdist's scheduler reads it, the node id's ``@group`` suffix.
+    pytest-xdist 3.8 sets it from ``xdist_group`` marks through ``item._nodeid``, which pytest
+    9 no longer reads (its node id is ``item._id``): so it is set here, as pytest-xdist means
+    to, for the pinned pytest."""
+    from _pytest.nodeid import NodeId
+
+    uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    group = "test-clusters" if uses_cluster else item.nodeid.split("::")[0]
+    if "@" not in item.nodeid:
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")
