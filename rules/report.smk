@@ -25,6 +25,11 @@ rule report:
             run=PIPELINE.available_runs(),
             name=["metrics.json", "confusion.csv", "per_class.csv"],
         ),
+        # the interconnect measured for the runs' environments (rules/comm.smk)
+        comm=lambda wc: PIPELINE.comm_files(
+            "results/comm/{name}/comm.json", PIPELINE.available_runs()
+        ),
+        # with their comm jobs' (clusterbench.pipeline, Pipeline.report_benchmarks)
         benchmarks=lambda wc: PIPELINE.report_benchmarks(PIPELINE.available_runs()),
         # the history of these runs' series (rules/history.smk: appended first)
         history="results/history/series.csv",
@@ -42,6 +47,11 @@ rule report:
         epochs=report(
             f"{REPORT_DIR}/epochs.csv",
             caption="../workflow/report/epochs.rst",
+            category="Tables",
+        ),
+        scaling_model=report(
+            f"{REPORT_DIR}/scaling_model.csv",
+            caption="../workflow/report/scaling_model.rst",
             category="Tables",
         ),
         benchmarks=report(
@@ -87,4 +97,5 @@ rule report:
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
         "--benchmarks {input.benchmarks:q} --history {input.history:q} "
+        "--comm {input.comm:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench.preflight import local_gpus
 from conftest import copy_checkout, demo_config, snakemake
@@ -99,6 +100,12 @@ def test_the_demo_report_reaches_the_accuracy_and_shows_the_designs(demo: Path):
         "History: throughput over time",
     ):
         assert page in flat, page
+    # the multi-worker environments' interconnect, per backend, measured by the comm stage
+    # (small in the demo): the sweep's 2 workers, and cpu-parallel's with both backends
+    assert "The interconnect: bus bandwidth and latency" in flat
+    jobs = comm_jobs.config_jobs(cbconfig.validate(demo_config()))
+    assert "2w-1n-cpu-horovod" in jobs
+    assert {p.parent.name for p in (res / "comm").glob("*/comm.json")} == set(jobs)
     if not local_gpus():
         assert "gpu (envs--env=gpu,backend=" in flat  # the skipped environment, beside its chart
     # the title page leads with the recommendation; the backend page compares the backends

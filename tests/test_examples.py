@@ -150,6 +150,9 @@ def session_config(names: list[str], overlays: dict[str, dict]) -> dict:
         example.pop("report", None)
         out = merged(out, example)  # staging, environment_defaults, evaluate
     out["report"] = {"title": "config/examples/, each at tiny sizes"}
+    # the multi-worker examples' comm jobs (one per environment and backend) at tiny sizes too:
+    # the defaults (up to 256 MiB, 0.2 s a size) take about 40 s a job on 2 cores
+    out["comm"] = {"max_bytes": 2**16, "seconds_per_size": 0.005}
     return out
 
 

@@ -103,13 +103,16 @@ def checkout_untouched() -> None:
 # ------------------------------------------------------------------------------------ dry run
 def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
     bench = bench_config(tmp_path / "cache")
+    # a 2-worker run too, and so a comm job (the stage is off in the tests' base config)
+    bench["runs"].append({"name": "module-digits-2w", "dataset": "digits", "workers": 2})
+    bench["comm"] = {"enabled": True}
     consumer = write_consumer(tmp_path / "consumer", bench)
     out = run_consumer(consumer, "--dry-run", "--printshellcmds", "--cores", "1").stdout
 
     # the consumer's own `all` is the default target; bench_all is not even needed
     assert re.search(r"^rule all:$", out, re.MULTILINE), out
     assert "bench_all" not in out
-    for rule in ("download", "preprocess", "train", "evaluate", "report"):
+    for rule in ("download", "preprocess", "train", "comm", "evaluate", "report"):
         assert f"rule bench_{rule}:" in out
 
     # outputs, logs and benchmarks: under the prefix
@@ -133,16 +136,18 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
     assert code and all(
         path.startswith(str(REPO / "scripts")) or path.startswith(stamps) for path in code
     ), code
+    assert any(path.startswith(stamps) for path in code), code
     assert all(Path(path).is_file() for path in code), code
 
     # every path a command is given, params included, lies under the prefix or in the checkout
     commands = re.findall(r"^Shell command: (python .*)$", out, re.MULTILINE)
-    assert len(commands) == 6, out  # download, preprocess, train, evaluate, history, report
+    # download, preprocess, train and evaluate of each run, comm, history, report
+    assert len(commands) == 9, out
     for command in commands:
         for word in command.split():
             if "results/" in word:
                 assert word.removesuffix(")").startswith(f"{PREFIX}/results/"), (word, command)
-    for option in ("--data-dir", "--out-dir", "--run-dirs", "--eval-dirs", "--manifest"):
+    for option in ("--data-dir", "--out-dir", "--run-dirs", "--eval-dirs", "--manifest", "--comm"):
         for value in re.findall(rf"{option} (?:\$\(dirname )?(\S+)", "\n".join(commands)):
             assert value.startswith(f"{PREFIX}/results/"), (option, value)
 
@@ -289,7 +294,7 @@ def test_module_runs_the_pipeline_under_its_prefix(tmp_path: Path, dataset_cache
     assert json.loads((res / "eval" / RUN / "metrics.json").read_text())["accuracy"] > 0
     assert (res / "raw" / "digits" / "MANIFEST.json").is_file()
     assert (res / "data" / "digits" / "meta.json").is_file()
-    for rule in ("download", "preprocess", "train", "evaluate", "report"):
+    for rule in ("download", "preprocess", "train", "comm", "evaluate", "report"):
         assert any((res / "logs" / rule).iterdir()), rule
         assert any((res / "benchmarks" / rule).iterdir()), rule
 

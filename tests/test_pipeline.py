@@ -554,6 +554,45 @@ def test_train_resources_are_computed_once_per_run_when_asked(monkeypatch):
     assert computed == ["a"]
 
 
+def test_comm_jobs_are_sized_as_train_jobs_when_asked_and_follow_the_reported_runs(monkeypatch):
+    """The comm jobs (one per multi-worker environment and backend), each one's resources a
+    train job's of its size, computed once when a job first asks; the report takes the comm
+    results and benchmark files of the jobs of the runs it reports only."""
+    from clusterbench import comm_jobs
+    from clusterbench.pipeline import core
+
+    computed = []
+    monkeypatch.setattr(
+        core, "train_resources", lambda run: computed.append(run) or {"nodes": run["nodes"]}
+    )
+    runs = [
+        {"name": "one", "dataset": "digits", "workers": 1},
+        {"name": "two", "dataset": "digits", "workers": 2, "cpus_per_worker": 2},
+        {"name": "two-again", "dataset": "digits", "workers": 2, "lr": 0.1},
+        {"name": "four", "dataset": "digits", "workers": 4, "nodes": 2, "backend": "ddp"},
+    ]
+    pipe = pipeline(FakeAdapter(None), config(*runs, comm={"max_bytes": 2**20}))
+    assert list(pipe.comm_jobs) == ["2w-1n-cpu-horovod", "4w-2n-cpu-ddp"]
+    assert pipe.comm_jobs["2w-1n-cpu-horovod"].runs == ("two", "two-again")
+    assert computed == []  # not at parse time
+    job = wc(comm="2w-1n-cpu-horovod")
+    assert pipe.comm_resource("nodes")(job) == 1 and pipe.comm_resource("qos")(job) is None
+    assert pipe.comm_resource("nodes")(wc(comm="4w-2n-cpu-ddp")) == 2
+    sized = comm_jobs.job_run(
+        pipe.comm_jobs["2w-1n-cpu-horovod"], pipe.runs["two"], {"max_bytes": 2**20}
+    )
+    assert computed[0] == sized and len(computed) == 2  # once per job
+    assert pipe.comm_threads(job) == 2 * 2  # ranks x the first run's cpus_per_worker
+    assert pipe.comm_files("results/comm/{name}/comm.json", ["one", "two-again"]) == [
+        "results/comm/2w-1n-cpu-horovod/comm.json"
+    ]
+    reported = pipe.report_benchmarks(["one", "four"])
+    assert "results/benchmarks/comm/4w-2n-cpu-ddp.tsv" in reported
+    assert not any("2w-1n-cpu-horovod" in path for path in reported)
+    off = pipeline(FakeAdapter(None), config(*runs, comm={"enabled": False}))
+    assert off.comm_jobs == {} and off.comm_files("{name}", ["two"]) == []
+
+
 # ------------------------------------------------------------------ the Snakemake adapter
 class Rule:
     """A Snakemake rule as the adapter sees it: a name, hashed by identity."""

@@ -370,6 +370,7 @@ def test_report_writes_all_outputs(default_report):
         "benchmarks.csv",
         "skipped.csv",
         "results.csv",
+        "scaling_model.csv",
         "captions.rst",
         "figures",
     }

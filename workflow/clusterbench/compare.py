@@ -25,8 +25,12 @@ The PDF has a site-by-site table and chart (time per epoch and images/s of each 
 on each site, and each site's ratio to the first) and then the report's own pages over all
 runs, each named ``<site>/<run>``, with the site as one more dimension: no table groups or
 averages runs of two sites (environments, sweep points, repeats, scaling baselines, backend
-pairs are all per site). Also written beside it: ``compare.csv`` (the site table)
-and ``compare-runs.csv`` (every run, with its site).
+pairs are all per site). The comm stage's results of every tree (``comm/*/comm.json``) are
+drawn on the interconnect page, a line per site, environment and backend, and the environments
+and backends measured on several sites side by side, a chart each, a line per site. Also
+written beside it: ``compare.csv`` (the site table), ``compare-runs.csv`` (every run, with its
+site) and ``compare-comm.csv`` (each environment and backend measured on several sites: its
+time and bus bandwidth per operation, size and site, and the ratio to the first site's).
 
 This module finds, reads and matches the runs and writes the tables; the PDF's own pages and
 the PDF are :mod:`clusterbench.compare_report`'s (which imports nothing from here).
@@ -39,7 +43,7 @@ import csv
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +206,8 @@ class Loaded:
     data: list[Any]  # clusterbench.report.inputs.RunData
     pending: list[tuple[str, str]]
     skipped: list[dict[str, Any]]
+    # every tree's comm results (report.inputs.load_comm's rows), their sites labelled
+    comm: list[Any] = dataclasses.field(default_factory=list)
 
 
 def load_all(dirs: Sequence[Path]) -> Loaded:
@@ -230,7 +236,21 @@ def load_all(dirs: Sequence[Path]) -> Loaded:
             loaded.data.append(dataclasses.replace(data, name=run.label, info=info))
         loaded.pending += pending
         loaded.skipped += find_skipped(path, labels.get((i, site), site))
+        loaded.comm.append(tree_comm(path, lambda s, i=i: labels.get((i, s), s)))
     return loaded
+
+
+def tree_comm(path: Path, label: Callable[[str], str]) -> Any:
+    """A tree's comm results (``comm/*/comm.json``: :func:`clusterbench.report.inputs.
+    load_comm`), each row's site as the comparison labels that tree's runs of it (``label``:
+    a site of several trees is dated), so that each run meets its own tree's interconnect."""
+    from clusterbench.report.inputs import load_comm
+
+    try:
+        comm = load_comm(sorted(results_root(path).glob("comm/*/comm.json")))
+    except (OSError, ValueError) as exc:
+        raise CompareError(str(exc)) from None
+    return comm.assign(site=comm["site"].map(label))
 
 
 def match_key(config: dict[str, Any]) -> str:
@@ -324,14 +344,33 @@ def site_table(groups: Sequence[Sequence[SiteRun]], runs_df: Any) -> Any:
     return pd.DataFrame(rows)
 
 
+def comm_site_table(comm: Any) -> Any:
+    """The comm stage's results side by side: one row per environment and backend (job name),
+    operation, message size and site, for the jobs measured on at least two sites; time per
+    operation, bus bandwidth, and the bus bandwidth as a ratio to the first site's."""
+    import pandas as pd
+
+    columns = ["name", "backend", "op", "bytes", "site", "time_s", "busbw_gbps"]
+    if comm.empty:
+        return pd.DataFrame(columns=[*columns, "busbw_vs_first_site"])
+    shared = comm.groupby("name")["site"].transform("nunique") > 1
+    table = comm.loc[shared, columns]
+    first = table.groupby(["name", "op", "bytes"], sort=False)["busbw_gbps"].transform("first")
+    return table.assign(busbw_vs_first_site=table["busbw_gbps"] / first).reset_index(drop=True)
+
+
 def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) -> int:
     """Compare the trees ``dirs``: ``compare.csv``, ``compare-runs.csv`` and the PDF
     ``output``; returns 0."""
+    import pandas as pd
+
     from clusterbench import compare_report, provenance
     from clusterbench.report import tables
-    from clusterbench.report.inputs import ReportParams
+    from clusterbench.report.inputs import ReportParams, load_comm
 
     loaded = load_all(dirs)
+    found = [frame for frame in loaded.comm if not frame.empty]
+    comm = pd.concat(found, ignore_index=True) if found else load_comm([])
     sites = list(dict.fromkeys(r.site for r in loaded.runs))
     groups, unmatched = match_runs(loaded.runs)
     runs_df = tables.runs_table(loaded.data, warmup)
@@ -339,14 +378,21 @@ def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) 
     table = site_table(groups, runs_df)
     not_compared = [(r.label, why) for r, why in unmatched] + loaded.pending
     output.parent.mkdir(parents=True, exist_ok=True)
-    for name, df in (("compare", table), ("compare-runs", runs_df)):
+    outputs = (
+        ("compare", table),
+        ("compare-runs", runs_df),
+        ("compare-comm", comm_site_table(comm)),
+    )
+    for name, df in outputs:
         with atomic_open(output.with_name(f"{name}.csv"), newline="") as fh:
             df.to_csv(fh, index=False)
     title = title or f"clusterbench: {', '.join(sites)} compared"
     params = ReportParams(title, "", "compare", warmup)
     n_pages = compare_report.write_comparison(
         output,
-        compare_report.Comparison(params, provenance.collect(), loaded.data, runs_df, epochs_df),
+        compare_report.Comparison(
+            params, provenance.collect(), loaded.data, runs_df, epochs_df, comm
+        ),
         compare_report.Sites(sites, table, not_compared, loaded.skipped),
     )
     print(

@@ -41,6 +41,7 @@ class Comparison:
     runs: list[RunData]
     runs_df: pd.DataFrame
     epochs_df: pd.DataFrame
+    comm: pd.DataFrame | None = None  # every site's comm stage rows (report.inputs.load_comm)
 
 
 @dataclass
@@ -70,6 +71,8 @@ def write_comparison(output: Path, comparison: Comparison, sites: Sites) -> int:
             bench,
             skipped=sites.skipped,
         )
+        if comparison.comm is not None:
+            ctx.comm = comparison.comm
         own = (SITES_ORDER, "sites", lambda ctx: site_pages(ctx.book, sites))
         pages = build(ctx, extra=[own])
         stamp_footers(pages, footer_text(params, prov))

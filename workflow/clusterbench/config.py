@@ -104,6 +104,13 @@ PREPROCESS_KEYS = _tagged(_DATASET_SLICES, "preprocess")
 #: see :func:`download_slice`).
 DOWNLOAD_KEYS = _tagged(_DATASET_SLICES, "download")
 
+_COMM_SLICES = slices_of(
+    _schema_file()["properties"]["comm"]["properties"], ("comm", "workflow"), "comm"
+)
+#: ``comm`` keys of the comm rule's params (``x-slice: comm``, see :func:`comm_slice`); the others
+#: (``enabled``) decide whether the comm jobs exist and change no result.
+COMM_KEYS = _tagged(_COMM_SLICES, "comm")
+
 
 class ConfigError(ValueError):
     """Bad settings (the config, or a stage's ``--params``); the message names the offending key.
@@ -169,6 +176,14 @@ def load_schema() -> dict[str, Any]:
     defs["preprocess_params"]["properties"] = {
         **{key: dataset_props[key] for key in PREPROCESS_KEYS},
         **defs["preprocess_params"]["properties"],
+    }
+    # the comm stage's --params: a job's environment and backend, and the comm settings
+    comm_params = defs["comm_params"]["properties"]
+    comm_params["backend"] = {**comm_params["backend"], "enum": list(BACKENDS.names())}
+    comm_props = schema["properties"]["comm"]["properties"]
+    defs["comm_params"]["properties"] = {
+        **comm_params,
+        **{key: comm_props[key] for key in COMM_KEYS},
     }
     return schema
 
@@ -795,6 +810,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
         "runs": [train_slice(run) for run in config["runs"]],
         "evaluate": config["evaluate"],
         "report": config["report"],
+        "comm": comm_slice(config["comm"]),
     }
     return hashlib.sha256(canonical_json(relevant).encode()).hexdigest()[:12]
 
@@ -876,6 +892,12 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"source": source}
 
 
+def comm_slice(comm: Mapping[str, Any]) -> dict[str, Any]:
+    """How the comm stage measures (its :data:`COMM_KEYS`): part of every comm job's params,
+    beside the job's environment and backend (:mod:`clusterbench.comm_jobs`)."""
+    return {key: comm[key] for key in COMM_KEYS}
+
+
 #: The definition of each stage's ``--params`` (see :func:`stage_params`).
 STAGES: dict[str, StageSettings] = {
     "train": StageSettings(
@@ -891,6 +913,7 @@ STAGES: dict[str, StageSettings] = {
     "preprocess": StageSettings("/$defs/preprocess_params", check=split_problems),
     "data_settings": StageSettings("/$defs/data_settings"),
     "checkpoints": StageSettings("/properties/checkpoints"),
+    "comm": StageSettings("/$defs/comm_params"),
 }
 
 

@@ -1,8 +1,8 @@
 """The workflow's own logic, out of rules/*.smk: testable without a Snakemake run.
 
 ```
-pipeline/core.py     Pipeline: what the rules call (runs, input, priority and resource
-                     functions, the environment for the jobs, the stage code inputs)
+pipeline/core.py     Pipeline: what the rules call (runs, comm jobs, input, priority and
+                     resource functions, the environment for the jobs, the stage code inputs)
 pipeline/runs.py     RunPlan: the runs skipped under the executor, those refused
 pipeline/checks.py   Checks: files checked against their records before any job
 pipeline/code.py     a stage's code as one input (its code stamp)

@@ -30,6 +30,7 @@ RULES = (
     "preprocess",
     "preprocess_files",
     "train",
+    "comm",
     "evaluate",
     "history",
     "report",

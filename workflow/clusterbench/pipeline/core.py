@@ -3,8 +3,8 @@
 rules/common.smk makes it from the validated config and a :class:`SnakemakeAdapter`, and the
 rules take their input, priority and resource functions from it. What runs when:
 
-- parse time (every process, cluster jobs included, so kept to a minimum): the config's runs
-  and datasets, the environment for the jobs, the code files each stage reads;
+- parse time (every process, cluster jobs included, so kept to a minimum): the config's runs,
+  datasets and comm jobs, the environment for the jobs, the code files each stage reads;
 - while the job graph is built (input functions; only in the main process): the checks of each
   used dataset's files (:class:`Checks`), the skip decisions (:class:`RunPlan`);
 - once Snakemake has decided which jobs run, before any of them starts: every rule's priority
@@ -24,7 +24,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
+from clusterbench.comm_jobs import CommJob
 from clusterbench.pipeline import code, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
@@ -60,6 +62,10 @@ class Pipeline:
         }
         self.checks = Checks(self.runs, adapter, digests, self.storages)
         self._resources: dict[str, dict[str, Any]] = {}
+        #: The comm jobs by name (:mod:`clusterbench.comm_jobs`: one per multi-worker
+        #: environment and backend of the runs; none with ``comm.enabled: false``).
+        self.comm_jobs = comm_jobs.config_jobs(cfg)
+        self._comm_resources: dict[str, dict[str, Any]] = {}
         self._before_jobs_done = False
         self._job_checks: list[tuple[str, Callable[[], str | None]]] = []
         self._stamps: dict[str, str] = {}
@@ -166,7 +172,7 @@ class Pipeline:
         return self.plan.skipped()
 
     def report_benchmarks(self, runs: list[str]) -> list[str]:
-        """The benchmark files of ``runs`` and of the datasets they use."""
+        """The benchmark files of ``runs``, of the datasets they use and of their comm jobs."""
         datasets = sorted({self.runs[run]["dataset"] for run in runs})
         return [
             *(
@@ -175,7 +181,37 @@ class Pipeline:
                 for d in datasets
             ),
             *(f"results/benchmarks/{rule}/{r}.tsv" for rule in ("train", "evaluate") for r in runs),
+            *self.comm_files("results/benchmarks/comm/{name}.tsv", runs),
         ]
+
+    # ------------------------------------------------------------------- comm jobs
+    def comm_of(self, wildcards: Any) -> CommJob:
+        """The comm job ``wildcards.comm`` (the rule's wildcard allows these names only)."""
+        return self.comm_jobs[wildcards.comm]
+
+    def comm_threads(self, wildcards: Any) -> int:
+        """The comm job's threads, as a train job's of its size."""
+        return comm_jobs.threads(self.comm_of(wildcards), self.runs)
+
+    def comm_resource(self, key: str) -> Callable[[Any], Any]:
+        """The resource function of ``key`` of the comm rule (None: not used by the job): a
+        train job's resources of its size (:func:`clusterbench.comm_jobs.job_run`), computed
+        when a job first asks."""
+
+        def resource(wildcards: Any) -> Any:
+            found = self._comm_resources.get(wildcards.comm)
+            if found is None:
+                job = self.comm_of(wildcards)
+                run = comm_jobs.job_run(job, self.runs[job.runs[0]], self.cfg["comm"])
+                found = self._comm_resources[wildcards.comm] = train_resources(run)
+            return found.get(key)
+
+        return resource
+
+    def comm_files(self, pattern: str, runs: list[str]) -> list[str]:
+        """``pattern`` (its ``{name}``) for every comm job measuring for one of ``runs``: the
+        skipped runs' environments drop out with them."""
+        return [pattern.format(name=name) for name in comm_jobs.jobs_of_runs(self.comm_jobs, runs)]
 
     # ------------------------------------------------------------------- checks
     def raw_files_intact(self, wildcards: Any) -> list[str]:

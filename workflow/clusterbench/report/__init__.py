@@ -5,22 +5,26 @@ python scripts/report.py \
     --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
     --benchmarks results/benchmarks/**/*.tsv [--history results/history/series.csv] \
-    --out-dir results/report
+    [--comm results/comm/JOB/comm.json ...] --out-dir results/report
 ```
 
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
 ``confusion.csv`` + ``per_class.csv`` (evaluate stage), paired by directory name, plus the
+comm stage's ``comm.json`` files (the interconnect of each environment and backend) and the
 Snakemake ``benchmark:`` TSV files (``results/benchmarks/{rule}/{job}.tsv``). Writes
 ``runs.csv`` (one row per run, sorted by accuracy), ``results.csv`` (the answer, best first on
 validation), ``epochs.csv`` (one row per run and epoch), ``benchmarks.csv`` (one row per
-benchmark record), ``skipped.csv``, ``figures/*.png``, ``captions.rst`` (the figures' captions
-for Snakemake's HTML report, :mod:`~clusterbench.report.captions`) and, last, ``report.pdf``
-(A4 landscape): the pages of the page modules of :mod:`clusterbench.report.pages`, in their
-order (title page with a summary and provenance, results, runs, provenance of each run, time
-per epoch, throughput, scaling, backends, training curves, confusion matrix of the best run,
-Snakemake jobs, and the experiments' pages where there are experiments). Every page and every
-PNG figure carries the same footer (:func:`~clusterbench.report.book.footer_text`: title,
-config hash, commit of the report's code).
+benchmark record), ``skipped.csv``, ``scaling_model.csv`` (each multi-worker run's step time,
+predicted and measured: :mod:`~clusterbench.report.scaling_model`), ``figures/*.png``,
+``captions.rst`` (the figures' captions for Snakemake's HTML report,
+:mod:`~clusterbench.report.captions`) and, last, ``report.pdf`` (A4 landscape): the pages of
+the page modules of :mod:`clusterbench.report.pages`, in their order (title page with a
+summary and provenance, results, runs, provenance of each run, time per epoch, throughput,
+scaling, the interconnect, the scaling model, backends, training curves, confusion matrix of
+the best run, Snakemake jobs, and the experiments' pages where there are experiments). Every
+page and every PNG figure carries the same footer
+(:func:`~clusterbench.report.book.footer_text`: title, config hash, commit of the report's
+code).
 
 Provenance is the training's, not the report's: each run's ``run.json`` holds what its ranks saw
 where they ran (``provenance``: hosts and their ranks, CPU, GPUs and NVIDIA driver, git commit,
@@ -83,6 +87,7 @@ from clusterbench.report.inputs import (
     RunData,
     expand_benchmark_args,
     load_benchmarks,
+    load_comm,
     load_history,
     load_run,
     pair_dirs,
@@ -170,8 +175,10 @@ def write_outputs(
     bench_missing: list[str],
     skipped: Sequence[dict[str, Any]] = (),
     history: pd.DataFrame | None = None,
+    comm: pd.DataFrame | None = None,
 ) -> int:
-    """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count."""
+    """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count.
+    ``comm``: the comm stage's rows (:func:`~clusterbench.report.inputs.load_comm`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,6 +194,9 @@ def write_outputs(
         ctx = Context(
             params, prov, runs, runs_df, epochs_df, bench, bench_missing, skipped, history
         )
+        if comm is not None:
+            ctx.comm = comm
+        write_tables(out_dir, {"scaling_model": ctx.scaling_model})
         pages = build(ctx)
         footer = footer_text(params, prov)
         stamp_footers(pages, footer)
@@ -230,6 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CSV",
         help="the history of these runs' series (results/history/series.csv, the history step)",
     )
+    parser.add_argument(
+        "--comm",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="JSON",
+        help="the comm stage's results (results/comm/NAME/comm.json)",
+    )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     parser.add_argument(
         "--skipped",
@@ -251,10 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     bench_files, bench_missing = expand_benchmark_args(args.benchmarks)
     bench = load_benchmarks(bench_files)
     history = load_history(args.history)
+    comm = load_comm(args.comm)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
     n_pages = write_outputs(
-        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history
+        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history, comm
     )
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "

@@ -5,6 +5,7 @@ pages are drawn into."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from clusterbench.report.book import Book
-from clusterbench.report.inputs import ReportParams, RunData
+from clusterbench.report.inputs import COMM_COLUMNS, ReportParams, RunData
 
 #: The most runs a chart with one bar or line per run draws (the best on validation).
 RUNS_PER_CHART = 24
@@ -31,6 +32,8 @@ class Context:
     bench_missing: Sequence[str] = ()  # --benchmarks arguments that matched no file
     skipped: Sequence[dict[str, Any]] = ()  # the runs skipped here, each with its reason
     history: pd.DataFrame | None = None  # the history of these runs' series (None: none)
+    # the comm stage's rows: one per job, operation and size (inputs.COMM_COLUMNS)
+    comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMM_COLUMNS)))
     book: Book = field(init=False)  # the style: new pages, the runs' colours and order
 
     def __post_init__(self) -> None:
@@ -40,6 +43,14 @@ class Context:
     def warmup(self) -> int:
         """Epochs left out of every run's timing."""
         return self.params.timing_warmup_epochs
+
+    @functools.cached_property
+    def scaling_model(self) -> pd.DataFrame:
+        """scaling_model.csv: each multi-worker run's step time, predicted and measured
+        (:mod:`clusterbench.report.scaling_model`)."""
+        from clusterbench.report.scaling_model import model_table
+
+        return model_table(self.runs, self.runs_df, self.comm)
 
     def run_data(self, name: str) -> RunData:
         """The run ``name`` as read."""

@@ -295,6 +295,76 @@ def load_benchmarks(files: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+#: The fields of a comm.json row the report reads (clusterbench.comm.row), all numbers.
+COMM_ROW_FIELDS = (
+    "size",
+    "bytes",
+    "iterations",
+    "time_s",
+    "time_min_s",
+    "time_max_s",
+    "algbw_gbps",
+    "busbw_gbps",
+    "busbw_min_gbps",
+    "busbw_max_gbps",
+)
+
+
+#: The comm table's columns: the job (and where it ran), then each row's operation and fields.
+COMM_COLUMNS = (
+    "name",
+    "site",
+    "backend",
+    "library",
+    "workers",
+    "nodes",
+    "gpus_per_node",
+    "device",
+    "op",
+    *COMM_ROW_FIELDS,
+)
+
+
+def read_comm(path: Path) -> pd.DataFrame:
+    """One comm job's ``comm.json`` (:mod:`clusterbench.comm`) as rows of :data:`COMM_COLUMNS`;
+    an error naming the file and the field when it is not one."""
+    from clusterbench.comm import FORMAT, OPS
+
+    info = read_json_object(path, "results of the comm stage")
+    if info.get("format") != FORMAT:
+        raise ValueError(f"{path}: comm.json format {info.get('format')!r}, expected {FORMAT}")
+    _require(info, ("name", "backend", "environment", "site", "rows"), path)
+    env = info["environment"]
+    if not isinstance(env, dict) or not isinstance(info["rows"], list):
+        raise ValueError(f"{path}: 'environment' must be an object and 'rows' a list")
+    _require(env, ("workers", "nodes", "gpus_per_node", "device"), path, " in 'environment'")
+    job = {
+        "name": str(info["name"]),
+        "site": str(info["site"]),
+        "backend": str(info["backend"]),
+        "library": str(info.get("library") or ""),
+        **{key: env[key] for key in ("workers", "nodes", "gpus_per_node", "device")},
+    }
+    rows = []
+    for i, entry in enumerate(info["rows"]):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: rows[{i}] must be an object")
+        _require(entry, ("op", *COMM_ROW_FIELDS), path, f" in rows[{i}]")
+        bad = [k for k in COMM_ROW_FIELDS if not isinstance(entry[k], int | float)]
+        if entry["op"] not in OPS or bad:
+            raise ValueError(f"{path}: rows[{i}]: unknown op {entry['op']!r} or no number in {bad}")
+        rows.append({**job, "op": entry["op"], **{k: entry[k] for k in COMM_ROW_FIELDS}})
+    return pd.DataFrame(rows, columns=list(COMM_COLUMNS))
+
+
+def load_comm(paths: list[Path]) -> pd.DataFrame:
+    """Every comm job's rows (:func:`read_comm`) as one table; no path: an empty one."""
+    frames = [read_comm(Path(p)) for p in paths]
+    if not frames:
+        return pd.DataFrame(columns=list(COMM_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
 #: Package versions of the training shown per run (runs.csv columns of the same names).
 PROVENANCE_VERSIONS = ("python", "torch", "horovod", "numpy")
 

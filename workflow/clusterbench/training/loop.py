@@ -41,6 +41,7 @@ from clusterbench.training.record import (
     epoch_record,
     rank_provenance,
     run_provenance,
+    step_work_record,
     world_record,
 )
 from clusterbench.training.schedule import effective_settings
@@ -383,6 +384,9 @@ class Trainer:
                 "memory_format": self.layout[0],
                 "memory_format_reason": self.layout[1],
             },
+            "step_work": step_work_record(
+                state.model, self.data, self.run, rt.size, self.max_steps
+            ),
             "epochs_completed": len(state.records),
             "train_seconds": state.train_seconds,
             "versions": provenance["versions"],  # rank 0's, as before provenance existed

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterbench.training.device import node_name, scheduler_name
-from clusterbench.training.schedule import global_batch_size
+from clusterbench.training.schedule import global_batch_size, global_batches
 from clusterbench.training.state import Place
 
 
@@ -98,4 +98,17 @@ def world_record(
         "gpu_names": sorted({f["device_name"] for f in facts if f["device_name"]}),
         "scheduler": scheduler_name(),
         "backend": backend,
+    }
+
+
+def step_work_record(
+    model: Any, data: Any, run: Mapping[str, Any], size: int, max_steps: int | None
+) -> dict[str, Any]:
+    """run.json's ``step_work``: the values each step's gradient allreduce carries (the model's
+    trainable parameters) and the optimiser steps of an epoch at the final world size: the
+    report's scaling model turns epoch times into step times and gradients into bytes."""
+    steps = len(global_batches(data.train_size, global_batch_size(run), size))
+    return {
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "steps_per_epoch": steps if max_steps is None else min(steps, max_steps),
     }
