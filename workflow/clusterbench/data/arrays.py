@@ -42,18 +42,7 @@ def load_split(data_dir: Path, split: str) -> SplitData:
             f"{meta_path}: {len(meta['class_names'])} class_names for num_classes={num_classes}"
         )
 
-    # the arrays must be what preprocess wrote (meta.json's checksums): a damaged one is named
-    # with the command that makes it again, never used
-    integrity.check(meta_path, "files", integrity.remake_command(meta_path), prefix=f"{split}_")
-    arrays = {}
-    for part in ("x", "y"):
-        path = data_dir / f"{split}_{part}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
-        try:
-            arrays[part] = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
+    arrays = checked_arrays(data_dir, split, meta_path)
     x, y = arrays["x"], arrays["y"]
     shape = tuple(meta["image_shape"])
     if x.ndim != 4 or x.shape[1:] != shape:
@@ -86,6 +75,23 @@ class TrainingSplits:
     @property
     def meta(self) -> dict[str, Any]:
         return self.train.meta
+
+
+def checked_arrays(data_dir: Path, split: str, meta_path: Path) -> dict[str, np.ndarray]:
+    """``{"x": ..., "y": ...}``: the split's arrays, once they are what preprocess wrote
+    (meta.json's checksums: a damaged one is named with the command that makes it again,
+    never used); a missing or unreadable one is an error naming it."""
+    integrity.check(meta_path, "files", integrity.remake_command(meta_path), prefix=f"{split}_")
+    arrays = {}
+    for part in ("x", "y"):
+        path = data_dir / f"{split}_{part}.npy"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
+        try:
+            arrays[part] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
+    return arrays
 
 
 def load_training(data_dir: Path, run: Mapping[str, Any]) -> TrainingSplits:

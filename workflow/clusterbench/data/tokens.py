@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
+from clusterbench.data.arrays import checked_arrays
 from clusterbench.params import read_json_object
 from clusterbench.training.schedule import epoch_permutation, shard_bounds
 
@@ -37,17 +37,9 @@ def load_tokens(data_dir: Path, split: str) -> TokenSplit:
     missing = [k for k in ("seq_len", "vocabulary", "counts") if k not in meta]
     if missing:
         raise ValueError(f"{meta_path}: missing field(s) {missing}")
-    integrity.check(meta_path, "files", integrity.remake_command(meta_path), prefix=f"{split}_")
-    arrays = {}
+    arrays = checked_arrays(data_dir, split, meta_path)
     for part in ("x", "y"):
-        path = data_dir / f"{split}_{part}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (split {split!r} of {data_dir})")
-        try:
-            arrays[part] = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"{path}: not a readable .npy array: {exc}") from None
-        a, seq_len = arrays[part], meta["seq_len"]
+        path, a, seq_len = data_dir / f"{split}_{part}.npy", arrays[part], meta["seq_len"]
         if a.dtype != np.uint8 or a.ndim != 2 or a.shape[1] != seq_len or len(a) == 0:
             raise ValueError(
                 f"{path}: {a.dtype} {a.shape}, expected uint8 (N >= 1, {seq_len}) from "
