@@ -83,7 +83,14 @@ SOFTWARE = "../workflow/envs/clusterbench.yaml"
 script = PIPELINE.script
 #: A path in the working directory (under a module's prefix), as Snakemake reads the rules' files.
 IN_WORKDIR = PIPELINE.adapter.in_workdir
-stage_code = PIPELINE.stage_code
+
+
+def stage_code(*stages):
+    """The code stamp of ``stages``: one input of the stage's jobs (clusterbench.pipeline.code),
+    in the working directory, ``local``: a module's prefix does not apply to it."""
+    return local(PIPELINE.stage_code(*stages))
+
+
 run_of = PIPELINE.run_of
 
 #: The download runs on the submit host (its `localrule:`) unless CLUSTERBENCH_REMOTE_DOWNLOAD=1:

@@ -155,11 +155,14 @@ DIGITS = DATASETS["digits"].files[0]
 
 
 def results_state(workdir: Path) -> dict[str, tuple[int, int, str]]:
-    """Every file under results/: its size, modification time and sha256."""
+    """Every file under results/: its size, modification time and sha256. The history store's
+    shared-memory index (``history.sqlite-shm``, SQLite's WAL index, no data) is left out: the
+    check before any job opens the store when the history job is planned, which SQLite may
+    touch it for."""
     return {
         str(p.relative_to(workdir)): (p.stat().st_size, p.stat().st_mtime_ns, sha256_of(p))
         for p in sorted((workdir / "results").rglob("*"))
-        if p.is_file()
+        if p.is_file() and not p.name.endswith(".sqlite-shm")
     }
 
 

@@ -132,12 +132,11 @@ def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
         for path in line.split(", ")
     ]
     code = [path for path in inputs if not path.startswith(f"{PREFIX}/results/")]
-    stamps = str(consumer / STAMPS)
     assert code and all(
-        path.startswith(str(REPO / "scripts")) or path.startswith(stamps) for path in code
+        path.startswith(str(REPO / "scripts")) or path.startswith(str(STAMPS)) for path in code
     ), code
-    assert any(path.startswith(stamps) for path in code), code
-    assert all(Path(path).is_file() for path in code), code
+    assert any(path.startswith(str(STAMPS)) for path in code), code
+    assert all((consumer / path).is_file() for path in code), code
 
     # every path a command is given, params included, lies under the prefix or in the checkout
     commands = re.findall(r"^Shell command: (python .*)$", out, re.MULTILINE)
@@ -294,7 +293,7 @@ def test_module_runs_the_pipeline_under_its_prefix(tmp_path: Path, dataset_cache
     assert json.loads((res / "eval" / RUN / "metrics.json").read_text())["accuracy"] > 0
     assert (res / "raw" / "digits" / "MANIFEST.json").is_file()
     assert (res / "data" / "digits" / "meta.json").is_file()
-    for rule in ("download", "preprocess", "train", "comm", "evaluate", "report"):
+    for rule in ("download", "preprocess", "train", "evaluate", "report"):
         assert any((res / "logs" / rule).iterdir()), rule
         assert any((res / "benchmarks" / rule).iterdir()), rule
 

@@ -500,20 +500,20 @@ def test_stage_code_is_one_stamp_of_the_module_or_every_module_of_the_package(in
     adapter = FakeAdapter("local", prefix="sub/")
     pipe = pipeline(adapter)
     stamp = Path(pipe.stage_code("train", "training"))  # not under the module's prefix
-    assert stamp == in_tmp / code.STAMPS / "train+training.sha256"
-    lines = stamp.read_text().splitlines()
+    assert stamp == code.STAMPS / "train+training.sha256"  # in the working directory
+    lines = (in_tmp / stamp).read_text().splitlines()
     paths = [line.split("  ", 1)[1] for line in lines]
     assert paths[0] == "workflow/clusterbench/train.py"
     assert "workflow/clusterbench/training/loop.py" in paths and len(paths) > 5
     loop = REPO / "workflow" / "clusterbench" / "training" / "loop.py"
     digest = hashlib.sha256(loop.read_bytes()).hexdigest()
     assert f"{digest}  workflow/clusterbench/training/loop.py" in lines
-    report = Path(pipe.stage_code("report")).read_text()
+    report = (in_tmp / pipe.stage_code("report")).read_text()
     assert "workflow/clusterbench/report/pages/" in report  # sub-packages are the stage's too
     assert pipe.script("train") == str(REPO / "scripts" / "train.py")
     # a cluster job's Snakemake writes nothing: it reads the stamp the main process wrote
     other = pipeline(FakeAdapter("slurm", main=False, prefix="job/"))
-    assert not Path(other.stage_code("evaluate")).exists()
+    assert not (in_tmp / other.stage_code("evaluate")).exists()
 
 
 def test_a_stamp_is_written_when_the_code_changes_with_the_newest_files_time(tmp_path):

@@ -45,6 +45,7 @@ METRIC_FIELDS = {
     "global_batch",
     "lr",
     "time",
+    "step_seconds",  # the step-time breakdown (clusterbench.training.step_times)
 }
 
 

@@ -470,7 +470,7 @@ INJECTED = {
 
 
 #: The tables the report rule registers with the HTML report (rules/report.smk).
-TABLES = ("runs.csv", "results.csv", "epochs.csv", "benchmarks.csv")
+TABLES = ("runs.csv", "results.csv", "epochs.csv", "scaling_model.csv", "benchmarks.csv")
 
 
 def _inject(c):

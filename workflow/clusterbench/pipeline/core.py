@@ -109,11 +109,12 @@ class Pipeline:
         """The code stamp of ``stages`` (:mod:`clusterbench.pipeline.code`): one input, so that
         editing the stage's code reruns the stage and what follows. Written here, while the
         Snakefile is parsed, by the main process (cluster jobs read the one it wrote), in the
-        working directory's ``.snakemake`` (as the checksums: a module's prefix holds only
-        what its jobs make); an absolute path, which no module prefix changes."""
+        working directory's ``.snakemake`` (as the checksums: a module's prefix holds only what
+        its jobs make). A path relative to the working directory (a working directory copied
+        or moved elsewhere reruns nothing), which the rules mark ``local`` (no module prefix)."""
         name = "+".join(stages)
         if name not in self._stamps:
-            stamp = Path(os.path.abspath(code.STAMPS / f"{name}.sha256"))
+            stamp = code.STAMPS / f"{name}.sha256"
             if self.adapter.is_main_process:
                 files = [f for stage in stages for f in code.stage_files(self.checkout, stage)]
                 code.write_stamp(stamp, files, self.checkout)
