@@ -443,7 +443,9 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     assert metrics[-1]["val_accuracy"] >= 0.9  # the quadrant task is easy
 
     info = json.loads((out / "run.json").read_text())
-    assert info["run"] == run and info["epochs_completed"] == 2
+    # the run as given, with the data keys' defaults the trainer filled in
+    assert info["run"] == {"augment": "auto", "on_bad_file": "fail", **run}
+    assert info["epochs_completed"] == 2
     assert info["world"]["size"] == 2 and info["world"]["device"] == "cpu"
     assert info["world"]["backend"] == "horovod"
     assert info["effective"] == {
@@ -451,6 +453,7 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "global_batch": 25,
         "per_worker_batch": [13, 12],
         "lr": 0.05,
+        "grad_compression": "none",
         "memory_format": "contiguous",
         "memory_format_reason": "channels_last: false",
     }
