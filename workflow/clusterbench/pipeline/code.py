@@ -13,12 +13,11 @@ themselves did as inputs; restoring a file with its old time (and content) makes
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from clusterbench import atomic
+from clusterbench import atomic, integrity
 
 #: Where the stamps are, in the working directory (Snakemake's own folder, as the checksums').
 STAMPS = Path(".snakemake", "clusterbench", "code")
@@ -35,19 +34,22 @@ def stage_files(checkout: Path, stage: str) -> list[Path]:
     return [package.with_suffix(".py")]
 
 
-def stamp_text(files: Iterable[Path], root: Path) -> str:
+Digest = Callable[[Path], str]
+
+
+def stamp_text(files: Iterable[Path], root: Path, sha256: Digest = integrity.sha256_of) -> str:
     """A line per file: its sha256 and its path under ``root``."""
-    lines = []
-    for path in files:
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        lines.append(f"{digest}  {Path(path).relative_to(root)}\n")
-    return "".join(lines)
+    return "".join(f"{sha256(Path(p))}  {Path(p).relative_to(root)}\n" for p in files)
 
 
-def write_stamp(stamp: Path, files: list[Path], root: Path) -> bool:
+def write_stamp(
+    stamp: Path, files: list[Path], root: Path, sha256: Digest = integrity.sha256_of
+) -> bool:
     """Write ``files``' stamp at ``stamp`` if its text changed, with the newest file's
-    modification time; whether it was written."""
-    text = stamp_text(files, root)
+    modification time; whether it was written. ``sha256``: the workflow passes its digest
+    cache (:class:`clusterbench.integrity.DigestCache`), so that an unchanged file is not read
+    again at every parse."""
+    text = stamp_text(files, root, sha256)
     try:
         if stamp.read_text() == text:
             return False

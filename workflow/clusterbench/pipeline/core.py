@@ -117,7 +117,7 @@ class Pipeline:
             stamp = code.STAMPS / f"{name}.sha256"
             if self.adapter.is_main_process:
                 files = [f for stage in stages for f in code.stage_files(self.checkout, stage)]
-                code.write_stamp(stamp, files, self.checkout)
+                code.write_stamp(stamp, files, self.checkout, self.checks.cache.sha256)
             self._stamps[name] = str(stamp)
         return self._stamps[name]
 
