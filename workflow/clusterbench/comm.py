@@ -61,15 +61,11 @@ ELEMENT_BYTES = 4
 #: comm.json's format (a reader refuses another).
 FORMAT = 1
 
+#: The columns that say which job measured a row: its name, backend and where it ran.
+JOB_COLUMNS = ("name", "backend", "library", "workers", "nodes", "gpus_per_node", "device")
 #: comm.csv's columns: one row per operation and size.
 COLUMNS = (
-    "name",
-    "backend",
-    "library",
-    "workers",
-    "nodes",
-    "gpus_per_node",
-    "device",
+    *JOB_COLUMNS,
     "op",
     "size",
     "bytes",

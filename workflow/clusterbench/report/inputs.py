@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from clusterbench import comm
 from clusterbench.config import (
     LATER_TRAIN_KEYS,
     TRAIN_KEYS,
@@ -311,18 +312,7 @@ COMM_ROW_FIELDS = (
 
 
 #: The comm table's columns: the job (and where it ran), then each row's operation and fields.
-COMM_COLUMNS = (
-    "name",
-    "site",
-    "backend",
-    "library",
-    "workers",
-    "nodes",
-    "gpus_per_node",
-    "device",
-    "op",
-    *COMM_ROW_FIELDS,
-)
+COMM_COLUMNS = ("name", "site", *comm.JOB_COLUMNS[1:], "op", *COMM_ROW_FIELDS)
 
 
 def read_comm(path: Path) -> pd.DataFrame:
