@@ -53,7 +53,8 @@ def bars(ax: Any, table: pd.DataFrame, book: Any) -> None:
     ax.set_xlim(0, right * 1.6)
     ax.set_xlabel("Time per step (ms)")
     book.run_axis(ax, list(table["run"]))
-    ax.legend(loc="lower right", frameon=False, fontsize=9)
+    # below the axes: the runs' gap annotations fill the right of the plot
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False, fontsize=9)
 
 
 def gap_words(r: Any) -> str:
