@@ -22,6 +22,7 @@ sys.path.insert(0, str(CHECKOUT / "workflow"))
 from clusterbench import config as cbconfig
 from clusterbench import interrupt, preemption
 from clusterbench.pipeline import Pipeline, SnakemakeAdapter
+from clusterbench.pipeline.commands import dir_of, evaluate_dirs
 from clusterbench.pipeline.layout import stored_files
 from clusterbench.resources import TRAIN_RESOURCE_KEYS
 
@@ -113,21 +114,16 @@ ARRAY_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "arrays"]
 
 
 # `run` matches any file name: the config's runs are checked by the train rule's input
-# (Pipeline.run_data). An alternation of every run name (exact, but as long as all of them)
+# (Pipeline.known_run). An alternation of every run name (exact, but as long as all of them)
 # made Snakemake's job graph quadratic in the runs: it is part of every path pattern it reads.
 wildcard_constraints:
     dataset=alternatives(DATASETS),
     run="[^/]+",
 
 
-# A directory a command needs comes from the rule's own input or output paths, never from a
-# literal: Snakemake puts a module's `prefix:` in front of input, output, log and benchmark paths,
-# but not of params.
-def dir_of(path):
-    """The directory of ``path`` (an input or output file of the job)."""
-    return os.path.dirname(str(path))
-
-
+# A directory a command needs comes from the rule's own input or output paths (dir_of), never
+# from a literal: Snakemake puts a module's `prefix:` in front of input, output, log and
+# benchmark paths, but not of params.
 def dirs_of(paths):
     """The directories of ``paths``, each once, in order."""
     return list(dict.fromkeys(dir_of(path) for path in paths))

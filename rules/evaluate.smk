@@ -3,7 +3,7 @@ rule evaluate:
         script=script("evaluate"),
         code=stage_code("evaluate"),
         model=rules.train.output.model,
-        data=PIPELINE.run_data,
+        data=PIPELINE.data_input(),
     output:
         per_class="results/eval/{run}/per_class.csv",
         confusion="results/eval/{run}/confusion.csv",
@@ -19,8 +19,8 @@ rule evaluate:
         SOFTWARE
     params:
         settings=lambda wc: cbconfig.canonical_json(CFG["evaluate"]),
-        data_dir=lambda wc, input: dir_of(input.data[-1]),
-        out_dir=lambda wc, output: dir_of(output.metrics),
+        # derived from the job's paths: no rerun trigger
+        dirs=lambda wc, input, output: evaluate_dirs(input.data[-1], output.metrics),
     shell:
-        "python {input.script:q} --data-dir {params.data_dir:q} --model {input.model:q} "
-        "--params {params.settings:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "python {input.script:q} {params.dirs} --model {input.model:q} "
+        "--params {params.settings:q} > {log:q} 2>&1"

@@ -10,8 +10,10 @@ rule train:
         script=script("train"),
         # the stage's code and its training loop's (one stamp: clusterbench.pipeline.code)
         code=stage_code("train", "training"),
-        # the run's dataset; a name the config has no run of is a missing input
-        data=PIPELINE.run_data,
+        # the run's dataset
+        data=PIPELINE.data_input(),
+        # nothing, but a missing file for a name the config has no run of
+        known=PIPELINE.known_run,
     output:
         info="results/runs/{run}/run.json",
         metrics="results/runs/{run}/metrics.jsonl",
@@ -31,21 +33,16 @@ rule train:
     threads: PIPELINE.train_threads
     resources:
         **{key: PIPELINE.train_resource(key) for key in TRAIN_RESOURCE_KEYS},
+    # Two param functions: Snakemake calls each of every job's functions while it builds the
+    # graph, and a sweep has thousands of jobs (clusterbench.pipeline.commands).
     params:
+        # the rerun trigger: the run's training slice (its workers and an elastic run's
+        # bounds included)
         run=lambda wc: cbconfig.canonical_json(cbconfig.train_slice(run_of(wc))),
-        workers=lambda wc: run_of(wc)["workers"],
-        # elastic runs: the launcher's bounds (also in the run's slice, so no new trigger)
-        elastic=PIPELINE.elastic_options,
-        data_dir=lambda wc, input: dir_of(input.data[-1]),
-        out_dir=lambda wc, output: dir_of(output.info),
-        # how the data is read (loading, loader_workers, staging): no result changes with it,
-        # so no rerun trigger. Snakemake counts a param whose function takes `output` as
-        # derived from the outputs and leaves it out of the params it compares.
-        data=lambda wc, output: cbconfig.canonical_json(
-            cbconfig.data_settings(run_of(wc), CFG)
-        ),
+        # the launcher's and the stage's other options: the workers, the lock, where the data
+        # and outputs are, how the data is read. No rerun trigger: Snakemake leaves a param whose
+        # function takes `output` out of the params it compares.
+        command=PIPELINE.train_command,
     shell:
-        "python -m clusterbench.launch --np {params.workers} {params.elastic}"
-        "--lock {params.out_dir:q}/train.lock -- "
-        "python {input.script:q} --data-dir {params.data_dir:q} --run {params.run:q} "
-        "--data-settings {params.data:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "python -m clusterbench.launch {params.command.launch} -- "
+        "python {input.script:q} --run {params.run:q} {params.command.stage} > {log:q} 2>&1"

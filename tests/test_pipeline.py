@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from clusterbench import config as cbconfig
 from clusterbench import integrity, preflight
-from clusterbench.pipeline import Adapter, Pipeline, PlannedJob, SnakemakeAdapter, layout
+from clusterbench.pipeline import Adapter, Pipeline, PlannedJob, SnakemakeAdapter, commands, layout
 from clusterbench.pipeline.adapter import RULES
 from clusterbench.resources import train_resources
 from conftest import REPO, default_config
@@ -471,8 +472,27 @@ def test_where_the_download_cannot_be_forced_a_real_run_names_the_command(in_tmp
 # ------------------------------------------------------------------ parse-time helpers
 def test_an_unknown_run_is_a_missing_input_naming_it():
     pipe = pipeline(FakeAdapter(None))
+    assert pipe.known_run(wc(run="a")) == []
+    assert pipe.known_run(wc(run="aXb")) == ["(no run 'aXb' in the config)"]
     assert pipe.run_data(wc(run="a")) == layout.stored_files("digits")
-    assert pipe.run_data(wc(run="aXb")) == ["(no run 'aXb' in the config)"]
+    assert pipe.run_data(wc(run="aXb")) == []
+
+
+def test_the_data_input_is_a_plain_list_for_one_dataset_and_a_function_for_several():
+    """Snakemake parses every file an input function returns again in every job: a sweep on
+    one dataset gives its files as a list."""
+    assert pipeline(FakeAdapter(None)).data_input() == layout.stored_files("digits")
+    fake = {"format": "synthetic", "classes": 5, "samples": 1000, "shape": [3, 8, 8]}
+    cfg = config(
+        {"name": "a", "dataset": "digits", "workers": 1},
+        {"name": "b", "dataset": "fake", "workers": 1, "model": "torchvision.resnet18"},
+        datasets={**default_config()["datasets"], "fake": fake},
+    )
+    pipe = pipeline(FakeAdapter(None), cfg)
+    function = pipe.data_input()
+    assert function == pipe.run_data
+    assert function(wc(run="a")) == layout.stored_files("digits")
+    assert function(wc(run="b")) == layout.stored_files("fake", "synthetic")
 
 
 def test_the_jobs_get_this_pythons_path_first_once():
@@ -639,3 +659,34 @@ def test_the_snakemake_adapter_stops_with_the_message_alone(capsys):
     with pytest.raises(SystemExit) as stop:
         adapter.stop("our message")
     assert stop.value.code == 1
+
+
+# ------------------------------------------------------------------ the jobs' command options
+def test_a_train_jobs_options_come_from_its_run_and_its_own_paths_quoted():
+    cfg = config({"name": "a", "dataset": "digits", "workers": 2})
+    got = commands.train_command(
+        cfg["runs"][0], cfg, "pre/results/data/digits/meta.json", "my runs/a/run.json"
+    )
+    assert got.launch == "--np 2 --lock 'my runs/a/train.lock'"
+    want_settings = cbconfig.canonical_json(cbconfig.data_settings(cfg["runs"][0], cfg))
+    assert shlex.split(got.stage) == [
+        "--data-dir",
+        "pre/results/data/digits",
+        "--data-settings",
+        want_settings,
+        "--out-dir",
+        "my runs/a",
+    ]
+
+
+def test_an_elastic_train_job_gives_the_launcher_its_bounds():
+    cfg = config(
+        {"name": "e", "dataset": "digits", "workers": 2, "min_workers": 1, "max_workers": 3}
+    )
+    got = commands.train_command(cfg["runs"][0], cfg, "d/meta.json", "o/run.json")
+    assert got.launch == "--np 2 --min-np 1 --max-np 3 --lock o/train.lock"
+
+
+def test_an_evaluate_jobs_directories_are_its_data_and_output_folders_quoted():
+    got = commands.evaluate_dirs("results/data/digits/meta.json", "x y/metrics.json")
+    assert shlex.split(got) == ["--data-dir", "results/data/digits", "--out-dir", "x y"]

@@ -6,6 +6,7 @@ pipeline/core.py     Pipeline: what the rules call (runs, comm jobs, input, prio
 pipeline/runs.py     RunPlan: the runs skipped under the executor, those refused
 pipeline/checks.py   Checks: files checked against their records before any job
 pipeline/code.py     a stage's code as one input (its code stamp)
+pipeline/commands.py the train and evaluate jobs' options, one param function each
 pipeline/adapter.py  Adapter: what is read from Snakemake's `workflow` (SnakemakeAdapter)
 pipeline/layout.py   where the files are
 ```

@@ -27,7 +27,7 @@ from typing import Any
 from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench.comm_jobs import CommJob
-from clusterbench.pipeline import code, layout
+from clusterbench.pipeline import code, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
 from clusterbench.pipeline.runs import RunPlan
@@ -125,27 +125,38 @@ class Pipeline:
     def run_of(self, wildcards: Any) -> dict[str, Any]:
         return self.runs[wildcards.run]
 
+    def data_input(self) -> list[str] | Callable[[Any], list[str]]:
+        """The train and evaluate rules' data input. When every run reads one dataset (a
+        sweep), its files as a plain list; else the input function :meth:`run_data`. Snakemake
+        makes a new file object, parsing its path, for each file an input function returns, in
+        every job: for a sweep's seven files a run, the costliest part of its job graph."""
+        if len(self.datasets) == 1:
+            return self.data_files(self.datasets[0])
+        return self.run_data
+
     def run_data(self, wildcards: Any) -> list[str]:
-        """Input function: the preprocessed files of the run's dataset. For a name the config
-        has no run of (the ``run`` wildcard matches any file name: an alternation of every
-        name made Snakemake's graph quadratic in the runs), a file nothing makes, which
-        Snakemake reports as the job's missing input."""
+        """Input function: the preprocessed files of the run's dataset (none for a name the
+        config has no run of: :meth:`known_run`)."""
         run = self.runs.get(wildcards.run)
-        if run is None:
-            return [f"(no run {wildcards.run!r} in the config)"]
-        return self.data_files(run["dataset"])
+        return [] if run is None else self.data_files(run["dataset"])
+
+    def known_run(self, wildcards: Any) -> list[str]:
+        """Input function of the train rule: nothing for a run of the config. For another name
+        (the ``run`` wildcard matches any file name: an alternation of every name made
+        Snakemake's graph quadratic in the runs), a file nothing makes, which Snakemake
+        reports as the job's missing input."""
+        if wildcards.run in self.runs:
+            return []
+        return [f"(no run {wildcards.run!r} in the config)"]
 
     def data_files(self, dataset: str) -> list[str]:
         """Every file of the preprocessed ``dataset``, as its storage has it."""
         return layout.stored_files(dataset, self.storages[dataset])
 
-    def elastic_options(self, wildcards: Any) -> str:
-        """The launcher's ``--min-np``/``--max-np`` for an elastic run ("" otherwise)."""
-        run = self.run_of(wildcards)
-        if not cbconfig.is_elastic(run):
-            return ""
-        low, high = cbconfig.worker_bounds(run)
-        return f"--min-np {low} --max-np {high} "
+    def train_command(self, wildcards: Any, input: Any, output: Any) -> commands.TrainCommand:
+        """Param function of the train rule: the job's options but its rerun trigger
+        (:func:`clusterbench.pipeline.commands.train_command`)."""
+        return commands.train_command(self.run_of(wildcards), self.cfg, input.data[-1], output.info)
 
     def train_threads(self, wildcards: Any) -> int:
         """The train job's threads: every worker's CPUs."""
