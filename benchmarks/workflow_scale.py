@@ -222,10 +222,21 @@ rule report:
         ),
         expand("results/benchmarks/{{rule}}/digits.tsv", rule=["download", "preprocess"]),
         expand("results/benchmarks/{{rule}}/{{run}}.tsv", rule=["train", "evaluate"], run=RUNS),
+        "results/history/series.csv",
     output:
         {report_outputs}
     log: "results/logs/report/report.log"
     benchmark: "results/benchmarks/report/report.tsv"
+    shell: "touch {{output}}"
+
+
+rule history:
+    input:
+        CODE["history"],
+        expand("results/runs/{{run}}/{{name}}", run=RUNS, name=["run.json", "metrics.jsonl"]),
+        expand("results/eval/{{run}}/metrics.json", run=RUNS),
+    output: "results/history/series.csv"
+    log: "results/logs/history/history.log"
     shell: "touch {{output}}"
 
 
@@ -239,7 +250,8 @@ rule best:
     log: "results/logs/best/best.log"
     shell: "touch {{output}}"
 """
-REPORT_FILES = ["runs.csv", "results.csv", "epochs.csv", "benchmarks.csv", "skipped.csv"]
+REPORT_FILES = ["runs.csv", "results.csv", "epochs.csv", "scaling_model.csv", "benchmarks.csv"]
+REPORT_FILES += ["skipped.csv", "captions.rst"]
 
 
 def prepare_plain(workdir: Path, names: list[str]) -> None:
@@ -249,7 +261,8 @@ def prepare_plain(workdir: Path, names: list[str]) -> None:
     outputs += ['directory("results/report/figures")', '"results/report/report.pdf"']
     workdir.mkdir(parents=True)
     (workdir / "Snakefile").write_text(PLAIN_SNAKEFILE.format(report_outputs=", ".join(outputs)))
-    code = {s: code_inputs(workdir, s) for s in ("download", "preprocess", "report", "best")}
+    stages = ("download", "preprocess", "history", "report", "best")
+    code = {s: code_inputs(workdir, s) for s in stages}
     code.update(
         train=code_inputs(workdir, "train", "training"), evaluate=code_inputs(workdir, "evaluate")
     )
@@ -266,6 +279,7 @@ def prepare_plain(workdir: Path, names: list[str]) -> None:
         made += [f"results/eval/{name}/{f}" for f in ("per_class.csv", "confusion.csv")]
         made += [f"results/eval/{name}/{f}" for f in ("metrics.json", "checksums.json")]
         made.append(f"results/benchmarks/evaluate/{name}.tsv")
+    made.append("results/history/series.csv")
     made += [f"results/report/{name}" for name in REPORT_FILES]
     made += ["results/report/figures/", "results/report/report.pdf"]
     made += [f"results/best/{f}" for f in ("summary.json", "run.json", "model.pt")]
