@@ -3,20 +3,29 @@ reference), bytes/s per copy.
 
 ```
 .venv/bin/python benchmarks/staging_copy.py --data-dir DATA --tool stage|cp [--copies 4]
-    [--out-dir OUT]
+    [--source warm|cold] [--out-dir OUT]
 ```
 
 Each copy goes into an empty directory under ``--out-dir`` (the same filesystem as the work
 dir) and is timed around the whole call: ``stage``: :func:`clusterbench.data.staging.stage`
 (the lock, the free-space check, the copy with every file hashed as it is read and checked
 against its record, the rename into place, the marker); ``cp``: ``cp -r DATA DEST/`` as a
-command. Neither syncs its writes to disk. The first copy brings the source into the page
-cache (left out of the medians as the warm-up epoch). ``metrics.jsonl`` gets bytes/s per copy.
+command. Neither syncs its writes to disk. ``metrics.jsonl`` gets bytes/s per copy.
+
+``--source``: where the source is read from.
+
+* ``warm``: the page cache. The first copy brings the source there (left out of the medians as
+  the warm-up epoch); the others copy memory to memory.
+* ``cold``: the disk, as on a node staging a dataset it has not read (the case staging is for:
+  the source is on shared storage, not in the node's memory). Before each copy the source's
+  files are written back (``os.sync``, not timed) and dropped from the page cache
+  (``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no privilege).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import tempfile
@@ -47,11 +56,25 @@ def cp_once(data: Path, dest: Path) -> int:
     return folder_bytes(data)
 
 
-def measure(data: Path, tool: str, copies: int, where: Path) -> list[dict[str, Any]]:
+def evict(data: Path) -> None:
+    """Drop the files of ``data`` from the page cache (written back first)."""
+    os.sync()
+    for path in data.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def measure(data: Path, tool: str, copies: int, where: Path, source: str) -> list[dict[str, Any]]:
     copy = {"stage": stage_once, "cp": cp_once}[tool]
     records = []
     for i in range(copies):
         dest = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=where))
+        if source == "cold":
+            evict(data)
         began = time.perf_counter()
         size = copy(data, dest)
         seconds = time.perf_counter() - began
@@ -70,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", help="the trainer's run JSON (unused: a row's common flag)")
     parser.add_argument("--tool", choices=("stage", "cp"), required=True)
     parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--source", choices=("warm", "cold"), default="warm")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    records = measure(args.data_dir, args.tool, args.copies, args.out_dir)
+    records = measure(args.data_dir, args.tool, args.copies, args.out_dir, args.source)
     write_metrics(args.out_dir, records)
     return 0
 

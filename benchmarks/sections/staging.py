@@ -6,8 +6,12 @@ Each row (``staging_copy.py``) copies its data dir ``--staging-copies`` times in
 directories of the work dir, each timed around the whole call: staging
 (:func:`clusterbench.data.staging.stage`: lock, free-space check, the copy hashed against the
 records, the rename, the marker) or ``cp -r``; its bytes/s is the median over the copies after
-the first (which brings the source into the page cache). The two rows alternate their order
-from round to round.
+the first. The rows alternate their order from round to round. Two sources:
+
+* warm: the source in the page cache (the first copy brings it there): memory to memory,
+  where staging's sha256 of every byte (on one core per file) is the slowest part;
+* cold: the source dropped from the page cache before each copy, as on a node staging a
+  dataset it has not read, from storage (staging's purpose).
 """
 
 from __future__ import annotations
@@ -46,11 +50,18 @@ def cases(args: argparse.Namespace, work: Path) -> dict[str, Case]:
 def run(runner: Runner, args: argparse.Namespace) -> list[Figure]:
     figs = []
     copies = ("--copies", str(args.staging_copies))
-    for case in ("staging-arrays", "staging-folder"):
-        stage = Spec(case, "staging_copy", args=("--tool", "stage", *copies), label="staging")
-        cp = Spec(case, "staging_copy", args=("--tool", "cp", *copies), label="cp -r")
-        for spec in (stage, cp) if runner.round % 2 else (cp, stage):
-            runner.get(spec)
-        what = f"{case}: staging bytes/s / cp -r bytes/s"
-        figs.append(ratio_figure(runner, f"F9 {case}", what, 0.8, stage, cp, "bytes_per_second"))
+    for source in ("warm", "cold"):
+        for case in ("staging-arrays", "staging-folder"):
+            common = (*copies, "--source", source)
+            stage = Spec(
+                case, "staging_copy", args=("--tool", "stage", *common), label=f"staging, {source}"
+            )
+            cp = Spec(
+                case, "staging_copy", args=("--tool", "cp", *common), label=f"cp -r, {source}"
+            )
+            for spec in (stage, cp) if runner.round % 2 else (cp, stage):
+                runner.get(spec)
+            what = f"{case}, source {source}: staging bytes/s / cp -r bytes/s"
+            name = f"F9 {case} {source}"
+            figs.append(ratio_figure(runner, name, what, 0.8, stage, cp, "bytes_per_second"))
     return figs
