@@ -140,7 +140,7 @@ def with_records(data: Path) -> Path:
     from clusterbench import integrity
 
     meta = json.loads((data / "meta.json").read_text())
-    meta["files"] = {p.name: integrity.record(p) for p in sorted(data.glob("*.npy"))}
+    meta["files"] = {p.name: integrity.record_with_blocks(p) for p in sorted(data.glob("*.npy"))}
     (data / "meta.json").write_text(json.dumps(meta))
     return data
 

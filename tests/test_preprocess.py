@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import re
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archives import gz, idx_bytes, make_cifar10, make_digits, make_mnist
-from clusterbench import download, formats, preprocess
+from clusterbench import download, formats, integrity, preprocess
 from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.datasets import DATASETS
 from conftest import REPO
@@ -84,6 +85,22 @@ def test_digits_real_file(digits_manifest, tmp_path):
     assert outputs(tmp_path) == sorted(
         ["meta.json", *(f"{s}_{k}.npy" for s in preprocess.SPLITS for k in "xy")]
     )
+
+
+def test_a_large_array_is_recorded_with_its_blocks_sha256(digits_manifest, tmp_path, monkeypatch):
+    """Node-local staging checks a large file's blocks on several cores (clusterbench.data.
+    staging): preprocessing records them, here with blocks of a page."""
+    monkeypatch.setattr(integrity, "BLOCK", 4096)
+    assert run("digits", digits_manifest, tmp_path, DIGITS_PARAMS) == 0
+    files = json.loads((tmp_path / "meta.json").read_text())["files"]
+    data = (tmp_path / "train_x.npy").read_bytes()
+    assert len(data) > 4096 and files["train_x.npy"]["block"] == 4096
+    assert files["train_x.npy"]["blocks"] == [
+        hashlib.sha256(data[i : i + 4096]).hexdigest() for i in range(0, len(data), 4096)
+    ]
+    assert files["train_x.npy"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert "blocks" not in files["test_y.npy"]  # under one block: its sha256 alone
+    assert integrity.problems(tmp_path, files) == []
 
 
 def test_digits_scaling_of_generated_file(tmp_path):

@@ -5,7 +5,10 @@ node's other ranks with its message."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -86,6 +89,100 @@ def test_a_file_of_many_chunks_is_copied_whole_hashed_in_order(tmp_path, monkeyp
     src.write_bytes(bytes(bad))
     with pytest.raises(DataError, match=r"src\.bin differs from what preprocessing"):
         staging.copy_file(src, tmp_path / "dst2.bin", record)
+
+
+#: A block size for tests: the memory-map granularity (a page), so small files have blocks.
+PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+def test_a_record_with_blocks_has_each_blocks_sha256_for_a_file_over_one_block(tmp_path):
+    big, small = tmp_path / "big.bin", tmp_path / "small.bin"
+    data = np.random.default_rng(0).integers(0, 256, 2 * PAGE + 100, dtype=np.uint8).tobytes()
+    big.write_bytes(data)
+    small.write_bytes(data[:PAGE])
+    got = integrity.record_with_blocks(big, PAGE)
+    pieces = [data[:PAGE], data[PAGE : 2 * PAGE], data[2 * PAGE :]]
+    assert got == {
+        **integrity.record(big),
+        "block": PAGE,
+        "blocks": [hashlib.sha256(piece).hexdigest() for piece in pieces],
+    }
+    assert integrity.record_with_blocks(small, PAGE) == integrity.record(small)  # one block
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False], ids=["copy_file_range", "read-write"])
+def test_a_file_with_blocks_is_copied_and_each_block_of_the_copy_checked(
+    tmp_path, monkeypatch, kernel_copy
+):
+    if not kernel_copy:  # a file system pair copy_file_range refuses: read and written here
+
+        def refuse(*args):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    src = tmp_path / "src.bin"
+    data = np.random.default_rng(1).integers(0, 256, 3 * PAGE + 7, dtype=np.uint8).tobytes()
+    src.write_bytes(data)
+    record = integrity.record_with_blocks(src, PAGE)
+    staging.copy_file(src, tmp_path / "dst.bin", record)
+    assert (tmp_path / "dst.bin").read_bytes() == data
+    for damage in (
+        lambda b: b.__setitem__(2 * PAGE + 1, b[2 * PAGE + 1] ^ 1),  # a byte of block 3
+        lambda b: b.extend(b"x"),  # one byte more
+    ):
+        bad = bytearray(data)
+        damage(bad)
+        src.write_bytes(bytes(bad))
+        with pytest.raises(DataError, match=r"src\.bin differs from what preprocessing"):
+            staging.copy_file(src, tmp_path / "dst2.bin", record)
+
+
+def test_a_staged_file_with_blocks_is_verified_block_by_block(tmp_path):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    data = np.random.default_rng(2).integers(0, 256, 2 * PAGE + 5, dtype=np.uint8).tobytes()
+    (folder / "a.npy").write_bytes(data)
+    files = {"a.npy": integrity.record_with_blocks(folder / "a.npy", PAGE)}
+    assert staging.verify(folder, files) == []
+    bad = bytearray(data)
+    bad[PAGE + 3] ^= 1  # block 2, same size
+    (folder / "a.npy").write_bytes(bytes(bad))
+    assert staging.verify(folder, files) == [f"{folder / 'a.npy'} differs from its record (sha256)"]
+
+
+def test_a_dataset_recorded_with_blocks_is_staged_verified_and_copied_again_when_damaged(
+    data, tmp_path
+):
+    meta = json.loads((data / "meta.json").read_text())
+    meta["files"] = {
+        p.name: integrity.record_with_blocks(p, PAGE) for p in sorted(data.glob("*.npy"))
+    }
+    assert "blocks" in meta["files"]["train_x.npy"]
+    (data / "meta.json").write_text(json.dumps(meta))
+    first = stage(data, str(tmp_path / "local"), "digits", time.time(), "n1")
+    assert first.facts["action"] == "copied"
+    for name in [p.name for p in data.iterdir()]:
+        assert (first.data_dir / name).read_bytes() == (data / name).read_bytes()
+    assert stage(data, str(tmp_path / "local"), "digits", time.time(), "n1").facts["action"] == (
+        "verified"
+    )
+    copy = first.data_dir / "train_x.npy"
+    damaged = bytearray(copy.read_bytes())
+    damaged[-1] ^= 1  # the last block's last byte
+    copy.write_bytes(bytes(damaged))
+    again = stage(data, str(tmp_path / "local"), "digits", time.time(), "n1")
+    assert again.facts["action"] == "copied"
+    assert copy.read_bytes() == (data / "train_x.npy").read_bytes()
+
+
+def test_a_record_whose_blocks_cannot_be_mapped_is_hashed_whole(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"y" * 3000)
+    record = {**integrity.record(src), "block": 1000, "blocks": ["?", "?", "?"]}
+    assert staging.block_size(record) is None  # not a multiple of the page: the whole sha256
+    staging.copy_file(src, tmp_path / "dst.bin", record)
+    assert (tmp_path / "dst.bin").read_bytes() == src.read_bytes()
+    assert staging.verify(tmp_path, {"dst.bin": record}) == []
 
 
 @pytest.mark.parametrize("where", ["file", "proc"])

@@ -61,6 +61,29 @@ def record(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": sha256_of(path)}
 
 
+#: The pieces a large preprocessed file's record also has the sha256 of, one by one
+#: (:func:`record_with_blocks`): a file's sha256 is one stream, hashed on one core; its blocks'
+#: can be checked on several at once (node-local staging: clusterbench.data.staging).
+BLOCK = 64 << 20
+
+
+def record_with_blocks(path: Path, block: int | None = None) -> dict[str, Any]:
+    """:func:`record`; for a file over ``block`` bytes (default :data:`BLOCK`) also ``"block"``
+    (that size) and ``"blocks"`` (the sha256 of each ``block`` bytes in turn, the last one
+    shorter). The file is read once."""
+    block = block or BLOCK
+    whole = hashlib.sha256()
+    blocks = []
+    with open(path, "rb") as fh:
+        while piece := fh.read(block):
+            whole.update(piece)
+            blocks.append(hashlib.sha256(piece).hexdigest())
+    found = {"size": path.stat().st_size, "sha256": whole.hexdigest()}
+    if len(blocks) > 1:
+        found.update(block=block, blocks=blocks)
+    return found
+
+
 def write_checksums(folder: Path, names: tuple[str, ...] | list[str]) -> Path:
     """Record the size and sha256 of each file ``names`` in ``folder`` in ``folder``'s
     :data:`CHECKSUMS` (``{"files": {name: {"size", "sha256"}}}``, atomically), and return its

@@ -314,13 +314,14 @@ def write_arrays(
     out_dir: Path, splits: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> dict[str, dict[str, Any]]:
     """``{split}_x.npy`` and ``{split}_y.npy`` of each split; returns their records (size,
-    sha256) for ``meta.json``'s ``files``."""
+    sha256, and a large file's blocks: :func:`clusterbench.integrity.record_with_blocks`) for
+    ``meta.json``'s ``files``."""
     for name, (x, y) in splits.items():
         for suffix, array in (("x", x), ("y", y)):
             with atomic_open(out_dir / f"{name}_{suffix}.npy", "wb") as fh:
                 np.save(fh, array, allow_pickle=False)
     return {
-        f"{name}_{suffix}.npy": integrity.record(out_dir / f"{name}_{suffix}.npy")
+        f"{name}_{suffix}.npy": integrity.record_with_blocks(out_dir / f"{name}_{suffix}.npy")
         for name in splits
         for suffix in "xy"
     }

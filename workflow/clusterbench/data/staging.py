@@ -12,7 +12,11 @@ workflow synced its data to each GPU node's local disk first).
 * **Verified.** Each file is hashed as it is copied and checked against what preprocessing
   recorded (``meta.json``'s arrays, or an image folder's ``index.json``: sizes and sha256);
   the copy is written to ``<...>.partial-<pid>`` and renamed into place when complete, with a
-  marker (``.staged.json``) recording when it was verified.
+  marker (``.staged.json``) recording when it was verified. A large file whose record has the
+  sha256 of each of its blocks (:func:`clusterbench.integrity.record_with_blocks`) is copied
+  by the kernel (``copy_file_range``), block by block, and each block of the copy is hashed
+  on its own core as soon as it is written: one file's sha256 is a single stream, which on
+  one core runs slower than a copy.
 * **Kept.** The copy stays for later runs on the node. The first rank of a later run verifies
   it again (sizes and sha256, every file) and uses it if intact, else copies it again; the
   other ranks of the same run, which started before that verification, check the sizes only.
@@ -28,10 +32,12 @@ run's slice).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import itertools
 import json
+import mmap
 import os
 import shutil
 import time
@@ -195,13 +201,17 @@ def copy_all(
 
 def copy_file(src: Path, dst: Path, record: Mapping[str, Any]) -> None:
     """Copy ``src`` to ``dst``, hashing what is read: a file that differs from ``record`` (its
-    size and sha256 as preprocessing wrote it) is an error naming it.
+    size and sha256 as preprocessing wrote it) is an error naming it. A record with blocks:
+    :func:`copy_blocks`.
 
     A file of several chunks is hashed in a helper thread while the chunk is written and the
     next one read (hashlib and file I/O release the GIL): the copy then takes about as long as
     the slower of hashing and copying, not their sum. Three buffers in turn: a chunk's buffer
     is read into again only once its hash is done.
     """
+    if block_size(record) is not None:
+        copy_blocks(src, dst, record)
+        return
     digest = hashlib.sha256()
     if record["size"] <= CHUNK:
         data = src.read_bytes()
@@ -211,11 +221,71 @@ def copy_file(src: Path, dst: Path, record: Mapping[str, Any]) -> None:
     else:
         size = copy_hashing(src, dst, digest)
     if size != record["size"] or digest.hexdigest() != record["sha256"]:
-        raise DataError(
-            f"{src} differs from what preprocessing recorded ({size:,} bytes, expected "
-            f"{record['size']:,}; or its sha256): not staged. Make it again with: "
-            f"{integrity.remake_command(src.parent / 'meta.json')}"
-        )
+        raise differs(src, size, record)
+
+
+def differs(src: Path, size: int, record: Mapping[str, Any]) -> DataError:
+    """The error of a source file ``src`` of ``size`` bytes that differs from its ``record``."""
+    return DataError(
+        f"{src} differs from what preprocessing recorded ({size:,} bytes, expected "
+        f"{record['size']:,}; or its sha256): not staged. Make it again with: "
+        f"{integrity.remake_command(src.parent / 'meta.json')}"
+    )
+
+
+def copy_blocks(src: Path, dst: Path, record: Mapping[str, Any]) -> None:
+    """Copy ``src`` to ``dst`` block by block (``record["block"]`` bytes), each block of the
+    copy hashed in a pool of :func:`threads` as soon as it is written and checked against
+    ``record["blocks"]``: the copy itself is checked, on several cores. A file that differs
+    from ``record`` is an error naming it."""
+    block = int(record["block"])  # a usable one: block_size
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        size = os.fstat(fin).st_size
+        if size != record["size"] or -(-size // block) != len(record["blocks"]):
+            raise differs(src, size, record)
+        with ThreadPoolExecutor(max_workers=threads()) as pool:
+            fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                digests = []
+                for offset in range(0, size, block):
+                    length = min(block, size - offset)
+                    copy_range(fin, fout, offset, length, src)
+                    digests.append(pool.submit(block_sha256, dst, offset, length))
+            finally:
+                os.close(fout)
+            if [job.result() for job in digests] != list(record["blocks"]):
+                raise differs(src, size, record)
+    finally:
+        os.close(fin)
+
+
+def copy_range(fin: int, fout: int, offset: int, length: int, src: Path) -> None:
+    """Copy ``length`` bytes at ``offset`` from the file ``fin`` to the same place of ``fout``:
+    in the kernel (``copy_file_range``) where the file systems allow it, else read and
+    written here."""
+    done = 0
+    while done < length:
+        at = offset + done
+        try:
+            moved = os.copy_file_range(fin, fout, length - done, at, at)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            moved = os.pwrite(fout, os.pread(fin, min(CHUNK, length - done), at), at)
+        if moved == 0:
+            raise DataError(f"{src} ended at {at:,} bytes while it was copied: not staged")
+        done += moved
+
+
+def block_sha256(path: Path, offset: int, length: int) -> str:
+    """The sha256 of ``length`` bytes of ``path`` at ``offset`` (memory-mapped: the page
+    cache's own pages, hashed without a copy; ``offset`` a multiple of the page size)."""
+    with (
+        open(path, "rb") as fh,
+        mmap.mmap(fh.fileno(), length, mmap.MAP_SHARED, mmap.PROT_READ, offset=offset) as view,
+    ):
+        return hashlib.sha256(view).hexdigest()
 
 
 def copy_hashing(src: Path, dst: Path, digest: Any) -> int:
@@ -265,11 +335,39 @@ def verify(target: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
     if found:
         return found
     with ThreadPoolExecutor(max_workers=threads()) as pool:
-        digests = pool.map(integrity.sha256_of, [target / name for name in files])
-        for (name, record), digest in zip(files.items(), digests, strict=True):
-            if digest != record["sha256"]:
+        digests = {name: hash_tasks(pool, target / name, record) for name, record in files.items()}
+        for name, record in files.items():
+            if [job.result() for job in digests[name]] != expected_digests(record):
                 found.append(f"{target / name} differs from its record (sha256)")
     return found
+
+
+def block_size(record: Mapping[str, Any]) -> int | None:
+    """The block size of a record with blocks that this copy can use (a positive multiple of
+    the memory-map granularity, as :func:`clusterbench.integrity.record_with_blocks` writes);
+    None for any other record (the file is then hashed whole)."""
+    block = record.get("block")
+    if "blocks" not in record or not isinstance(block, int) or block <= 0:
+        return None
+    return block if block % mmap.ALLOCATIONGRANULARITY == 0 else None
+
+
+def hash_tasks(pool: ThreadPoolExecutor, path: Path, record: Mapping[str, Any]) -> list[Any]:
+    """The sha256 of ``path`` in ``pool``: one task for each of its blocks (several cores on
+    one large file), or one for the whole file."""
+    block = block_size(record)
+    if block is None:
+        return [pool.submit(integrity.sha256_of, path)]
+    size = int(record["size"])
+    return [
+        pool.submit(block_sha256, path, offset, min(block, size - offset))
+        for offset in range(0, size, block)
+    ]
+
+
+def expected_digests(record: Mapping[str, Any]) -> list[str]:
+    """What :func:`hash_tasks` must give for a file of ``record``."""
+    return list(record["blocks"]) if block_size(record) is not None else [record["sha256"]]
 
 
 def threads() -> int:
