@@ -181,10 +181,14 @@ def test_slurm_two_nodes_one_task_each(slurm_cluster, tmp_path: Path) -> None:
     assert lines == ["task 0 on node1", "task 1 on node2"], out
 
     def listed() -> str:
+        """The job's sacct line once it has its final state: slurmdbd may still hold it as
+        RUNNING after `sbatch --wait` has returned (slurmctld tells it the end later)."""
         res = slurm_cluster.run(
             ["sacct", "-a", "-X", "-n", "-P", "-j", job, "-o", "JobID,State,NNodes"], check=False
         )
-        return res.stdout.strip()
+        line = res.stdout.strip()
+        state = line.split("|")[1] if line.count("|") == 2 else ""
+        return "" if state in ("", "PENDING", "RUNNING", "COMPLETING") else line
 
     assert wait_until(listed, timeout=30, what=f"job {job} in sacct") == f"{job}|COMPLETED|2"
 
