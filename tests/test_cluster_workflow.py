@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clusterbench import checkpoints
 from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
 pytestmark = pytest.mark.slow
@@ -499,10 +500,13 @@ def test_slurms_own_warning_before_the_time_limit_reaches_the_ranks(
     ).stdout.split()[0]
     assert state == "FAILED|75:0", (state, first[-3000:])
     # Slurm's first time-limit check may come before the ranks' first step (it did on CI):
-    # a checkpoint before any training is still the ranks acting on the warning
+    # stopping before any training is still the ranks acting on the warning, with nothing to
+    # keep (the next attempt starts at epoch 1); after a step, its checkpoint is there
     where = checkpoint_after_warning(first, before_training_ok=True)
     out = workdir / "results" / "runs" / run["name"]
-    assert list((out / "checkpoints").glob("*/epoch-*.pt")) and not (out / "model.pt").exists()
+    assert not (out / "model.pt").exists()
+    if where != checkpoints.Position(0).describe():
+        assert list((out / "checkpoints").glob("*/epoch-*.pt")), where
     print(
         f"\nFIGURE slurm time limit: Slurm's own warning -> checkpoint {where}, job exit 75, "
         f"workflow ended {took:.0f} s after it started (time limit 120 s)"
