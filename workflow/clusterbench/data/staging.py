@@ -209,8 +209,9 @@ def copy_file(src: Path, dst: Path, record: Mapping[str, Any]) -> None:
     the slower of hashing and copying, not their sum. Three buffers in turn: a chunk's buffer
     is read into again only once its hash is done.
     """
-    if block_size(record) is not None:
-        copy_blocks(src, dst, record)
+    block = block_size(record)
+    if block is not None:
+        copy_blocks(src, dst, record, block)
         return
     digest = hashlib.sha256()
     if record["size"] <= CHUNK:
@@ -233,12 +234,11 @@ def differs(src: Path, size: int, record: Mapping[str, Any]) -> DataError:
     )
 
 
-def copy_blocks(src: Path, dst: Path, record: Mapping[str, Any]) -> None:
-    """Copy ``src`` to ``dst`` block by block (``record["block"]`` bytes), each block of the
-    copy hashed in a pool of :func:`threads` as soon as it is written and checked against
-    ``record["blocks"]``: the copy itself is checked, on several cores. A file that differs
+def copy_blocks(src: Path, dst: Path, record: Mapping[str, Any], block: int) -> None:
+    """Copy ``src`` to ``dst`` block by block (``block`` bytes: :func:`block_size`), each
+    block of the copy hashed in a pool of :func:`threads` as soon as it is written and checked
+    against ``record["blocks"]``: the copy itself is checked, on several cores. A file that differs
     from ``record`` is an error naming it."""
-    block = int(record["block"])  # a usable one: block_size
     fin = os.open(src, os.O_RDONLY)
     try:
         size = os.fstat(fin).st_size
