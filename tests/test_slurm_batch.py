@@ -102,8 +102,8 @@ def wait_for(path: Path, timeout: float = 30) -> None:
 def test_the_slurm_profile_runs_the_batch_shell_stand_in():
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["precommand"] == slurm_batch.PRECOMMAND
-    # the second pass ignores the warnings like every other shell before a rank
-    assert slurm_batch.PRECOMMAND.endswith(preemption.IGNORE_IN_SHELL)
+    # both passes ignore the warnings first, like every other shell before a rank
+    assert slurm_batch.PRECOMMAND.startswith(preemption.IGNORE_IN_SHELL + ";")
     assert slurm_batch.EXIT_PREEMPTED == preemption.EXIT_PREEMPTED
     assert slurm_batch.WARNINGS == preemption.WARNING_SIGNALS
 
@@ -145,6 +145,45 @@ def test_a_warning_before_the_job_listens_is_sent_again(tmp_path, monkeypatch):
     assert (tmp_path / "got").read_text().split("|")[0].split()[0] == str(int(signal.SIGUSR1))
     # the first copy was ignored: the one that reached the job came REPEAT_S later
     assert time.time() - started >= slurm_batch.REPEAT_S - 1
+
+
+def test_a_warning_before_the_stand_in_exists_does_not_kill_the_job(tmp_path):
+    """Slurm may warn the moment the batch script starts (a ``warning_seconds`` close to the time
+    limit), while its shell still runs the precommand: that warning must not kill the shell (by
+    default SIGUSR1 would: the job would end by signal 10 with nothing done). Here the shell's
+    ``env`` takes a second, and the warning comes during it."""
+    script = batch_script(tmp_path, wait=0.2)
+    slow_env = tmp_path / "bin" / "env"
+    slow_env.write_text('#!/bin/sh\nsleep 1\nexec /usr/bin/env "$@"\n')
+    slow_env.chmod(0o755)
+    proc = start(script)
+    try:
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGUSR1)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # lost (nothing could hold it yet), not fatal: the job ran and ended as without a warning
+    assert rc == 0
+    assert (tmp_path / "got").read_text().split("|")[0] == ""
+
+
+def test_a_warning_passed_on_at_once_does_not_kill_the_childs_shell():
+    """A warning received before the child existed is sent as soon as it does, before its shell
+    can have run its trap: the child starts with the warnings ignored."""
+    code = textwrap.dedent(
+        """\
+        import os, signal, sys
+        from clusterbench.launch import slurm_batch
+        relay = slurm_batch.Relay()
+        relay.warnings.append(signal.SIGUSR1)  # as if received before the child was started
+        sys.exit(relay.run(["/bin/sh", "-c", "sleep 0.5"], dict(os.environ)))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60)
+    # the child lived on and succeeded; killed by the warning it would have failed (75)
+    assert proc.returncode == 0
 
 
 @pytest.mark.parametrize("exit_code", [0, 3])

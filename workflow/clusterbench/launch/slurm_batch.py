@@ -38,12 +38,16 @@ import sys
 
 #: Marks the batch script's second pass, run by this program.
 MARK = "CLUSTERBENCH_BATCH_SHELL"
-#: The Slurm profile's ``precommand``: the first pass becomes this program; the second one
-#: ignores the warnings (like every shell between the scheduler and a rank) and goes on. No
-#: ``$`` and no ``"``: the executor plugin puts the job's command in ``sbatch --wrap="..."``
-#: through a shell, which would expand a ``$`` on the submit host.
+#: The Slurm profile's ``precommand``: both passes first ignore the warnings (like every shell
+#: between the scheduler and a rank); the first one then becomes this program, the second one
+#: goes on. Ignored first, because Slurm may send its warning the moment the job starts (a run's
+#: ``warning_seconds`` close to its time limit): with the default action it would kill the batch
+#: shell before this program's handlers exist (the job then ends by signal 10, ``sacct``
+#: ``0:10``, its training never started). A warning in that first fraction of a second is lost
+#: instead. No ``$`` and no ``"``: the executor plugin puts the job's command in
+#: ``sbatch --wrap="..."`` through a shell, which would expand a ``$`` on the submit host.
 PRECOMMAND = (
-    f"env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.slurm_batch; trap '' USR1 USR2"
+    f"trap '' USR1 USR2; env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.slurm_batch"
 )
 #: The warnings passed on (as clusterbench.preemption.WARNING_SIGNALS, without importing it).
 WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -80,7 +84,9 @@ class Relay:
         for sig in WARNINGS:
             signal.signal(sig, self.on_warning)
         signal.signal(signal.SIGALRM, self.send)
-        self.child = subprocess.Popen(argv, env=env, process_group=0)
+        # The child starts with the warnings ignored (inherited through exec), so that one sent
+        # at once (received before it existed) cannot kill its shell before the shell's trap.
+        self.child = subprocess.Popen(argv, env=env, process_group=0, preexec_fn=ignore_warnings)
         self.send()
         status = self.child.wait()
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -89,6 +95,12 @@ class Relay:
         if self.warnings and status != 0:
             return EXIT_PREEMPTED
         return status
+
+
+def ignore_warnings() -> None:
+    """In the child, between fork and exec: ignore the warnings (what its shell's trap does)."""
+    for sig in WARNINGS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def batch_script(job: str) -> str:
