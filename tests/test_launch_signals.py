@@ -720,3 +720,39 @@ def test_interrupt_forwarding_finds_the_launchers_below_a_process():
     tree = {2: 1, 3: 2, 4: 3, 5: 1, 6: 99}
     assert interrupt.descendants(1, tree) == [2, 5, 3, 4]
     assert interrupt.descendants(6, tree) == []
+
+
+# Snakemake's shape: the main thread sleeps in the scheduler's semaphore until a job's thread,
+# waiting for its launcher, releases it. The SIGINT reaches another thread, as the kernel may
+# choose (any thread that does not block it): here the timer's own (pthread_kill).
+SIGINT_ELSEWHERE = """\
+import signal, subprocess, sys, threading, time
+from clusterbench import interrupt
+interrupt.install()
+launcher = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(120)", "clusterbench.launch"]
+)
+scheduler = threading.Semaphore(0)
+def job():
+    launcher.wait()
+    scheduler.release()
+threading.Thread(target=job, daemon=True).start()
+threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT)).start()
+try:
+    scheduler.acquire()
+    print("no KeyboardInterrupt")
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt; launcher exit {launcher.wait()}")
+"""
+
+
+def test_interrupt_forwarding_does_not_wait_for_the_main_thread():
+    """A SIGINT that lands on another thread than the main one (asleep until a job ends: a whole
+    training) still stops the launchers at once; their end wakes the main thread, whose handler
+    then raises the KeyboardInterrupt Snakemake stops on. (Before, the training ran to its end.)"""
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGINT_ELSEWHERE], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == f"KeyboardInterrupt; launcher exit {-signal.SIGTERM}", (
+        proc.stdout + proc.stderr
+    )

@@ -10,6 +10,15 @@ process (the launcher stops its ranks at once: see clusterbench.launch), then le
 handle the signal as usual. SIGTERM is left to Snakemake, whose scheduler takes it over as its
 "graceful" stop: no new jobs, running ones finish.
 
+A Python handler runs on the main thread only, and only once that thread runs Python again. The
+kernel gives a signal sent to the process to any one of its threads that does not block it, not
+always the main one; CPython's C handler in that thread marks the signal but cannot wake the
+main thread, which in Snakemake sleeps in its scheduler's semaphore until a job ends (a training
+job: its whole training). So :func:`install` also points CPython's wake-up fd
+(``signal.set_wakeup_fd``), written by the C handler in whichever thread, at a pipe that a
+thread of ours reads: on SIGINT it stops the launchers at once; their job then ends, which wakes
+the main thread, and the handler raises Snakemake's KeyboardInterrupt as before.
+
 Only the standard library: the Snakefile imports this module.
 """
 
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -90,8 +100,39 @@ def _forwarder(previous: Any) -> Callable[[int, Any], None]:
     return handler
 
 
+def _watch(read_fd: int) -> None:
+    """The wake-up fd's reader: a byte per signal with a Python handler, its number."""
+    while True:
+        try:
+            received = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not received:
+            return
+        if signal.SIGINT in received:
+            stop(launchers_below(os.getpid()))
+
+
+def _start_watcher() -> None:
+    """Point the wake-up fd at a pipe read by :func:`_watch` (main thread only). Where something
+    else already uses the wake-up fd, it is left to it: the handler alone forwards, once the main
+    thread runs."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    threading.Thread(
+        target=_watch, args=(read_fd,), name="clusterbench-sigint", daemon=True
+    ).start()
+
+
 def install() -> None:
-    """Forward SIGINT of this (Snakemake's) process to its training launchers.
+    """Forward SIGINT of this (Snakemake's) process to its training launchers: at once from a
+    thread of ours (whichever thread the signal reached), and from the main thread's handler.
 
     Idempotent; a no-op outside the main thread (signal handlers live there) and where SIGINT is
     ignored (``SIG_IGN``: a job started in the background by a shell).
@@ -101,5 +142,6 @@ def install() -> None:
         if previous == signal.SIG_IGN or getattr(previous, "_clusterbench", False):
             return
         signal.signal(signal.SIGINT, _forwarder(previous))
+        _start_watcher()
     except ValueError:  # not the main thread
         pass
