@@ -16,8 +16,9 @@ always the main one; CPython's C handler in that thread marks the signal but can
 main thread, which in Snakemake sleeps in its scheduler's semaphore until a job ends (a training
 job: its whole training). So :func:`install` also points CPython's wake-up fd
 (``signal.set_wakeup_fd``), written by the C handler in whichever thread, at a pipe that a
-thread of ours reads: on SIGINT it stops the launchers at once; their job then ends, which wakes
-the main thread, and the handler raises Snakemake's KeyboardInterrupt as before.
+thread of ours reads: on SIGINT it stops the launchers at once (the handler then does not: a
+second SIGTERM would make a launcher kill its ranks); their job then ends, which wakes the main
+thread, and the handler raises Snakemake's KeyboardInterrupt as before.
 
 Only the standard library: the Snakefile imports this module.
 """
@@ -88,9 +89,13 @@ def stop(pids: Iterable[int], sig: int = signal.SIGTERM) -> None:
             pass
 
 
-def _forwarder(previous: Any) -> Callable[[int, Any], None]:
+def _forwarder(previous: Any, forward: bool) -> Callable[[int, Any], None]:
+    """The main thread's SIGINT handler: forwards it itself only when no watcher does (each
+    SIGINT must reach a launcher once: a second SIGTERM makes it kill its ranks at once)."""
+
     def handler(signum: int, frame: Any) -> None:
-        stop(launchers_below(os.getpid()))
+        if forward:
+            stop(launchers_below(os.getpid()))
         if callable(previous):
             previous(signum, frame)  # Python's own: KeyboardInterrupt, which Snakemake handles
         else:
@@ -113,10 +118,10 @@ def _watch(read_fd: int) -> None:
             stop(launchers_below(os.getpid()))
 
 
-def _start_watcher() -> None:
-    """Point the wake-up fd at a pipe read by :func:`_watch` (main thread only). Where something
-    else already uses the wake-up fd, it is left to it: the handler alone forwards, once the main
-    thread runs."""
+def _start_watcher() -> bool:
+    """Point the wake-up fd at a pipe read by :func:`_watch` (main thread only); whether it
+    did. Where something else already uses the wake-up fd, it is left to it: the handler alone
+    forwards, once the main thread runs."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -124,15 +129,16 @@ def _start_watcher() -> None:
         signal.set_wakeup_fd(previous)
         os.close(read_fd)
         os.close(write_fd)
-        return
+        return False
     threading.Thread(
         target=_watch, args=(read_fd,), name="clusterbench-sigint", daemon=True
     ).start()
+    return True
 
 
 def install() -> None:
-    """Forward SIGINT of this (Snakemake's) process to its training launchers: at once from a
-    thread of ours (whichever thread the signal reached), and from the main thread's handler.
+    """Forward SIGINT of this (Snakemake's) process to its training launchers, at once from a
+    thread of ours (whichever thread the signal reached), else from the main thread's handler.
 
     Idempotent; a no-op outside the main thread (signal handlers live there) and where SIGINT is
     ignored (``SIG_IGN``: a job started in the background by a shell).
@@ -141,7 +147,7 @@ def install() -> None:
         previous = signal.getsignal(signal.SIGINT)
         if previous == signal.SIG_IGN or getattr(previous, "_clusterbench", False):
             return
-        signal.signal(signal.SIGINT, _forwarder(previous))
-        _start_watcher()
+        watching = _start_watcher()
+        signal.signal(signal.SIGINT, _forwarder(previous, forward=not watching))
     except ValueError:  # not the main thread
         pass
