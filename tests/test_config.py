@@ -79,6 +79,7 @@ def test_run_defaults_and_builtin_defaults_merge():
             "test_fraction": 0.2,
             "split_seed": 0,
             "min_split_size": 50,
+            "check": "auto",
             "storage": "arrays",  # decided by its runs (none streams it)
         }
     }
@@ -168,6 +169,8 @@ CHANGED = {  # another valid value of each dataset key
     "samples": 100,
     "seq_len": 16,
     "storage": "files",
+    "path": "/data/x",
+    "check": "files",
 }
 
 

@@ -92,11 +92,13 @@ RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
 #: ``on_unavailable``) and change no result: no params either.
 WORKFLOW_KEYS = _tagged(_RUN_SLICES, "workflow")
 
+_DATASET_PROPERTIES = _schema_file()["properties"]["datasets"]["additionalProperties"]["properties"]
 _DATASET_SLICES = slices_of(
-    _schema_file()["properties"]["datasets"]["additionalProperties"]["properties"],
-    ("preprocess", "download"),
-    "datasets.<name>",
+    _DATASET_PROPERTIES, ("preprocess", "download", "workflow"), "datasets.<name>"
 )
+#: ``check: auto`` compares every file of a folder read in place up to this many files, else
+#: its folders only (the schema's ``x-check-files`` of ``check``).
+CHECK_FILES_LIMIT = int(_DATASET_PROPERTIES["check"]["x-check-files"])
 #: Dataset keys of the preprocess rule's params (``x-slice: preprocess``, see
 #: :func:`preprocess_slice`).
 PREPROCESS_KEYS = _tagged(_DATASET_SLICES, "preprocess")
@@ -580,7 +582,7 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     """Checks across the keys of one resolved dataset entry that the schema cannot express."""
     where = f"datasets.{name}"
     problems = wildcard_problems(name, where) + split_problems(ds, where)
-    declared = [key for key in ("format", "files", "image_size", *FORMAT_KEYS) if key in ds]
+    declared = [key for key in ("format", "files", "path", "image_size", *FORMAT_KEYS) if key in ds]
     if name in BUILTIN_DATASETS:
         if declared:
             problems.append(
@@ -596,9 +598,14 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
             # its size is known: a split below the minimum now (a declared one's: preprocess)
             problems += split_size_problems(name, ds, spec.train_samples, spec.test_samples)
         return problems
-    needs_files = "format" not in ds or 0 not in format_module(ds["format"]).FILES
+    reads_folder = "format" in ds and getattr(format_module(ds["format"]), "PATH", None)
+    needs_files = "format" not in ds or (
+        0 not in format_module(ds["format"]).FILES and "path" not in ds
+    )
     if "format" not in ds or "files" not in ds and needs_files:
         missing = " and ".join(k for k in ("format", "files") if k not in ds)
+        if reads_folder:
+            missing = "files (archives to download) or path (a folder read in place)"
         return problems + [
             f"{where}: {name!r} is not a built-in dataset ({', '.join(BUILTIN_DATASETS)}): "
             f"declare its {missing} (config/README.md, 'Your own dataset')"
@@ -606,17 +613,57 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     for key in ("mirror", "urls"):
         if ds.get(key):
             problems.append(f"{where}.{key}: only for built-in datasets; give files[].url instead")
+    problems += path_problems(name, ds)
     fmt = format_module(ds["format"])
     if "image_size" in ds and not fmt.RESIZES:
         resized = [name for name, module in FORMATS.modules().items() if module.RESIZES]
         problems.append(f"{where}.image_size: only {' and '.join(resized)} datasets are resized")
     counts = fmt.FILES
-    if len(ds.get("files", ())) not in counts:
+    if "path" not in ds and len(ds.get("files", ())) not in counts:
         problems.append(
             f"{where}.files: format {ds['format']} takes "
             f"{' or '.join(map(str, counts))} file(s), got {len(ds.get('files', ()))}"
         )
     problems += format_key_problems(name, ds)
+    return problems + file_name_problems(name, ds)
+
+
+def path_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """A dataset read in place (``path``): only a format that reads a folder, not with
+    ``files``, stored as files; a format that must be read so without one."""
+    where = f"datasets.{name}"
+    reads_folder = getattr(format_module(ds["format"]), "PATH", None)
+    if "path" not in ds:
+        if reads_folder == "required":
+            return [
+                f"{where}: format {ds['format']} is read in place: give path, the folder that "
+                "holds its files"
+            ]
+        return []
+    if "files" in ds:
+        return [
+            f"{where}: path and files are both given: a dataset is read in place from its "
+            "folder (path) or from its files (files), not both"
+        ]
+    if not reads_folder:
+        takes = [f for f, module in FORMATS.modules().items() if getattr(module, "PATH", None)]
+        return [
+            f"{where}.path: format {ds['format']} reads files, not a folder; only "
+            f"{' and '.join(takes)} are read from a folder"
+        ]
+    if ds.get("storage") == "arrays":
+        return [
+            f"{where}.storage: arrays, but {ds['path']} is read in place (path): a dataset read "
+            "in place is stored as files (its index; the images are read where they are); "
+            "its runs stream it"
+        ]
+    return []
+
+
+def file_name_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """Each declared file's name: a file name, used once, with a suffix its format takes."""
+    where, fmt = f"datasets.{name}", format_module(ds["format"])
+    problems: list[str] = []
     names: dict[str, int] = {}
     for i, entry in enumerate(ds.get("files", ())):
         try:
@@ -881,6 +928,8 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
         source["mirror"] = dataset_cfg["mirror"]
     if dataset_cfg.get("urls"):
         source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
+    if dataset_cfg.get("path"):  # read in place: its folder, no file
+        return {"source": source, "path": dataset_cfg["path"]}
     if "format" in dataset_cfg:  # a declared dataset: its files (synthetic data has none)
         return {
             "source": source,

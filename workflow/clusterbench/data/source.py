@@ -230,13 +230,14 @@ def streamed_files(
     data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], device: Any, settings: dict
 ) -> Any:
     """An image folder stored as files, decoded per batch at the input size."""
-    from clusterbench.data.folder import FileReader, input_size, read_index
+    from clusterbench.data.folder import FileReader, Sources, input_size, read_index
     from clusterbench.data.stream import StreamedImages
 
     index = read_index(data_dir, meta)
     size = input_size(meta, model_input_size(run), run["model"])
     channels = int(meta["channels"])
-    reader = FileReader(index, size, channels, settings["augment"], run["seed"])
+    sources = Sources(data_dir, index)
+    reader = FileReader(sources, index, size, channels, settings["augment"], run["seed"])
     info = {
         "train_size": meta["counts"]["train"],
         "num_classes": meta["num_classes"],
@@ -245,7 +246,7 @@ def streamed_files(
         "storage": "files",
         "eval_batch": 256,
     }
-    return StreamedImages(reader, info, device, settings, name_bad=index.name)
+    return StreamedImages(reader, info, device, settings, name_bad=sources.describe)
 
 
 def eval_input(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any
 from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
 from clusterbench.comm_jobs import CommJob
+from clusterbench.data import storage
 from clusterbench.pipeline import code, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
@@ -56,11 +57,21 @@ class Pipeline:
         self.synthetic = [
             d for d in self.datasets if cbconfig.synthetic_dataset(cfg["datasets"][d])
         ]
+        #: How each dataset is stored (clusterbench.data.storage: arrays, files read where
+        #: they are, files extracted, synthetic): which files its preprocessing writes.
         self.storages = {
-            d: "synthetic" if d in self.synthetic else cfg["datasets"][d]["storage"]
+            d: "synthetic" if d in self.synthetic else storage.stored_as(cfg["datasets"][d])
             for d in self.datasets
         }
-        self.checks = Checks(self.runs, adapter, digests, self.storages)
+        in_place = {
+            d: {"path": ds["path"], "format": ds["format"], "check": ds.get("check", "auto")}
+            for d in self.datasets
+            for ds in [cfg["datasets"][d]]
+            if ds.get("path")
+        }
+        self.checks = Checks(
+            self.runs, adapter, digests, self.storages, in_place, cbconfig.CHECK_FILES_LIMIT
+        )
         self._resources: dict[str, dict[str, Any]] = {}
         #: The comm jobs by name (:mod:`clusterbench.comm_jobs`: one per multi-worker
         #: environment and backend of the runs; none with ``comm.enabled: false``).
@@ -196,6 +207,11 @@ class Pipeline:
             *self.comm_files("results/benchmarks/comm/{name}.tsv", runs),
         ]
 
+    def dataset_records(self, runs: list[str]) -> list[str]:
+        """The ``meta.json`` of each dataset ``runs`` train on (the report's data page)."""
+        datasets = sorted({self.runs[run]["dataset"] for run in runs})
+        return [layout.stored_files(d, self.storages[d])[-1] for d in datasets]
+
     # ------------------------------------------------------------------- comm jobs
     def comm_of(self, wildcards: Any) -> CommJob:
         """The comm job ``wildcards.comm`` (the rule's wildcard allows these names only)."""
@@ -236,6 +252,14 @@ class Pipeline:
     def arrays_intact(self, wildcards: Any) -> list[str]:
         """Input function of the preprocess rule; it adds no file: see :meth:`Checks.arrays`
         (Snakemake calls it whenever a job reads the dataset, planned to run or not)."""
+        self.checks.arrays(wildcards.dataset)
+        return []
+
+    def files_intact(self, wildcards: Any) -> list[str]:
+        """Input function of the preprocess rules of image folders stored as files; it adds no
+        file: a folder read in place that is missing, unreadable or changed
+        (:meth:`Checks.in_place`), then the index against its record (:meth:`Checks.arrays`)."""
+        self.checks.in_place(wildcards.dataset)
         self.checks.arrays(wildcards.dataset)
         return []
 

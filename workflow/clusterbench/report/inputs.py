@@ -347,6 +347,19 @@ def read_comm(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COMM_COLUMNS))
 
 
+def load_datasets(paths: list[Path]) -> list[dict[str, Any]]:
+    """Each preprocessed dataset's ``meta.json`` (results/data/NAME/meta.json), with
+    ``meta_bytes``, its own size, and ``dir_bytes``, what its folder holds in all (what the
+    preprocess step wrote on the shared file system)."""
+    found = []
+    for path in paths:
+        meta = read_json_object(Path(path), "preprocessed dataset's record")
+        folder = Path(path).parent
+        written = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        found.append({**meta, "meta_bytes": Path(path).stat().st_size, "dir_bytes": written})
+    return found
+
+
 def load_comm(paths: list[Path]) -> pd.DataFrame:
     """Every comm job's rows (:func:`read_comm`) as one table; no path: an empty one."""
     frames = [read_comm(Path(p)) for p in paths]
