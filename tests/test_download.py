@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
@@ -19,7 +18,7 @@ import pytest
 from archives import make_mnist
 from clusterbench import download
 from clusterbench.config import ConfigError
-from clusterbench.datasets import DATASETS, DatasetError, FileSpec, resolve_urls
+from clusterbench.config.datasets import DATASETS, DatasetError, FileSpec, resolve_urls
 from clusterbench.download import (
     ChecksumError,
     DownloadError,
@@ -539,7 +538,7 @@ def test_damage_to_the_cache_is_found_and_the_file_fetched_again(server, tmp_pat
     """The manifest points at the one copy, in the cache: damage to it is found against the
     manifest's sha256 (the workflow's check at every invocation), and the download then
     fetches the file again instead of using it."""
-    from clusterbench import integrity
+    from clusterbench.core import integrity
 
     url = server.add("m/digits.csv.gz", DIGITS_PATH.read_bytes())
     cache, out = tmp_path / "cache", tmp_path / "raw"

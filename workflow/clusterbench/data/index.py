@@ -115,7 +115,7 @@ class ImageIndex:
 
 def write(path: Path, index: ImageIndex) -> None:
     """``index`` as ``path`` (compressed ``.npz``), atomically."""
-    from clusterbench.atomic import atomic_open
+    from clusterbench.core.atomic import atomic_open
 
     arrays = {
         "header": np.frombuffer(json.dumps(index.header).encode(), dtype=np.uint8),

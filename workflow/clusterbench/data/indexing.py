@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
-from clusterbench.atomic import write_json
 from clusterbench.config import ConfigError, split_size_problems
+from clusterbench.core import integrity
+from clusterbench.core.atomic import write_json
 from clusterbench.data import index as images_index
 from clusterbench.data.index import SPLITS
 from clusterbench.data.scan import Listing, ScanError

@@ -182,7 +182,7 @@ def archive_copy(p: ImagePlan, k: int, target: Path, copy_hashing: Any) -> tuple
 def verify(p: ImagePlan, target: Path, kept: dict[str, Any], threads: int) -> list[str]:
     """Each image or archive of the copy at ``target`` that is missing or differs from what was
     copied (sizes first, then sha256)."""
-    from clusterbench import integrity
+    from clusterbench.core import integrity
 
     rows = p.rows()
     try:

@@ -37,7 +37,7 @@ FILES = (1,)
 SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 RESIZES = True
 #: Can be stored as its image files (``storage: files``), indexed by preprocessing and decoded
-#: per batch by a streamed run's loader (clusterbench.data.storage).
+#: per batch by a streamed run's loader (clusterbench.config.storage).
 EXTRACTS = True
 #: May be read in place from a folder (``datasets.<name>.path``) instead of ``files``.
 PATH = "optional"

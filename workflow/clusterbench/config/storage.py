@@ -63,7 +63,7 @@ def stored_as(ds: Mapping[str, Any]) -> str:
         return "arrays"
     files = ds.get("files") or ()
     if not ds.get("path") and files:
-        from clusterbench.datasets import declared_file_name
+        from clusterbench.config.datasets import declared_file_name
 
         if declared_file_name(files[0]).endswith(EXTRACTED_SUFFIXES):
             return "extracted"
@@ -72,7 +72,7 @@ def stored_as(ds: Mapping[str, Any]) -> str:
 
 def read_meta(data_dir: Path) -> dict[str, Any]:
     """A preprocessed data dir's ``meta.json``."""
-    from clusterbench.params import read_json_object
+    from clusterbench.core.params import read_json_object
 
     return read_json_object(data_dir / "meta.json", f"is {data_dir} a preprocessed data dir?")
 
