@@ -283,7 +283,7 @@ class FileReader:
         mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
         image = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=mode)
         if image.dtype == torch.uint16:  # a 16-bit PNG: its high byte, as Pillow's readers
-            image = (image >> 8).to(torch.uint8)
+            image = (image.to(torch.int32) >> 8).to(torch.uint8)
         return image
 
     def image(self, split: str, epoch: int | None, i: int, row: int) -> Any:
