@@ -2,14 +2,15 @@
 directory whose every job is done), several times.
 
 ```
-.venv/bin/python benchmarks/dry_run.py --work DIR [--repeats 4] [--out-dir OUT]
-    [-- SNAKEMAKE ARGS]
+.venv/bin/python benchmarks/dry_run.py --work DIR [--repeats 4] [--check auto|files|folders]
+    [--out-dir OUT] [-- SNAKEMAKE ARGS]
 ```
 
 Each repeat runs ``python -m snakemake --snakefile Snakefile --directory DIR --configfile
 DIR/config.yaml --profile profiles/local --dry-run`` (and the arguments after ``--``) and times
 it (wall clock, and the CPU seconds of the process and its children); it must say "Nothing to
-be done". ``metrics.jsonl`` gets one record per repeat (``seconds``, ``cpu_seconds``).
+be done". ``--check``: every dataset's ``check`` set so (``--config datasets=...``: no rerun
+trigger). ``metrics.jsonl`` gets one record per repeat (``seconds``, ``cpu_seconds``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", help="(unused)")
     parser.add_argument("--out-dir", type=Path, help="write metrics.jsonl here")
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--check", choices=("auto", "files", "folders"))
     args = parser.parse_args(argv)
+    if args.check:
+        import yaml
+
+        datasets = yaml.safe_load((args.work / "config.yaml").read_text())["datasets"]
+        datasets = {name: {**ds, "check": args.check} for name, ds in datasets.items()}
+        extra += ["--config", f"datasets={json.dumps(datasets)}"]
     records = []
     for repeat in range(args.repeats):
         seconds, cpu = dry_run(args.work, extra)

@@ -22,8 +22,8 @@ ORDER = 84
 #: Columns: (header, relative width, right-aligned).
 COLUMNS = (
     ("Dataset", 0.12, False),
-    ("Read from", 0.34, False),
-    ("Data", 0.16, False),
+    ("Read from", 0.28, False),
+    ("Data", 0.22, False),
     ("Splits\n(train / val / test)", 0.14, False),
     ("Added on the shared\nfile system", 0.24, False),
 )
@@ -70,8 +70,18 @@ def data_text(meta: dict[str, Any]) -> str:
     left = source.get("left_out") or {}
     if not isinstance(left, dict) or not left:
         return text
-    counts = ", ".join(f"{int(e.get('count', 0)):,} {why}" for why, e in left.items())
+    counts = ", ".join(
+        f"{int(e.get('count', 0)):,} {SHORT.get(why, why)}" for why, e in left.items()
+    )
     return f"{text}\nleft out: {counts}"
+
+
+#: What was left out, in a few words (clusterbench.data.scan's reasons).
+SHORT = {
+    "operating-system file(s)": "OS files",
+    "file(s) beside the class folders": "beside the classes",
+    "link(s) or special member(s)": "links",
+}
 
 
 def added(meta: dict[str, Any]) -> tuple[int, str]:
