@@ -463,6 +463,10 @@ def test_a_file_rewritten_in_place_past_the_folders_check_is_caught_by_the_loade
     os.utime(folder / "dog", ns=(stamp, stamp))
     assert not compare(data, "folders")  # the documented trade-off of check: folders
     assert compare(data, "files").changed == ["dog/4.jpg"]
+    # auto: every file up to the limit (20 images here), the folders above it
+    assert source_changes.compare(data / "index.npz", "auto", limit=20).changed == ["dog/4.jpg"]
+    found = source_changes.compare(data / "index.npz", "auto", limit=19)
+    assert found.compared == "folders" and not found
     index = read_index(data, meta_of(data))
     with pytest.raises(BadFile, match=r"changed since the folder was indexed"):
         Sources(data, index).read(index.names().index("dog/4.jpg"))

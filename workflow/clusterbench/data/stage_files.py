@@ -102,38 +102,61 @@ def folders(p: ImagePlan) -> list[str]:
 
 def copy_rows(p: ImagePlan, rows: np.ndarray, target: Path) -> list[bytes]:
     """Copy images ``rows`` into ``target``, each hashed as read; their sha256s. A source that
-    changed since it was indexed, or differs from its recorded sha256, is an error naming it."""
+    changed since it was indexed, or differs from its recorded sha256, is an error naming it.
+    (Per file: an open, a stat, a read, a hash, a write: strings, not paths, in the loop.)"""
     cols = p.index.columns
     expected = cols.get("sha256")
+    blob, offsets = p.index.name_blob, p.index.name_offsets
+    base = str(target)
     digests = []
     for row in rows.tolist():
-        src = p.source(row)
-        size = int(cols["size"][row])
-        try:
-            with open(src, "rb", buffering=0) as fin:
-                st = os.fstat(fin.fileno())
-                if st.st_size != size or (
-                    p.kinds[int(cols["root"][row])] == "folder"
-                    and st.st_mtime_ns != int(cols["mtime"][row])
-                ):
-                    raise DataError(
-                        f"{src} changed since it was indexed ({st.st_size:,} bytes, {size:,} "
-                        "recorded; or its modification time): not staged. Run the workflow "
-                        "again: it indexes the folder again"
-                    )
-                data = fin.read()
-        except OSError as exc:
-            raise DataError(f"{src} cannot be read ({exc.strerror or exc}): not staged") from None
+        k = int(cols["root"][row])
+        name = bytes(blob[offsets[row] : offsets[row + 1]]).decode("utf-8", "surrogateescape")
+        if p.kinds[k] == "copy":
+            name = copy_path(row, name)
+            src, dst = f"{p.sources[k]}/{name}", f"{base}/{name}"
+        else:
+            src, dst = f"{p.sources[k]}/{name}", f"{base}/{p.places[k]}/{name}"
+        size, folder = int(cols["size"][row]), p.kinds[k] == "folder"
+        data = read_checked(src, size, int(cols["mtime"][row]) if folder else None)
         digest = hashlib.sha256(data).digest()
-        if len(data) != size or (expected is not None and digest != expected[row].tobytes()):
+        if expected is not None and digest != expected[row].tobytes():
             raise DataError(f"{src} differs from what preprocessing recorded: not staged")
-        fd = os.open(target / p.place(row), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
         digests.append(digest)
     return digests
+
+
+def read_checked(src: str, size: int, mtime: int | None) -> bytes:
+    """The bytes of ``src``, which must still have ``size`` bytes (and modification time
+    ``mtime``, ns, where given): else an error naming it."""
+    try:
+        fd = os.open(src, os.O_RDONLY)
+    except OSError as exc:
+        raise DataError(f"{src} cannot be read ({exc.strerror or exc}): not staged") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_size != size or (mtime is not None and st.st_mtime_ns != mtime):
+            raise DataError(
+                f"{src} changed since it was indexed ({st.st_size:,} bytes, {size:,} recorded; "
+                "or its modification time): not staged. Run the workflow again: it indexes the "
+                "folder again"
+            )
+        data = os.read(fd, size + 1)
+        while len(data) < size + 1:
+            more = os.read(fd, size + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise DataError(f"{src} differs from what preprocessing recorded: not staged")
+    return data
 
 
 def copy(p: ImagePlan, target: Path, threads: int, copy_hashing: Any) -> dict[str, Any]:
