@@ -508,3 +508,18 @@ def test_bad_settings_for_the_split_name_the_key(tmp_path, capsys):
         in capsys.readouterr().err
     )
     assert not data.exists()
+
+
+def test_the_loaders_header_read_gives_pillows_size_or_defers_to_it():
+    from clusterbench.formats import _pixels
+
+    rng = np.random.default_rng(3)
+    for kind, extra in (("PNG", {}), ("JPEG", {}), ("JPEG", {"progressive": True})):
+        for size in ((500, 375), (7, 13)):
+            buf = io.BytesIO()
+            array = rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+            Image.fromarray(array).save(buf, kind, **extra)
+            assert _pixels.dimensions(buf.getvalue()) == size, (kind, extra, size)
+    assert _pixels.dimensions(huge_png(30000, 30000)) == (30000, 30000)
+    for other in (b"GIF89a...", b"\xff\xd8\xff\xe0\x00", b"", b"not an image"):
+        assert _pixels.dimensions(other) is None  # Pillow then reads the header

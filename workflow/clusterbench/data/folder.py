@@ -276,8 +276,8 @@ class FileReader:
             raise BadFile("not a PNG or JPEG file (by its name)")
         data = self.sources.read(row)
         try:
-            _, (width, height) = _pixels.header(data)
-            _pixels.check_size(width, height)
+            size = _pixels.dimensions(data) or _pixels.header(data)[1]
+            _pixels.check_size(*size)
         except _pixels.PixelError as exc:
             raise BadFile(str(exc)) from None
         mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB

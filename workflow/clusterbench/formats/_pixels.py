@@ -38,6 +38,40 @@ def check_size(width: int, height: int) -> None:
         )
 
 
+#: JPEG markers that start a frame (SOF0..SOF15 but DHT, JPG and DAC), whose header holds the
+#: image's height and width.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def dimensions(data: bytes | bytearray) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR or a JPEG's frame header, read from the bytes alone
+    (a few microseconds: the loader asks it of every image); None for anything else, or a
+    header it cannot read (then Pillow reads it: :func:`header`)."""
+    view = memoryview(data)
+    if view[:8] == b"\x89PNG\r\n\x1a\n" and view[12:16] == b"IHDR" and len(view) >= 24:
+        return int.from_bytes(view[16:20], "big"), int.from_bytes(view[20:24], "big")
+    if view[:2] != b"\xff\xd8":
+        return None
+    at = 2
+    while at + 4 <= len(view):
+        if view[at] != 0xFF:
+            return None
+        marker = view[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # no length
+            at += 2
+            continue
+        length = int.from_bytes(view[at + 2 : at + 4], "big")
+        if marker in _SOF and at + 9 <= len(view):
+            height = int.from_bytes(view[at + 5 : at + 7], "big")
+            width = int.from_bytes(view[at + 7 : at + 9], "big")
+            return width, height
+        at += 2 + length
+    return None
+
+
 def pillow() -> Any:
     """Pillow's ``Image``, its own decompression-bomb check off: :func:`check_size` is ours,
     the same for every reader, and names the file instead of raising a traceback."""
