@@ -153,5 +153,8 @@ def added_figure(
         fig.detail = "; ".join(w for w in (why_a, why_b) if w)
         return fig
     fig.value = a - b
-    fig.detail = f"{a:.2f} s - {b:.2f} s"
+    cpu = [runner.row(s).median("cpu_seconds") for s in (spec, base)]
+    fig.detail = f"wall {a:.2f} s - {b:.2f} s" + (
+        f"; CPU {cpu[0]:.2f} s - {cpu[1]:.2f} s" if None not in cpu else ""
+    )
     return fig
