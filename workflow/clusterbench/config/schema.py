@@ -77,6 +77,31 @@ TRAIN_KEYS = _tagged(_RUN_SLICES, "train")
 LATER_TRAIN_KEYS = tuple(k for k in TRAIN_KEYS if _RUN_PROPERTIES[k].get("x-added-later"))
 
 
+def speed_tags(properties: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, bool]:
+    """Each of ``keys`` -> its ``x-speed`` tag (whether it sets how fast a step runs); a key
+    without one, or with another value than true or false, is an error in the schema: every
+    training key says, so that none is taken for one or the other by default."""
+    tags = {}
+    for key in keys:
+        tag = properties[key].get("x-speed")
+        if not isinstance(tag, bool):
+            raise RuntimeError(
+                f"{SCHEMA_PATH}: run_settings.{key}: a training key needs x-speed: true or "
+                f"false (whether it sets how fast a step runs), got {tag!r}"
+            )
+        tags[key] = tag
+    return tags
+
+
+_SPEED_TAGS = speed_tags(_RUN_PROPERTIES, TRAIN_KEYS)
+#: Training keys that set how fast a step runs (``x-speed: true``): the history's series and
+#: the report's comparisons group runs by them.
+SPEED_KEYS = tuple(k for k, speed in _SPEED_TAGS.items() if speed)
+#: Training keys that do not (``x-speed: false``): what is learnt (the LR and its schedule, the
+#: optimiser, the seed), how long, or what a recorded effective value stands for.
+NOT_SPEED_KEYS = tuple(k for k, speed in _SPEED_TAGS.items() if not speed)
+
+
 #: ``loading: auto`` holds a run's data resident when the node's ranks' copies fit in this
 #: share of the memory (the schema's ``x-resident-memory-fraction`` of ``loading``).
 RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
