@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench.launch.schedulers import SCHEDULERS, Scheduler
+from clusterbench.launch.schedulers import AllocationError, Scheduler, executors, of_executor
 
 #: The environment variable naming the executor a dry run plans for (read by rules/common.smk).
 EXECUTOR_VAR = "CLUSTERBENCH_EXECUTOR"
@@ -180,14 +180,19 @@ class Plan:
         return sum(job.gpu_hours for job in self.jobs)
 
 
-def scheduler_of(executor: str) -> type[Scheduler]:
-    """The scheduler Snakemake's ``executor`` submits to."""
-    if executor not in SCHEDULERS:
+def scheduler_of(executor: str, env: Mapping[str, str] | None = None) -> type[Scheduler]:
+    """The scheduler Snakemake's ``executor`` submits to (or, where ``CLUSTERBENCH_SCHEDULER``
+    names one that executor runs, that one: ``ssh`` under ``local``)."""
+    try:
+        found = of_executor(executor, os.environ if env is None else env)
+    except AllocationError as exc:
+        raise PlanError(str(exc)) from None
+    if found is None:
         raise PlanError(
             f"no plan for the {executor!r} executor: clusterbench knows the schedulers of "
-            f"{', '.join(SCHEDULERS)} ({EXECUTOR_VAR}, or the profile's `executor:`)"
+            f"{', '.join(executors())} ({EXECUTOR_VAR}, or the profile's `executor:`)"
         )
-    return SCHEDULERS[executor]
+    return found
 
 
 def train_job(job: DryRunJob, scheduler: type[Scheduler]) -> TrainJob:
