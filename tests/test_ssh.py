@@ -251,9 +251,17 @@ def test_every_library_gets_the_interface_and_the_provenance_records_it():
     from clusterbench.launch.common import rank_env
     from clusterbench.launch.placement import IfaceChoice
 
-    args = SimpleNamespace(log_level=None, timeout=None)
+    args = SimpleNamespace(log_level=None, timeout=None, iface=None)
     env = rank_env(args, sshmod.SshScheduler(), IfaceChoice("ib0", "10.9.0.1", "test"))
     assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert "CLUSTERBENCH_IFACE" not in env  # chosen, not asked for: each host finds its own
+    args.iface = "ib0"
+    assert (
+        rank_env(args, sshmod.SshScheduler(), IfaceChoice("ib0", "x", "asked"))[
+            "CLUSTERBENCH_IFACE"
+        ]
+        == "ib0"
+    )
     same = {v: "ib0" for v in provenance.IFACE_VARS}
     assert provenance.rank_iface(same) == "ib0"
     assert provenance.rank_iface({}) is None
@@ -374,14 +382,12 @@ def test_the_probe_runs_on_this_host_and_finds_it_ready(tmp_path):
 # ------------------------------------------------------------------------------------------
 # the agent: the remote end of a rank's ssh connection (real processes, no ssh)
 
-AGENT = "import sys; from clusterbench.launch.schedulers.ssh import rank_agent; sys.exit(rank_agent(sys.argv[1:]))"  # noqa: E501
 
-
-def start_agent(command: str, iface: str = "", env: dict | None = None) -> subprocess.Popen:
+def start_agent(command: str, env: dict | None = None) -> subprocess.Popen:
     """The agent as ssh runs it on a host: the launcher's environment on its stdin, its
     stdout and stderr pipes to the launcher (here: this test)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", AGENT, iface, command],
+        [sys.executable, "-c", sshmod.AGENT, command],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -422,9 +428,12 @@ def test_the_agent_runs_the_rank_in_its_environment_and_on_the_routed_interface(
 
 
 def test_the_agent_takes_the_interface_asked_for_and_refuses_one_the_host_has_not():
-    agent = start_agent("env X=1 sh -c 'echo $HOROVOD_GLOO_IFACE'", iface="lo")
+    agent = start_agent("env X=1 sh -c 'echo $HOROVOD_GLOO_IFACE'", {"CLUSTERBENCH_IFACE": "lo"})
     assert agent.communicate(timeout=60)[0].strip() == "lo"
-    agent = start_agent("env X=1 true", iface="nosuch0")
+    # asked for with the launcher's --iface: in the rank's own variables
+    agent = start_agent("env CLUSTERBENCH_IFACE=lo sh -c 'echo $NCCL_SOCKET_IFNAME'")
+    assert agent.communicate(timeout=60)[0].strip() == "lo"
+    agent = start_agent("env X=1 true", {"CLUSTERBENCH_IFACE": "nosuch0"})
     _, err = agent.communicate(timeout=60)
     assert agent.returncode == 1
     assert "network interface 'nosuch0' (CLUSTERBENCH_IFACE) is not on" in err
@@ -743,3 +752,13 @@ def test_an_elastic_run_goes_on_without_the_host_whose_rank_was_killed(ssh_hosts
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+def test_the_plan_names_the_scheduler_where_it_is_not_the_executors_own():
+    from clusterbench.plan import Plan, format_plan
+
+    plan = Plan(jobs=[], skipped={})
+    assert format_plan(plan, "local", "ssh").startswith(
+        "clusterbench plan (local executor, ssh scheduler):"
+    )
+    assert format_plan(plan, "slurm", "slurm").startswith("clusterbench plan (slurm executor):")

@@ -245,11 +245,13 @@ def make_plan(dry_run: DryRun, executor: str, train_rule: str = "train") -> Plan
     )
 
 
-def format_plan(plan: Plan, executor: str) -> str:
+def format_plan(plan: Plan, executor: str, scheduler: str | None = None) -> str:
     """The plan as text: one line per training job, the totals, the jobs per rule, the skips."""
     width = max([len("run"), *(len(job.run) for job in plan.jobs)])
     lines = [
-        f"clusterbench plan ({executor} executor): every training job to run, as the "
+        f"clusterbench plan ({executor} executor"
+        + (f", {scheduler} scheduler" if scheduler and scheduler != executor else "")
+        + "): every training job to run, as the "
         "scheduler will be asked for it",
         f"  {'run':<{width}}  nodes  ranks  CPUs  GPUs  runtime",
     ]
@@ -372,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clusterbench plan: error: {exc}", file=sys.stderr)
         return 1
     print()
-    print(format_plan(plan, executor))
+    print(format_plan(plan, executor, scheduler_of(executor).name))
     return 0
 
 

@@ -56,6 +56,8 @@ def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice)
         "GLOO_SOCKET_IFNAME": iface.iface,
         "NCCL_SOCKET_IFNAME": iface.iface,
     }
+    if args.iface:  # asked for: the same name on every host (a scheduler whose hosts choose
+        extra["CLUSTERBENCH_IFACE"] = args.iface  # their own reads it there: ssh)
     if args.log_level:
         extra["HOROVOD_LOG_LEVEL"] = args.log_level
     if args.timeout:

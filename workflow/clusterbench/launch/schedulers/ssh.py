@@ -121,6 +121,14 @@ NOT_FORWARDED = frozenset(
 NOT_FORWARDED_PREFIXES = ("SSH_", "XDG_", "DBUS_", "BASH_FUNC_")
 #: The variables that name the ranks' interface (Horovod's Gloo, torch's Gloo, NCCL).
 IFACE_VARS = ("HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: The interface asked for (``CLUSTERBENCH_IFACE``, or the launcher's ``--iface``, which it
+#: passes on in the ranks' environment): the same name on every host.
+IFACE_VAR = "CLUSTERBENCH_IFACE"
+#: What ssh runs at the remote end: :func:`rank_agent` (argv[1]: the rank's command).
+AGENT = (
+    "import sys; from clusterbench.launch.schedulers.ssh import rank_agent; "
+    "sys.exit(rank_agent(sys.argv[1:]))"
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -314,13 +322,9 @@ class SshScheduler(Scheduler):
     def shell_command(self, command: str, slot_info: Any) -> str:
         if slot_info.hostname in self.local_hosts:
             return command
-        requested = self.job_env.get("CLUSTERBENCH_IFACE", "")
-        agent = "import sys; from clusterbench.launch.schedulers.ssh import rank_agent; " + (
-            "sys.exit(rank_agent(sys.argv[1:]))"
-        )
         remote = (
             f"cd {shlex.quote(self.cwd)} && exec {shlex.quote(self.python)} -c "
-            f"{shlex.quote(agent)} {shlex.quote(requested)} {shlex.quote(command)}"
+            f"{shlex.quote(AGENT)} {shlex.quote(command)}"
         )
         ssh = self.settings.argv(slot_info.hostname, remote, alive=True)
         return f"{shlex.join(ssh)} < {shlex.quote(self.environment_file())}"
@@ -634,10 +638,11 @@ def route_iface(address: str) -> str | None:
     return None
 
 
-def rank_iface(requested: str, env: Mapping[str, str]) -> str:
-    """The rank's interface on this host: ``requested`` (``CLUSTERBENCH_IFACE``), which must
-    be one of its interfaces, else the one routing to the rendezvous address."""
+def rank_iface(env: Mapping[str, str]) -> str:
+    """The rank's interface on this host: the one ``CLUSTERBENCH_IFACE`` names in ``env``,
+    which must be one of its interfaces, else the one routing to the rendezvous address."""
     names = {name for _, name in socket.if_nameindex()}
+    requested = env.get(IFACE_VAR, "")
     if requested:
         if requested not in names:
             raise LaunchError(
@@ -655,19 +660,19 @@ def rank_iface(requested: str, env: Mapping[str, str]) -> str:
     return found
 
 
-def rank_agent(argv: Sequence[str] | None = None) -> int:
-    """The remote end of a rank's ssh connection: ``argv`` = [requested interface (may be
-    empty), the rank's command (``env NAME=VALUE ... CMD``)]; the launcher's environment as
-    JSON on standard input. Starts the rank in a process group of its own on this host's
-    interface, announces its pid, and stops the group when the connection ends; exits with the
-    rank's status (128 + signal if it died of one)."""
-    requested, command = sys.argv[1:3] if argv is None else argv
+def rank_agent(argv: Sequence[str]) -> int:
+    """The remote end of a rank's ssh connection: ``argv`` = [the rank's command (``env
+    NAME=VALUE ... CMD``)]; the launcher's environment as JSON on standard input. Starts the
+    rank in a process group of its own on this host's interface (:func:`rank_iface`),
+    announces its pid, and stops the group when the connection ends; exits with the rank's
+    status (128 + signal if it died of one)."""
+    (command,) = argv
     env = dict(os.environ)
     env.update(json.load(sys.stdin))
     try:
         assigned, words = parse_env_command(command)
         env.update(assigned)
-        iface = rank_iface(requested, env)
+        iface = rank_iface(env)
     except LaunchError as exc:
         print(f"clusterbench-launch: error: {exc}", file=sys.stderr, flush=True)
         return 1
