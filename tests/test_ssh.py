@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from clusterbench import provenance
+from clusterbench.core import provenance
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import choose_iface
 from clusterbench.launch.schedulers import (

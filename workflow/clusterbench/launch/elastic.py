@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench import preemption
+from clusterbench.core import preemption
 from clusterbench.launch import schedulers
 from clusterbench.launch.common import local_ifaces, rank_env, route_source
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes

@@ -3,7 +3,7 @@
 A run with ``min_workers``/``max_workers`` is launched by Horovod's elastic driver
 (:mod:`clusterbench.launch.elastic`) and trains in the same loop as any run
 (:mod:`clusterbench.training.loop`); this session gives it what differs, through the
-backend's :class:`~clusterbench.runtime.ElasticRuntime`:
+backend's :class:`~clusterbench.backends.ElasticRuntime`:
 
 * **State.** The model, the optimiser and the loop's values (:mod:`clusterbench.training.state`:
   the epoch, the place in it, the records, the training time, the resets) live in the
@@ -34,7 +34,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from clusterbench.runtime import ElasticRuntime, Runtime
+from clusterbench.backends import ElasticRuntime, Runtime
 from clusterbench.training.state import Clock, Partial
 
 

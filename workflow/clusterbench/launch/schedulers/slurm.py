@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from clusterbench.core.preemption import WARNING_SIGNAL
 from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     Allocation,
@@ -53,7 +54,6 @@ from clusterbench.launch.schedulers._slurm_partitions import (
     slurm_option,
     slurm_problems,
 )
-from clusterbench.preemption import WARNING_SIGNAL
 
 log = logging.getLogger("clusterbench.launch")
 
