@@ -7,9 +7,10 @@ agent that runs a rank at the remote end, with real processes but no ssh). Then 
 Debian's sshd (``tests/clusters/ssh.py``, the session's ``ssh_hosts``); Snakemake and the
 launcher run "on host a" (in its namespace), so host a's rank is a local process and host b's
 is started over ssh. A 2-rank training and comm job whose traffic crosses the veth (its byte
-counters, and the interface every host's rank recorded), a rank killed on host b, a host that
-cannot be reached (the pre-flight stops the workflow, naming it, before any job), and SIGINT to
-Snakemake (nothing left in either namespace: ``pgrep`` there).
+counters, and the interface every host's rank recorded), a rank killed on host b, the launcher
+killed, host b's link taken down mid-run, an elastic run losing host b, a host that cannot be
+reached (the pre-flight stops the workflow, naming it, before any job), and SIGINT to Snakemake
+(nothing left in either namespace: ``pgrep`` there).
 """
 
 from __future__ import annotations
@@ -762,3 +763,27 @@ def test_the_plan_names_the_scheduler_where_it_is_not_the_executors_own():
         "clusterbench plan (local executor, ssh scheduler):"
     )
     assert format_plan(plan, "slurm", "slurm").startswith("clusterbench plan (slurm executor):")
+
+
+@pytest.mark.ssh
+def test_a_host_that_drops_off_the_network_fails_the_run(ssh_hosts, tmp_path):
+    """Host b's link goes down while the ranks train (a host that dies sends nothing more): its
+    ssh gives up (ServerAlive) and the launcher stops the run, blaming cb-b; once the link is
+    back, nothing of the run is left on host b either."""
+    launcher, out, script, pids = start_loop(ssh_hosts, tmp_path)
+    link = ["ip", "-n", ssh_hosts.namespaces[1], "link", "set", ssh_hosts.ifaces[1]]
+    try:
+        subprocess.run([*link, "down"], check=True)
+        launcher.wait(timeout=BOUND_S + 30)
+        text = out.read_text()
+        assert launcher.returncode != 0, text
+        assert "on host cb-b exited with code 255" in text or "on cb-b exited with code 255" in (
+            text
+        ), text
+    finally:
+        subprocess.run([*link, "up"], check=True)
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    left = wait_until_gone(ssh_hosts, str(script), "rank_agent")
+    assert left == {}, left
