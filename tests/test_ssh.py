@@ -178,12 +178,21 @@ def test_a_remote_rank_starts_over_ssh_with_the_environment_on_its_stdin(tmp_pat
     there = SimpleNamespace(rank=1, hostname="b")
     assert scheduler.shell_command("env RANK=0 python t.py", here) == "env RANK=0 python t.py"
     cmd = scheduler.shell_command("env RANK=1 python t.py", there)
-    assert cmd.startswith("ssh -F /cfg -o BatchMode=yes ")
-    assert " -p 2222 b " in cmd and "ServerAliveInterval" in cmd
     envfile = cmd.rsplit("< ", 1)[1]
+    assert cmd.startswith(f"{{ rm -f {envfile}; ssh -F /cfg -o BatchMode=yes ")
+    assert " -p 2222 b " in cmd and "ServerAliveInterval" in cmd
     assert os.stat(envfile).st_mode & 0o777 == 0o600
     assert json.loads(Path(envfile).read_text()) == {"PATH": "/venv/bin", "CLUSTERBENCH_IFACE": ""}
     assert "/venv/bin" not in cmd.rsplit("< ", 1)[0]  # no value on any command line
+    # the rank's shell: ssh reads the file, whose name is gone as soon as the shell started
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "ssh").write_text(f"#!/bin/sh\nls {envfile} 2>/dev/null\ncat\n")
+    (stand_in / "ssh").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stand_in}:{os.environ['PATH']}"}
+    ran = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env, timeout=30)
+    assert json.loads(ran.stdout) == {"PATH": "/venv/bin", "CLUSTERBENCH_IFACE": ""}
+    assert not Path(envfile).exists()
     assert scheduler.observe(there, "clusterbench-launch: rank pid 4242\n")
     assert scheduler.pids == {1: 4242}
     assert not scheduler.observe(there, "train: epoch 1\n")

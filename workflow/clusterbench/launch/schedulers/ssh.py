@@ -14,9 +14,10 @@ Chosen by ``CLUSTERBENCH_SCHEDULER=ssh`` (its jobs run under Snakemake's local e
   PORT] <host> 'cd <cwd> && exec <python> -c <agent> ...'`` with the user's own keys and ssh
   configuration (``CLUSTERBENCH_SSH_COMMAND``, default ``ssh``; ``CLUSTERBENCH_SSH_PORT``). The
   launcher's environment reaches the rank through ssh's standard input, from a file only its
-  user can read (no values on any command line), less what belongs to the machine it was set
-  on (:data:`NOT_FORWARDED`). The checkout and its ``.venv`` are at the same path on every
-  host (a shared file system); the pre-flight checks it.
+  user can read, whose name the rank's shell removes as it opens it (no values on any command
+  line), less what belongs to the machine it was set on (:data:`NOT_FORWARDED`). The checkout
+  and its ``.venv`` are at the same path on every host (a shared file system); the pre-flight
+  checks it.
 - **The agent** (:func:`rank_agent`, the remote process ssh runs): starts the rank in a
   process group of its own, announces its pid (``clusterbench-launch: rank pid N``, taken out
   of the output by :meth:`SshScheduler.observe`), sets the rank's network interface on its host
@@ -272,7 +273,6 @@ class SshScheduler(Scheduler):
         self.python = sys.executable
         self.pids: dict[int, int] = {}
         self._local = LocalScheduler()
-        self._env_file: str | None = None
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> bool:
@@ -326,19 +326,20 @@ class SshScheduler(Scheduler):
             f"cd {shlex.quote(self.cwd)} && exec {shlex.quote(self.python)} -c "
             f"{shlex.quote(AGENT)} {shlex.quote(command)}"
         )
-        ssh = self.settings.argv(slot_info.hostname, remote, alive=True)
-        return f"{shlex.join(ssh)} < {shlex.quote(self.environment_file())}"
+        ssh = shlex.join(self.settings.argv(slot_info.hostname, remote, alive=True))
+        # the shell opens the file as ssh's standard input and removes its name at once
+        envfile = shlex.quote(self.environment_file())
+        return f"{{ rm -f {envfile}; {ssh}; }} < {envfile}"
 
     def environment_file(self) -> str:
-        """A file (mode 0600, removed when the launcher exits) holding the environment the
-        remote ranks get, as JSON: ssh's standard input."""
-        if self._env_file is None:
-            fd, path = tempfile.mkstemp(prefix="clusterbench-ssh-env-", suffix=".json")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(forwarded_environment(self.job_env), fh)
-            atexit.register(_remove, path)
-            self._env_file = path
-        return self._env_file
+        """A new file (mode 0600) holding the environment a remote rank gets, as JSON: its
+        ssh's standard input. The rank's shell removes it as it starts; one whose shell never
+        ran is removed when the launcher exits."""
+        fd, path = tempfile.mkstemp(prefix="clusterbench-ssh-env-", suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(forwarded_environment(self.job_env), fh)
+        atexit.register(_remove, path)
+        return path
 
     def observe(self, slot_info: Any, line: str) -> bool:
         _, mark, pid = line.partition(PID_MARK)
