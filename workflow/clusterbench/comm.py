@@ -48,6 +48,7 @@ from typing import Any
 from clusterbench.backends import Collectives
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.records.comm import COLUMNS, FORMAT, OPS
 
 #: The smallest message, bytes: two float32 values.
 MIN_BYTES = 8
@@ -55,36 +56,8 @@ MIN_BYTES = 8
 MAX_ITERATIONS = 10_000
 #: The most chunks the timed iterations are split into (the spread's samples).
 SAMPLES = 10
-#: The operations, in the order they are timed.
-OPS = ("allreduce", "allgather", "broadcast")
 #: Bytes per element of the buffers (float32).
 ELEMENT_BYTES = 4
-#: comm.json's format (a reader refuses another).
-FORMAT = 1
-
-#: The columns that say which job measured a row: its name, backend and where it ran.
-JOB_COLUMNS = ("name", "backend", "library", "workers", "nodes", "gpus_per_node", "device")
-#: comm.csv's columns: one row per operation and size.
-COLUMNS = (
-    *JOB_COLUMNS,
-    "op",
-    "size",
-    "bytes",
-    "count",
-    "iterations",
-    "samples",
-    "time_s",
-    "time_min_s",
-    "time_median_s",
-    "time_max_s",
-    "time_sd_s",
-    "algbw_gbps",
-    "busbw_gbps",
-    "busbw_min_gbps",
-    "busbw_max_gbps",
-)
-
-
 # ------------------------------------------------------------------------------------------
 # the arithmetic (pure)
 
@@ -359,11 +332,17 @@ def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
             prov = run_provenance(facts)
             extra = {
                 "hosts": [h["node"] for h in prov["hosts"]],
+                # the network interface the collectives ran over, on each host
+                "interfaces": {h["node"]: h.get("iface") for h in prov["hosts"]},
                 "seconds": time.perf_counter() - start,
                 "provenance": prov,
             }
             write_outputs(out_dir, result(settings, rt, library, rows, extra))
-            print(f"comm: {len(rows)} rows in {extra['seconds']:.1f} s -> {out_dir}", flush=True)
+            over = ", ".join(f"{h} over {i}" for h, i in extra["interfaces"].items())
+            print(
+                f"comm: {len(rows)} rows in {extra['seconds']:.1f} s ({over}) -> {out_dir}",
+                flush=True,
+            )
     except BaseException:
         rt.shutdown()  # the other ranks' pending collectives then fail instead of hanging
         raise

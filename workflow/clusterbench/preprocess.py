@@ -193,19 +193,15 @@ def check_builtin(decoded: Decoded, spec: DatasetSpec) -> None:
 
 
 def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]:
-    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted).
+    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted):
+    :func:`clusterbench.data.order.split_indices`, a :class:`PreprocessError` where a split
+    would be empty."""
+    from clusterbench.data.order import split_indices as seeded
 
-    Each subset holds ``round(fraction * n)`` (as ``clusterbench.config.split_sizes`` counts)."""
-    order = np.random.default_rng(seed).permutation(n)
-    sizes = [round(f * n) for f in fractions]
-    bounds = np.cumsum([0, *sizes])
-    parts = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    parts.append(order[bounds[-1] :])
-    if any(len(p) == 0 for p in parts):
-        raise PreprocessError(
-            f"{n} examples are too few for fractions {fractions}: a split would be empty"
-        )
-    return [np.sort(p) for p in parts]
+    try:
+        return seeded(n, fractions, seed)
+    except ValueError as exc:
+        raise PreprocessError(str(exc)) from None
 
 
 def check_split_sizes(dataset: str, decoded: Decoded, params: dict[str, Any]) -> None:

@@ -270,15 +270,15 @@ class FileReader:
         import torch
         from torchvision.io import ImageReadMode, decode_image
 
-        from clusterbench.formats import _pixels
+        from clusterbench.formats._pixels import PixelError, check_size, dimensions, header
 
         if row in self.not_images:
             raise BadFile("not a PNG or JPEG file (by its name)")
         data = self.sources.read(row)
         try:
-            size = _pixels.dimensions(data) or _pixels.header(data)[1]
-            _pixels.check_size(*size)
-        except _pixels.PixelError as exc:
+            size = dimensions(data) or header(data)[1]
+            check_size(*size)
+        except PixelError as exc:
             raise BadFile(str(exc)) from None
         mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
         image = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=mode)

@@ -52,9 +52,9 @@ HEADER_SAMPLES = 4096
 
 def split_codes(listing: Listing, params: Mapping[str, Any], dataset: str) -> np.ndarray:
     """Each image's split (0 train, 1 val, 2 test): the listing's own where it gives one, the
-    rest carved by the seeded split (:func:`clusterbench.preprocess.split_indices`); a split
+    rest carved by the seeded split (:func:`clusterbench.data.order.split_indices`); a split
     below ``min_split_size`` raises :class:`ConfigError` naming the key."""
-    from clusterbench.preprocess import split_indices
+    from clusterbench.data.order import split_indices
 
     codes = np.asarray(listing.split, dtype=np.int64)
     given = set(codes[codes >= 0].tolist())
@@ -124,27 +124,27 @@ def sample_statistics(out_dir: Path, index: images_index.ImageIndex, seed: int) 
     """``channels``, ``native_size``, ``mean``, ``std`` and ``stats_samples`` from seeded samples
     (module docstring); unreadable images are passed over."""
     from clusterbench.data.folder import BadFile, Sources
-    from clusterbench.formats import _pixels
+    from clusterbench.formats._pixels import GREY_MODES, PixelError, header, open_checked, to_array
 
     sources = Sources(out_dir, index)
     rng = np.random.default_rng([seed, 2])
     modes, sizes = [], set()
     for row in rng.permutation(len(index))[:HEADER_SAMPLES].tolist():
         try:
-            mode, size = _pixels.header(sources.read(row))
-        except (BadFile, _pixels.PixelError):
+            mode, size = header(sources.read(row))
+        except (BadFile, PixelError):
             continue
         modes.append(mode)
         sizes.add(size)
-    grey = bool(modes) and all(m in _pixels.GREY_MODES for m in modes)
+    grey = bool(modes) and all(m in GREY_MODES for m in modes)
     channels = 1 if grey else 3
     chosen = np.random.default_rng([seed, 1]).permutation(index.rows("train"))[:STATS_SAMPLES]
     counts = np.zeros((channels, 256), dtype=np.float64)
     used = 0
     for row in chosen.tolist():
         try:
-            pixels = _pixels.to_array(_pixels.open_checked(sources.read(row)), grey)
-        except (BadFile, _pixels.PixelError):
+            pixels = to_array(open_checked(sources.read(row)), grey)
+        except (BadFile, PixelError):
             continue
         pixels = pixels.reshape(-1, channels)
         for ch in range(channels):

@@ -123,7 +123,7 @@ def decode(
     image_size: Sequence[int] | None = None,
     class_names: Sequence[str] | None = None,
 ) -> Images:
-    from clusterbench.formats import _pixels
+    from clusterbench.formats._pixels import GREY_MODES, PixelError, open_checked, to_array
 
     (path,) = files
     try:
@@ -134,10 +134,10 @@ def decode(
     images = []
     for (member, _), blob in zip(names, data, strict=True):
         try:
-            images.append(_pixels.open_checked(blob))
-        except _pixels.PixelError as exc:
+            images.append(open_checked(blob))
+        except PixelError as exc:
             raise FormatError(f"{path.name}: {member} is {_said(exc)}") from None
-    grey = all(im.mode in _pixels.GREY_MODES for im in images)
+    grey = all(im.mode in GREY_MODES for im in images)
     sizes = {im.size for im in images}  # (width, height)
     if image_size is None and len(sizes) > 1:
         shown = ", ".join(f"{w}x{h}" for w, h in sorted(sizes)[:4])
@@ -148,7 +148,7 @@ def decode(
     height, width = image_size if image_size is not None else next(iter(sizes))[::-1]
     x = np.empty((len(images), height, width, 1 if grey else 3), dtype=np.uint8)
     for i, image in enumerate(images):
-        array = _pixels.to_array(image, grey)
+        array = to_array(image, grey)
         if array.shape[:2] != (height, width):
             from PIL import Image
 

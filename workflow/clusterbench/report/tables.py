@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS, TRAIN_DEFAULTS
 from clusterbench.config.experiments import format_value
 from clusterbench.core import provenance
+from clusterbench.records.runs import memory_format
 from clusterbench.report import step_times
 from clusterbench.report.inputs import (
     LOCAL_NAMES,
@@ -24,19 +26,19 @@ from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
 
 
+#: What a scaling series runs along: the size of the world (the 1-worker run of a series is its
+#: baseline).
+SCALE_KEYS = ("workers", "nodes", "min_workers", "max_workers", "gpus_per_node")
+#: The effective values a run records of speed settings that other keys stand for (batch_size
+#: and batch_scaling: the global batch; gpus_per_node: the device; channels_last: the memory
+#: format).
+EFFECTIVE_KEYS = ("global_batch", "device", "memory_format")
+#: The training keys that set how fast a step runs at a given scale: the schema's ``x-speed``
+#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale.
+SETTING_KEYS = tuple(k for k in SPEED_KEYS if k not in SCALE_KEYS)
+
 #: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
-BASELINE_KEY = (
-    "dataset",
-    "model",
-    "global_batch",
-    "device",
-    "backend",
-    "bn",
-    "precision",
-    "memory_format",
-    "grad_compression",
-    "site",
-)
+BASELINE_KEY = (*SETTING_KEYS, *EFFECTIVE_KEYS, "site")
 
 #: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
 #: baseline of every series that differs from it only in these.
@@ -44,18 +46,8 @@ NO_USE_ON_ONE_WORKER = ("grad_compression",)
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
-BACKEND_MATCH_KEY = (
-    "dataset",
-    "model",
-    "workers",
-    "nodes",
-    "device",
-    "bn",
-    "global_batch",
-    "precision",
-    "memory_format",
-    "grad_compression",
-    "site",
+BACKEND_MATCH_KEY = tuple(
+    k for k in (*BASELINE_KEY[:2], "workers", "nodes", *BASELINE_KEY[2:]) if k != "backend"
 )
 
 
@@ -239,7 +231,7 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
     a run, or without a timed epoch, gets no speed-up (NaN): no other run is borrowed.
     """
-    df = df.copy()
+    df = with_settings(df)
     df["baseline_run"] = pd.Series([None] * len(df), index=df.index, dtype=object)
     df["baseline_candidates"] = 0
     df["speedup"] = np.nan
@@ -259,13 +251,25 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def memory_format(info: dict[str, Any]) -> str:
-    """The memory format a run trained in: run.json's ``effective.memory_format``; a run.json
-    written before it existed trained in what its ``channels_last`` said."""
-    chosen = (info.get("effective") or {}).get("memory_format")
-    if chosen is not None:
-        return str(chosen)
-    return "channels_last" if info["run"].get("channels_last") is True else "contiguous"
+def with_settings(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a column for every speed setting the comparisons group runs by
+    (:data:`SETTING_KEYS`): one a table lacks (a runs.csv of an older version, a table made by
+    hand) holds the setting's default, as :func:`runs_table` writes it."""
+    missing = [k for k in SETTING_KEYS if k not in df]
+    if not missing:
+        return df
+    df = df.copy()
+    for key in missing:
+        default = TRAIN_DEFAULTS[key]
+        df[key] = default if isinstance(default, bool) else str(default)
+    return df
+
+
+def later_settings(cfg: dict[str, Any]) -> dict[str, str]:
+    """The speed settings of :data:`SETTING_KEYS` that :func:`runs_table` has no column of its
+    own for, as text; an older run.json's missing key: its default (what it trained with)."""
+    named = ("dataset", "model", "backend", "bn", "deterministic", "precision", "grad_compression")
+    return {k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named}
 
 
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
@@ -303,6 +307,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "memory_format": memory_format(r.info),
                 # the setting (run.json's `effective` says "none" for one worker)
                 "grad_compression": str(cfg.get("grad_compression") or "none"),
+                **later_settings(cfg),
                 "eval_split": r.metrics["split"],
                 "eval_n": int(r.metrics["n"]),
                 "accuracy": float(r.metrics["accuracy"]),
@@ -593,6 +598,7 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
     """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
     configuration and backend: the fastest timed run of that backend, its throughput, and the
     ratio to the reference backend (horovod if present, else the first by name)."""
+    runs_df = with_settings(runs_df)
     timed = runs_df[np.isfinite(runs_df["images_per_second"])]
     rows = []
     for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):
