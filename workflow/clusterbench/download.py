@@ -47,6 +47,7 @@ from clusterbench.config.datasets import (
 )
 from clusterbench.core.atomic import atomic_path, write_json
 from clusterbench.core.params import json_object
+from clusterbench.core.paths import PathError, expand
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +446,14 @@ def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[
     else:
         spec = get_dataset(name)
         urls = resolve_urls(name, params.source)
-    cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
+    try:
+        cache = (
+            Path(expand(params.cache_dir, "download.cache_dir"))
+            if params.cache_dir
+            else default_cache_dir()
+        )
+    except PathError as exc:  # a user or variable this host lacks
+        raise ConfigError(str(exc)) from None
     try:
         (cache / name).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

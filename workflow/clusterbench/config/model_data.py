@@ -27,7 +27,9 @@ DATA = {"classification": "images", "language-model": "token sequences"}
 def dataset_input(name: str, ds: Mapping[str, Any]) -> tuple[str, list[int] | None]:
     """What dataset ``name`` (its resolved config entry) trains: its task and the network's
     input shape, ``[C, H, W]`` or ``[T]``; None where the config does not tell (known once its
-    files are read, or synthetic data that takes the model's)."""
+    files are read, or synthetic data that takes the model's). An image folder resized to its
+    ``image_size`` has a known side, but channels known only once its images are read:
+    ``[None, H, W]``."""
     if name in BUILTIN_DATASETS:
         height, width, channels = BUILTIN_DATASETS[name].image_shape
         return "classification", [channels, height, width]
@@ -35,6 +37,8 @@ def dataset_input(name: str, ds: Mapping[str, Any]) -> tuple[str, list[int] | No
     if fmt not in FORMATS:
         return "classification", None
     task = task_of(fmt)
+    if task == "classification" and "image_size" in ds and "shape" not in ds:
+        return task, [None, *ds["image_size"]]
     key = "seq_len" if task == "language-model" else "shape"
     if key not in ds:
         return task, None
