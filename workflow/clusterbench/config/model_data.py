@@ -83,3 +83,22 @@ def run_problems(run: Mapping[str, Any], where: str, datasets: Mapping[str, Any]
         f"{where}.model: {problem} ({where}.dataset: {name!r})"
         for problem in fit_problems(model, task, shape)
     ]
+
+
+def synthetic_input(
+    name: str, ds: Mapping[str, Any] | None, model: str
+) -> tuple[str, list[int]] | None:
+    """The task and input shape of synthetic dataset ``name`` (its resolved entry ``ds``) as
+    ``model`` trains on it (its own shape, else the model's); None for other data, an unknown
+    model or a shape neither gives."""
+    if ds is None or name in BUILTIN_DATASETS or ds.get("format") not in FORMATS:
+        return None
+    if not is_synthetic(ds["format"]):
+        return None
+    try:
+        spec = resolve(model)
+    except ModelError:
+        return None
+    task, given = dataset_input(name, ds)
+    shape = input_shape(task, given, spec)
+    return None if shape is None else (task, shape)

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.config import experiments as expansion
-from clusterbench.config import model_data, storage
+from clusterbench.config import memory, model_data, storage
 from clusterbench.config.effects import no_effect_problems
 from clusterbench.config.errors import ConfigError, bad_settings
 from clusterbench.config.files import load_file
 from clusterbench.config.problems import (
+    allocated_workers,
     cache_dir_problems,
     dataset_problems,
     path_problems,
@@ -101,6 +102,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             )
         problems += run_problems(run, where, models_seen)
         problems += model_data.run_problems(run, where, resolved["datasets"])
+        problems += memory_problems(run, where, resolved["datasets"])
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
     problems += storage.resolve(resolved["datasets"], checked, extractable(resolved["datasets"]))
@@ -112,6 +114,17 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
+
+
+def memory_problems(run: Mapping[str, Any], where: str, datasets: Mapping[str, Any]) -> list[str]:
+    """Why ``run``'s synthetic data cannot fit in its job's memory
+    (:func:`clusterbench.config.memory.run_problems`)."""
+    ds = datasets.get(run["dataset"])
+    found = model_data.synthetic_input(run["dataset"], ds, run["model"])
+    if found is None:
+        return []
+    task, shape = found
+    return memory.run_problems(run, where, ds, shape, task, allocated_workers(run))
 
 
 def expand_experiments(
