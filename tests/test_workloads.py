@@ -261,7 +261,7 @@ def test_a_language_models_evaluation_is_per_token(tmp_path):
 BAD_MODELS = {  # badnet.py -> what the one error line says
     "import": (
         "import nowhere_to_be_found\n",
-        r"cannot import module 'badnet' \(ModuleNotFoundError: No module named 'nowhere_to",
+        r"importing module 'badnet' failed \(ModuleNotFoundError: No module named 'nowhere_to",
     ),
     "call": (
         "def build(n, s):\n    raise RuntimeError('needs a GPU')\n",
@@ -270,7 +270,7 @@ BAD_MODELS = {  # badnet.py -> what the one error line says
     "shape": (
         "from torch import nn\n\n\ndef build(n, s):\n"
         "    return nn.Sequential(nn.Flatten(), nn.Linear(64, n + 1))\n",
-        r"gives output shape \[2, 5\], expected \[2, 4\]",
+        r"gives output shape \[2, 5\] in evaluation mode, expected \[2, 4\]",
     ),
 }
 
