@@ -311,6 +311,9 @@ class Scheduler:
     #: Jobs run on other machines (compute nodes), which parse the workflow and its config
     #: again there.
     cluster: ClassVar[bool] = False
+    #: A single rank is pinned to its host's GPU list too (the scheduler's grant, which the
+    #: job's environment does not reflect), not left with the GPUs its environment has.
+    pins_single: ClassVar[bool] = False
 
     def __init__(self) -> None:
         #: The environment of the local process that starts a rank (None: the launcher's own).
