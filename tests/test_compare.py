@@ -282,6 +282,7 @@ def test_the_arguments_and_the_output_path_are_checked_before_any_work(tmp_path)
         ("-o", tmp_path / "c.pdf", "--warmup-epochs", "-1"): "--warmup-epochs must be 0 or more",
         ("-o", "/proc/clusterbench/compare.pdf"): "its folder cannot be created (/proc",
         ("-o", tmp_path): "a directory; give the PDF file to write",
+        ("-o", "~nosuchuser_cb/c.pdf"): "-o: '~nosuchuser_cb/c.pdf' names the home of user",
     }
     for args, message in cases.items():
         proc = run_compare(*trees, *args, cwd=tmp_path)

@@ -57,6 +57,7 @@ from clusterbench.config import (
     schema_default,
 )
 from clusterbench.core.atomic import atomic_open
+from clusterbench.core.paths import PathError, expand
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
 #: added since (absent in an older run.json) count as their default, which such a run had.
@@ -475,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give at least two results trees to compare")
     if args.warmup_epochs < 0:
         parser.error(f"--warmup-epochs must be 0 or more, got {args.warmup_epochs}")
+    try:  # a ~user or $VARIABLE the shell left as it was (quoted, or no such user)
+        args.output = Path(expand(str(args.output), "-o"))
+    except PathError as exc:
+        parser.error(str(exc))
     problem = output_problem(args.output)
     if problem:
         parser.error(problem)

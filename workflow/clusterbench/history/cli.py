@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")
     try:
-        path = args.path or default_path()
+        path = Path(expand(str(args.path), "PATH")) if args.path else default_path()
         lines, flagged = report(path, args.last)
-    except store.HistoryError as exc:
+    except (store.HistoryError, PathError) as exc:
         print(f"clusterbench-history: error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))
