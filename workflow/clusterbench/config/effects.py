@@ -1,12 +1,13 @@
-"""Training keys that can have no effect on a run, refused where they are given (one rule,
+"""Run keys that can have no effect on a run, refused where they are given (one rule,
 config/README.md, "Keys that can have no effect").
 
-Some training keys act only with another setting or on some data: ``lr_min`` is the floor of
-``lr_schedule: cosine`` alone, ``augment`` acts on images, ``channels_last`` on image inputs.
-Given where it can do nothing, such a key was accepted, changed nothing, and still reran the
-run when edited (it is in the train slice) or was recorded as if in effect. The rule:
+Some run keys act only with another setting or on some data: ``lr_min`` is the floor of
+``lr_schedule: cosine`` alone, ``augment`` acts on images, ``channels_last`` on image inputs,
+``grad_compression`` on what several workers exchange. Given where it can do nothing, such a
+key was accepted, changed nothing, and still reran the run when edited (a training key is in
+the train slice) or was recorded as if in effect. The rule:
 
-    A training key given a value other than its default is refused, naming the key and why,
+    A run key given a value other than its default is refused, naming the key and why,
     when it can have no effect on any run it is given to: a run's own key on that run; a
     ``run_defaults`` key on every run that takes it from there; an experiment's key (its
     settings or its matrix) on every run the experiment expands to.
@@ -25,16 +26,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.config.model_data import dataset_input
+from clusterbench.formats import FORMATS, is_synthetic
 
 
 @dataclass(frozen=True)
 class Data:
-    """What a run's dataset is, as far as the rules ask: its task and whether it is stored as
-    image files (an image folder a run streams)."""
+    """What a run's dataset is, as far as the rules ask: its task, whether it is stored as
+    image files (an image folder a run streams), and whether every run holds it in memory
+    whatever ``loading`` says (synthetic data, a text's token windows)."""
 
     task: str
     files: bool
+    resident: bool = False
+
+
+def _ranks(run: Mapping[str, Any]) -> int:
+    """The most ranks ``run`` trains on."""
+    return max(run["workers"], run.get("max_workers") or 0)
 
 
 def _schedule(kind: str, key: str) -> Callable[[Mapping[str, Any], Data], str | None]:
@@ -47,12 +57,40 @@ def _schedule(kind: str, key: str) -> Callable[[Mapping[str, Any], Data], str | 
 
 
 def _warmup(run: Mapping[str, Any], data: Data) -> str | None:
-    if run["batch_scaling"] == "per_worker":
+    if run["batch_scaling"] != "per_worker":
+        return (
+            "warmup_epochs ramps the LR to lr x workers under batch_scaling: per_worker only "
+            f"(this run's: {run['batch_scaling']}, whose LR is not scaled)"
+        )
+    if _ranks(run) == 1:
+        return "warmup_epochs ramps the LR to lr x workers, which is lr for one worker"
+    return None
+
+
+def _exchanged(key: str) -> Callable[[Mapping[str, Any], Data], str | None]:
+    def rule(run: Mapping[str, Any], data: Data) -> str | None:
+        if _ranks(run) > 1:
+            return None
+        return f"{key} acts on what the workers exchange, and one worker exchanges nothing"
+
+    return rule
+
+
+def _streamed(run: Mapping[str, Any], data: Data) -> str | None:
+    if data.resident:
+        return (
+            f"loader_workers act on a streamed run only; dataset {run['dataset']!r} is held "
+            "in memory whatever loading says (generated, or a text's token windows)"
+        )
+    if run["loading"] == "resident":
+        return "loader_workers act on a streamed run only; this run's loading is resident"
+    return None
+
+
+def _gpus(run: Mapping[str, Any], data: Data) -> str | None:
+    if run["gpus_per_node"]:
         return None
-    return (
-        "warmup_epochs ramps the LR to lr x workers under batch_scaling: per_worker only (this "
-        f"run's: {run['batch_scaling']}, whose LR is not scaled)"
-    )
+    return "sge_gpu_complex carries a run's GPU request, and this run asks for none"
 
 
 def _images(key: str) -> Callable[[Mapping[str, Any], Data], str | None]:
@@ -83,6 +121,9 @@ RULES: dict[str, Callable[[Mapping[str, Any], Data], str | None]] = {
     "augment": _images("augment"),
     "channels_last": _images("channels_last"),
     "on_bad_file": _files,
+    "grad_compression": _exchanged("grad_compression"),
+    "loader_workers": _streamed,
+    "sge_gpu_complex": _gpus,
 }
 
 
@@ -92,7 +133,9 @@ def data_of(run: Mapping[str, Any], datasets: Mapping[str, Any]) -> Data | None:
     if ds is None:
         return None
     task, _ = dataset_input(run["dataset"], ds)
-    return Data(task, ds.get("storage") == "files")
+    fmt = ds.get("format")
+    synthetic = run["dataset"] not in BUILTIN_DATASETS and fmt in FORMATS and is_synthetic(fmt)
+    return Data(task, ds.get("storage") == "files", synthetic or task == "language-model")
 
 
 def given(config: Mapping[str, Any], where: str, run: Mapping[str, Any], key: str) -> str | None:
