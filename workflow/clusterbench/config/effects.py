@@ -158,6 +158,18 @@ def given(config: Mapping[str, Any], where: str, run: Mapping[str, Any], key: st
     return None
 
 
+def written(config: Mapping[str, Any]) -> set[str]:
+    """Every run key written anywhere in the raw ``config``: run_defaults, runs, experiments'
+    settings and matrices (where the rules need to look at all)."""
+    found = set(config.get("run_defaults") or {})
+    for run in config.get("runs") or ():
+        found |= set(run) if isinstance(run, Mapping) else set()
+    for spec in (config.get("experiments") or {}).values():
+        if isinstance(spec, Mapping):
+            found |= set(spec) | set(spec.get("matrix") or {})
+    return found
+
+
 def no_effect_problems(
     config: Mapping[str, Any],
     checked: Sequence[tuple[str, Mapping[str, Any]]],
@@ -168,13 +180,14 @@ def no_effect_problems(
     ``config``), that has no effect on any run that takes it from there (``checked``: ``(where,
     resolved run)``) while some of them take a value other than its default (``defaults``): a
     default value, given or not, changes nothing anyway."""
+    keys = [key for key in RULES if key in written(config)]
     seen: dict[str, tuple[bool, str]] = {}  # key path -> (acts on some run, why not on one)
-    for where, run in checked:
+    for where, run in checked if keys else ():
         data = data_of(run, datasets)
         if data is None:
             continue
-        for key, rule in RULES.items():
-            path = given(config, where, run, key)
+        for key in keys:
+            rule, path = RULES[key], given(config, where, run, key)
             if path is None:
                 continue
             acts, why = seen.get(path, (False, ""))
