@@ -240,7 +240,8 @@ class Trainer:
             self.run["bn"],
             compression,
             timed=self.time_steps,
-            unused=bool(self.unused),
+            # only when it matters: a backend plugin written before ``unused`` still takes it
+            **({"unused": True} if self.unused else {}),
         )
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
         ctx.memory_format = (
