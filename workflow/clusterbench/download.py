@@ -53,6 +53,7 @@ from clusterbench.config.datasets import (
 )
 from clusterbench.core.atomic import write_json
 from clusterbench.core.params import json_object
+from clusterbench.core.paths import PathError, expand
 
 log = logging.getLogger(__name__)
 
@@ -460,9 +461,13 @@ def in_place(spec: FileSpec, url: str) -> Path:
 
 def record_folder(name: str, manifest: Path, folder: str) -> dict[str, Any]:
     """The manifest of a dataset read in place: its folder, no file."""
-    path = Path(os.path.abspath(os.path.expanduser(folder)))
+    key = f"datasets.{name}.path"
+    try:
+        path = Path(os.path.abspath(expand(folder, key)))
+    except PathError as exc:  # a user or variable this host lacks
+        raise ConfigError(str(exc)) from None
     if not path.is_dir():
-        raise ConfigError(f"datasets.{name}.path: {path} is not a directory")
+        raise ConfigError(f"{key}: {path} is not a directory")
     content = {"dataset": name, "path": str(path), "files": {}}
     write_json(manifest, content)
     return content
@@ -470,7 +475,14 @@ def record_folder(name: str, manifest: Path, folder: str) -> dict[str, Any]:
 
 def cache_of(name: str, params: DownloadParams) -> Path:
     """The dataset's folder of the download cache, made."""
-    cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
+    try:
+        cache = (
+            Path(expand(params.cache_dir, "download.cache_dir"))
+            if params.cache_dir
+            else default_cache_dir()
+        )
+    except PathError as exc:  # a user or variable this host lacks
+        raise ConfigError(str(exc)) from None
     cache = Path(os.path.abspath(cache))
     try:
         (cache / name).mkdir(parents=True, exist_ok=True)

@@ -292,6 +292,7 @@ class Runtime(ABC):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         """``(module to call in training, optimiser to step)`` for data-parallel training.
 
@@ -301,7 +302,9 @@ class Runtime(ABC):
         travel in; the BatchNorm statistics always travel exact. ``timed``: the training times
         its steps (:mod:`clusterbench.training.step_times`), so the optimiser's
         :meth:`DistributedOptimizer.gradients_ready` must tell when backward's compute ended
-        where the backend communicates during backward.
+        where the backend communicates during backward. ``unused``: some trainable parameters
+        get no gradient in a step (:data:`clusterbench.models.custom.UNUSED`): a backend that
+        waits for every gradient must be told (DDP's ``find_unused_parameters``).
         """
 
     def aggregator(self, model: nn.Module, bn: str) -> RunningStatsAggregator | None:

@@ -270,6 +270,7 @@ class TorchRuntime(Runtime):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         hook = compress_hook(grad_compression)
         module, clock = model, None
@@ -283,6 +284,10 @@ class TorchRuntime(Runtime):
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
                 bucket_cap_mb=bucket_cap_mb(os.environ),
+                # parameters a step leaves without a gradient: DDP would wait for them forever
+                # ("Expected to have finished reduction"); it finds them after every forward,
+                # a walk of the autograd graph (README, "Your own model")
+                find_unused_parameters=unused,
             )
             if timed:  # when backward's compute ends: the last bucket's start
                 clock = ReadyClock(params.is_cuda, hook)

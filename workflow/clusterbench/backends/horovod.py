@@ -213,7 +213,10 @@ class HorovodRuntime(ElasticRuntime):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
+        # a parameter without a gradient is allreduced as zeros (the fused buffer's part):
+        # nothing waits for it, so ``unused`` changes nothing here
         aggregator = self.aggregator(model, bn)
         return model, FusedAllreduceOptimizer(optimizer, self, aggregator, grad_compression)
 

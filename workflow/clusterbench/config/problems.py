@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.config.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.config.lr import schedule_problems
 from clusterbench.config.slices import download_slice
+from clusterbench.core.paths import PathError, expand
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
 
 
@@ -55,7 +56,10 @@ def cache_dir_problems(cache_dir: str | None) -> list[str]:
         return []
     if "\0" in cache_dir:
         return [f"download.cache_dir: {cache_dir!r} holds a NUL character"]
-    path = Path(cache_dir).expanduser()
+    try:
+        path = Path(expand(cache_dir, "download.cache_dir"))
+    except PathError as exc:
+        return [str(exc)]
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -70,6 +74,34 @@ def cache_dir_problems(cache_dir: str | None) -> list[str]:
             f"in {existing}: {exc.strerror or exc})"
         ]
     return []
+
+
+def path_keys(schema: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, str]]:
+    """``(key path, x-path tag)`` of every path key (:mod:`clusterbench.core.paths`) of the
+    top-level ``schema`` (its sections' properties)."""
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{where}.{name}" if where else name
+        if "x-path" in sub:
+            yield path, sub["x-path"]
+        if isinstance(sub.get("properties"), dict):
+            yield from path_keys(sub, path)
+
+
+def path_problems(resolved: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """A problem for each path key tagged ``x-path: here`` (expanded where the config is read)
+    whose value names a user or a variable that does not exist here; a ``node`` one is
+    expanded, and so checked, on each node when the run starts."""
+    problems = []
+    for key, tag in path_keys(schema):
+        value: Any = resolved
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if tag == "here" and isinstance(value, str):
+            try:
+                expand(value, key)
+            except PathError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def split_problems(split: Mapping[str, Any], where: str) -> list[str]:
@@ -162,7 +194,7 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     for key in ("mirror", "urls"):
         if ds.get(key):
             problems.append(f"{where}.{key}: only for built-in datasets; give files[].url instead")
-    problems += path_problems(name, ds)
+    problems += folder_problems(name, ds)
     fmt = format_module(ds["format"])
     if "image_size" in ds and not fmt.RESIZES:
         resized = [name for name, module in FORMATS.modules().items() if module.RESIZES]
@@ -177,7 +209,7 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     return problems + file_name_problems(name, ds)
 
 
-def path_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+def folder_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     """A dataset read in place (``path``): only a format that reads a folder, not with
     ``files``, stored as files; a format that must be read so without one."""
     where = f"datasets.{name}"

@@ -55,6 +55,7 @@ from typing import Any
 from clusterbench.config.storage import read_meta, storage_of
 from clusterbench.core import integrity
 from clusterbench.core.atomic import write_json
+from clusterbench.core.paths import PathError, expand
 from clusterbench.data import DataError
 from clusterbench.data.loading import gib
 
@@ -80,12 +81,10 @@ class Staged:
 def expand_dir(setting: str, node: str) -> Path:
     """``staging.dir`` with its environment variables and ``~`` expanded here; a variable this
     node does not set is an error naming it."""
-    expanded = os.path.expanduser(os.path.expandvars(setting))
-    if "$" in expanded:
-        raise StagingError(
-            f"staging.dir {setting!r} is {expanded!r} on node {node}: an environment variable "
-            "it names is not set there"
-        )
+    try:
+        expanded = expand(setting, "staging.dir", where=f"node {node}")
+    except PathError as exc:
+        raise StagingError(str(exc)) from None
     return Path(expanded).absolute()
 
 

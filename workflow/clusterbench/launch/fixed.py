@@ -85,8 +85,11 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     by_name = {h.name: h for h in alloc.hosts}
     devices: dict[int, str | None] = {}
     for s in slots:
-        device = starter.rank_device(by_name[s.hostname], s.local_rank, s.local_size, inherited)
-        devices[s.rank] = None if single else device
+        host = by_name[s.hostname]
+        device = starter.rank_device(host, s.local_rank, s.local_size, inherited)
+        # one rank keeps the GPUs its environment has, unless the scheduler grants some
+        keep = single and (host.gpus is None or not scheduler.pins_single)
+        devices[s.rank] = None if keep else device
 
     extra = rank_env(args, scheduler, iface)
     # torch.distributed's rendezvous: a TCPStore served by rank 0, on rank 0's node address.

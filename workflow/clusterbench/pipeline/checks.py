@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.core import integrity
+from clusterbench.core.paths import PathError, expand
 from clusterbench.data import changes as source_changes
 from clusterbench.data import index as images_index
 from clusterbench.pipeline import layout
@@ -119,7 +120,11 @@ class Checks:
         source = self.in_place_sources.get(dataset)
         if source is None or not self._once("in place", dataset):
             return
-        folder = Path(os.path.expanduser(source["path"]))
+        try:
+            folder = Path(expand(source["path"], f"datasets.{dataset}.path"))
+        except PathError as exc:  # a user or variable this host lacks
+            self.adapter.stop(str(exc))
+            return
         problem = folder_problem(dataset, folder, source["format"])
         if problem:
             self.adapter.stop(problem)

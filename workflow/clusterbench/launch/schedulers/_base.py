@@ -338,6 +338,9 @@ class Scheduler:
     #: Jobs run on other machines (compute nodes), which parse the workflow and its config
     #: again there.
     cluster: ClassVar[bool] = False
+    #: A single rank is pinned to its host's GPU list too (the scheduler's grant, which the
+    #: job's environment does not reflect), not left with the GPUs its environment has.
+    pins_single: ClassVar[bool] = False
     #: The Snakemake executor that runs this scheduler's jobs; None: the executor of its own
     #: name. A scheduler that is no executor of its own (ssh: the local executor runs the
     #: jobs, the launcher starts the ranks elsewhere) is chosen for the workflow by
