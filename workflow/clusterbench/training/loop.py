@@ -97,7 +97,7 @@ class FixedSession:
     def start(self, state: Any, saved_ranks: list[dict[str, Any]] | None) -> Partial | None:
         rt = self.rt
         rt.broadcast_state(state.model, state.optimizer)
-        keys = ("epoch", "place", "records", "train_seconds", "resets")
+        keys = ("epoch", "place", "records", "train_seconds", "resets", "timeline")
         values = rt.broadcast_object({k: getattr(state, k) for k in keys}, name="train.state")
         for key in keys:
             setattr(state, key, values[key])

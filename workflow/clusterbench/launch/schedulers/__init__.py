@@ -21,16 +21,22 @@ import logging
 from collections.abc import Mapping
 
 from clusterbench.launch.schedulers._base import (
+    ENDED,
+    ENDING,
     HOSTS_FILE_VAR,
+    PENDING,
     RANK_ID_VAR,
+    RUNNING,
     Allocation,
     AllocationError,
     Host,
     JobRequest,
+    JobStatus,
     LaunchError,
     PreflightContext,
     PreflightError,
     Scheduler,
+    WorkerQueue,
     node_devices,
     parse_hosts_file,
     rank_device,
@@ -110,7 +116,11 @@ def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
 
 
 __all__ = [
+    "ENDED",
+    "ENDING",
     "HOSTS_FILE_VAR",
+    "PENDING",
+    "RUNNING",
     "OLD_SCHEDULER_VAR",
     "RANK_ID_VAR",
     "REGISTRY",
@@ -121,10 +131,12 @@ __all__ = [
     "AllocationError",
     "Host",
     "JobRequest",
+    "JobStatus",
     "LaunchError",
     "PreflightContext",
     "PreflightError",
     "Scheduler",
+    "WorkerQueue",
     "detect",
     "load",
     "node_devices",
