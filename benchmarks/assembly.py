@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from bench_data import cpu_cores, write_metrics
 from clusterbench.data.arrays import load_training
+from clusterbench.data.order import global_batches
 from clusterbench.data.resident import ResidentImages
 from clusterbench.training.memory_format import torch_format
-from clusterbench.training.schedule import global_batches
 
 
 def measure(

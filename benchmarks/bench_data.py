@@ -137,7 +137,7 @@ def make_cifar_like(
 
 def with_records(data: Path) -> Path:
     """The arrays' sizes and sha256 in ``data/meta.json``, as preprocessing records them."""
-    from clusterbench import integrity
+    from clusterbench.core import integrity
 
     meta = json.loads((data / "meta.json").read_text())
     meta["files"] = {p.name: integrity.record_with_blocks(p) for p in sorted(data.glob("*.npy"))}

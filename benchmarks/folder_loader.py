@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 from bench_data import cpu_cores, write_metrics
+from clusterbench.data.order import global_batches
 from clusterbench.data.source import Reading, open_source
-from clusterbench.training.schedule import global_batches
 
 
 def measure(data_dir: Path, run: dict[str, Any], epochs: int, workers: int) -> list[dict[str, Any]]:

@@ -1,10 +1,10 @@
 # The interconnect: allreduce, allgather and broadcast timed across the ranks of each
-# multi-worker environment and backend the runs use (PIPELINE.comm_jobs, clusterbench.comm_jobs:
+# multi-worker environment and backend the runs use (PIPELINE.comm_jobs, clusterbench.pipeline.comm_jobs:
 # one job each, named like 2w-1n-cpu-horovod), started by clusterbench.launch as a train job of
-# that size is, with a train job's resources (clusterbench.resources) for the first run of that
+# that size is, with a train job's resources (clusterbench.pipeline.resources) for the first run of that
 # environment and backend. `comm.enabled: false`: no job. Params: the job's environment and
-# backend and the comm settings that change what it measures (clusterbench.comm_jobs.job_params).
-from clusterbench import comm_jobs
+# backend and the comm settings that change what it measures (clusterbench.pipeline.comm_jobs.job_params).
+from clusterbench.pipeline import comm_jobs
 
 
 wildcard_constraints:

@@ -20,14 +20,15 @@ if not CHECKOUT.is_dir():
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
-from clusterbench import interrupt, preemption
+from clusterbench.pipeline import interrupt
+from clusterbench.core import preemption
 from clusterbench.pipeline import Pipeline, SnakemakeAdapter
 from clusterbench.pipeline.commands import dir_of, evaluate_dirs
 from clusterbench.pipeline.layout import stored_files
-from clusterbench.resources import TRAIN_RESOURCE_KEYS
+from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS
 
 # SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
-# itself would wait for them to finish (see clusterbench.interrupt).
+# itself would wait for them to finish (see clusterbench.pipeline.interrupt).
 interrupt.install()
 
 #: The default config, relative to the working directory (as Snakemake reads `configfile:`);
@@ -36,7 +37,7 @@ DEFAULT_CONFIGFILE = "config/config.yaml"
 # Snakemake reads config files (`--configfile` before this file runs) with its own loader, which
 # names no file and no line, keeps the later of a key given twice without a word and has no size
 # limit: the workflow reads them again, and this one before Snakemake does (see
-# clusterbench.config_file).
+# clusterbench.config.files).
 if not workflow.modifier.skip_configfile:
     try:
         cbconfig.check_files([DEFAULT_CONFIGFILE, *workflow.overwrite_configfiles])
@@ -105,7 +106,7 @@ def alternatives(names):
     return "|".join(re.escape(name) for name in names) or "(?!)"
 
 
-#: Every file of the preprocessed dataset, as its storage has it (clusterbench.data.storage).
+#: Every file of the preprocessed dataset, as its storage has it (clusterbench.config.storage).
 data_files = PIPELINE.data_files
 #: The datasets stored as files (an image folder a run streams), and those stored as arrays
 #: (synthetic ones have neither): the preprocess rules of each (rules/preprocess.smk).

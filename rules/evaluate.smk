@@ -8,7 +8,7 @@ rule evaluate:
         per_class="results/eval/{run}/per_class.csv",
         confusion="results/eval/{run}/confusion.csv",
         metrics="results/eval/{run}/metrics.json",
-        # the sizes and sha256s of the files above, written last (clusterbench.integrity)
+        # the sizes and sha256s of the files above, written last (clusterbench.core.integrity)
         checksums="results/eval/{run}/checksums.json",
     log:
         "results/logs/evaluate/{run}.log",

@@ -1,4 +1,4 @@
-# Three rules, one per storage (clusterbench.data.storage): they write different files. The
+# Three rules, one per storage (clusterbench.config.storage): they write different files. The
 # same stage (scripts/preprocess.py) decodes into arrays, extracts an image folder's files (its
 # params say `storage: files`), or describes synthetic data (meta.json alone).
 rule preprocess:

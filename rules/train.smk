@@ -1,6 +1,6 @@
 # One Horovod rank per worker, started by clusterbench.launch in whatever allocation the job runs
 # in (local subprocesses, srun steps, qrsh -inherit). The command is the same in every profile;
-# resources (clusterbench.resources) size the job for each executor and are no rerun trigger.
+# resources (clusterbench.pipeline.resources) size the job for each executor and are no rerun trigger.
 # A run's `priority` orders the local train jobs (Snakemake picks the highest first) and becomes
 # Slurm's --nice / SGE's -p through the resources; neither it nor `qos` is a rerun trigger.
 # `--lock`: one job at a time trains a run (a requeued Slurm job and Snakemake's retry of it
@@ -19,7 +19,7 @@ rule train:
         metrics="results/runs/{run}/metrics.jsonl",
         tensorboard=directory("results/runs/{run}/tensorboard"),
         model="results/runs/{run}/model.pt",
-        # the sizes and sha256s of the files above, written last (clusterbench.integrity)
+        # the sizes and sha256s of the files above, written last (clusterbench.core.integrity)
         checksums="results/runs/{run}/checksums.json",
     log:
         "results/logs/train/{run}.log",

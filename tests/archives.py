@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from clusterbench.datasets import DATASETS, FileSpec
+from clusterbench.config.datasets import DATASETS, FileSpec
 
 CIFAR_DIR = "cifar-10-batches-bin"
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterbench.atomic import atomic_open, current_umask, write_json
+from clusterbench.core.atomic import atomic_open, current_umask, write_json
 
 
 def mode(path: Path) -> int:
@@ -21,7 +21,7 @@ def test_outputs_get_the_mode_of_the_umask_not_0600(tmp_path: Path, umask: int):
     code = (
         "import os, sys\n"
         f"os.umask({umask})\n"
-        "from clusterbench.atomic import write_json\n"
+        "from clusterbench.core.atomic import write_json\n"
         "write_json(sys.argv[1], {'a': 1})\n"
         "open(sys.argv[2], 'w').close()\n"
     )

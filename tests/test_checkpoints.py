@@ -1,4 +1,4 @@
-"""clusterbench.checkpoints: naming, order, and which checkpoint a run continues from."""
+"""clusterbench.training.checkpoints: naming, order, and which checkpoint a run continues from."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 import torch
-from clusterbench import checkpoints
-from clusterbench.checkpoints import Position
+from clusterbench.training import checkpoints
+from clusterbench.training.checkpoints import Position
 
 RUN = {"name": "r", "lr": 0.05, "momentum": 0.9, "workers": 2}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clusterbench import checkpoints
+from clusterbench.training import checkpoints
 from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
 
 pytestmark = pytest.mark.slow

@@ -298,10 +298,10 @@ def test_sge_qstat_sees_a_running_job(sge_cluster, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# profiles/{slurm,sge} + clusterbench.resources through the real executor plugins
+# profiles/{slurm,sge} + clusterbench.pipeline.resources through the real executor plugins
 
 TOY_SNAKEFILE = """\
-from clusterbench.resources import train_resources
+from clusterbench.pipeline.resources import train_resources
 
 rule train:
     output: "out.txt"
@@ -403,7 +403,7 @@ def test_sge_gpu_complex_is_checked_before_submission_and_asked_for(
     profile, asks `-l gpu=2` and runs (qacct records the request)."""
     from clusterbench.launch.schedulers import PreflightContext
     from clusterbench.launch.schedulers.sge import SgeScheduler
-    from clusterbench.resources import train_resources
+    from clusterbench.pipeline.resources import train_resources
 
     for key, value in sge_cluster.env.items():
         monkeypatch.setenv(key, value)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clusterbench import comm, comm_jobs, compare
+from clusterbench import comm, compare
 from clusterbench import config as cb
+from clusterbench.pipeline import comm_jobs
+from clusterbench.pipeline.resources import train_resources
 from clusterbench.report import inputs, tables
 from clusterbench.report import main as run_main
 from clusterbench.report.scaling_model import (
@@ -22,7 +24,6 @@ from clusterbench.report.scaling_model import (
     model_table,
 )
 from clusterbench.report.text import rst_literal
-from clusterbench.resources import train_resources
 from test_report import edit_run_json, make_fake_results, pdf_text
 
 # ------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def bn_net() -> nn.Module:
 @pytest.mark.parametrize("compression", ["none", "fp16"])
 def test_horovods_step_compresses_the_gradients_and_keeps_the_bn_statistics_exact(compression):
     from clusterbench.backends.horovod import FusedAllreduceOptimizer
-    from clusterbench.syncbn import RunningStatsAggregator
+    from clusterbench.bn._blocks import RunningStatsAggregator
 
     model = bn_net()
     hvd = FakeHorovod()
@@ -145,22 +145,21 @@ def world_of_one():
 @pytest.mark.parametrize(
     "compression,timing", [("none", "on"), ("fp16", "on"), ("bf16", "on"), ("fp16", "off")]
 )
-def test_ddps_step_timing_wraps_the_compress_hook(compression, timing, world_of_one, monkeypatch):
+def test_ddps_step_timing_wraps_the_compress_hook(compression, timing, world_of_one):
     """DDP takes one communication hook: with steps timed and compression asked for, the
     timed hook notes when each bucket was ready and the bucket is still exchanged in 16 bits
     (the gradients come back rounded to the 16-bit type), i.e. both are in effect."""
+    from clusterbench.backends import Identity
     from clusterbench.backends.ddp import TorchRuntime
-    from clusterbench.runtime import Identity
 
-    monkeypatch.setenv("CLUSTERBENCH_STEP_TIMES", timing)
     # a runtime that believes in two ranks (so it wraps in DDP) over the group of one
     rt = TorchRuntime(Identity(0, 2, 0, 2, 0, 1), "cpu")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
     x = torch.randn(16, 5) / 3
     exact = torch.autograd.grad(model(x).square().sum(), list(model.parameters()))
-    module, optimizer = rt.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), "local",
-                                compression)  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    module, optimizer = rt.wrap(model, optimizer, "local", compression, timed=timing == "on")
     assert optimizer.gradients_ready() is None  # no backward yet
     module(x).square().sum().backward()
     got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])

@@ -1,4 +1,4 @@
-"""Reading a config file (clusterbench.config_file): what yaml.safe_load reads, with keys given
+"""Reading a config file (clusterbench.config.files): what yaml.safe_load reads, with keys given
 twice, oversized input and values that hold themselves refused, naming the line."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterbench import config as cb
-from clusterbench import config_file as cf
+from clusterbench.config import files as cf
 from test_bad_input import expected_message
 
 REPO = Path(__file__).resolve().parent.parent

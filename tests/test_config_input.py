@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from clusterbench import config_file as cf
+from clusterbench.config import files as cf
 from conftest import REPO, snakemake_env
 from test_bad_input import dry_run
 

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import torch
 from clusterbench import config as cb
-from clusterbench.data import DataError, augment, loading, record, storage
+from clusterbench.config import storage
+from clusterbench.data import DataError, augment, loading, record
+from clusterbench.data.order import global_batches
 from clusterbench.data.source import Reading, check, open_source
-from clusterbench.training.schedule import global_batches
 from conftest import REPO, default_config
 from PIL import Image
 from test_train import make_dataset, run_config

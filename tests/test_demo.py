@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
-from clusterbench.preflight import local_gpus
+from clusterbench.pipeline import comm_jobs
+from clusterbench.pipeline.preflight import local_gpus
 from conftest import copy_checkout, demo_config, snakemake
 
 

@@ -57,6 +57,6 @@ def test_cli_prints_a_pin():
 
 
 def test_the_pinned_scikit_learn_is_the_one_the_digits_checksum_belongs_to():
-    from clusterbench.datasets import DIGITS_SKLEARN_VERSION
+    from clusterbench.config.datasets import DIGITS_SKLEARN_VERSION
 
     assert deps.pin("scikit-learn") == DIGITS_SKLEARN_VERSION

@@ -1,4 +1,4 @@
-"""The distributed runtime (clusterbench.runtime, clusterbench.backends) with real ranks of both
+"""The distributed runtime (clusterbench.backends, clusterbench.backends) with real ranks of both
 backends.
 
 Run as a script (by ``clusterbench.launch`` in the tests below) this file is the worker.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from clusterbench.syncbn import RunningStatsAggregator
+from clusterbench.bn._blocks import RunningStatsAggregator
 from torch import nn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -286,7 +286,7 @@ if __name__ == "__main__":
 def test_a_world_of_one_answers_collectives_without_the_backend():
     """One rank has nothing to exchange: the runtime answers every collective itself (a
     Horovod collective would still wait for its background cycle, about 2 ms, every epoch)."""
-    from clusterbench.runtime import Identity, Runtime
+    from clusterbench.backends import Identity, Runtime
 
     calls: list[str] = []
 

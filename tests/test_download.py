@@ -19,7 +19,7 @@ import pytest
 from archives import make_mnist
 from clusterbench import download
 from clusterbench.config import ConfigError
-from clusterbench.datasets import DATASETS, DatasetError, FileSpec, resolve_urls
+from clusterbench.config.datasets import DATASETS, DatasetError, FileSpec, resolve_urls
 from clusterbench.download import (
     ChecksumError,
     DownloadError,

@@ -25,7 +25,7 @@ from clusterbench import config as cbconfig
 from clusterbench.launch.cli import parse_args
 from clusterbench.launch.schedulers import AllocationError, LaunchError
 from clusterbench.launch.schedulers.local import LocalScheduler, slot_hosts, slot_index
-from clusterbench.resources import train_resources
+from clusterbench.pipeline.resources import train_resources
 from conftest import REPO
 from test_train import make_dataset, read_metrics, run_config
 

@@ -1,4 +1,5 @@
-"""experiments: (clusterbench.experiments, through clusterbench.config.validate): names, points,
+"""experiments: (clusterbench.config.experiments, through clusterbench.config.validate): names,
+points,
 repeats, environment presets, and errors that name their key path."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import os
 
 import pytest
 from clusterbench import config as cb
-from clusterbench import experiments as ex
+from clusterbench.config import experiments as ex
 from conftest import default_config
 
 

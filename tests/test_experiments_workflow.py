@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterbench.preflight import local_gpus
+from clusterbench.pipeline.preflight import local_gpus
 from conftest import REPO, default_config, snakemake, snakemake_cmd, write_config
 
 SWEEP = {

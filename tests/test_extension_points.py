@@ -60,7 +60,7 @@ def decode(files, image_size=None, class_names=None):
 
 TOY_BACKEND = '''
 """``backend: solo``: a world of one, without any library (no collective has anyone to talk to)."""
-from clusterbench.runtime import DistributedOptimizer, Identity, Runtime
+from clusterbench.backends import DistributedOptimizer, Identity, Runtime
 
 
 class SoloRuntime(Runtime):
@@ -171,7 +171,7 @@ config.validate(cfg)
 print(config.load_schema()["$defs"]["format"]["enum"])
 """
     assert "'toy-text'" in run_in(copy, "-c", check).stdout
-    from clusterbench.integrity import sha256_of
+    from clusterbench.core.integrity import sha256_of
 
     manifest = {
         "dataset": "mine",

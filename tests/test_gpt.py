@@ -1,4 +1,4 @@
-"""The GPT-style language models (clusterbench.models.gpt, clusterbench.nets.gpt): shapes,
+"""The GPT-style language models (clusterbench.models.gpt, clusterbench.models._gpt_net): shapes,
 causality, tied embeddings, the sizes by name, scaled_dot_product_attention, bf16 on the CPU."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from clusterbench import integrity
-from clusterbench.datasets import DATASETS
+from clusterbench.config.datasets import DATASETS
+from clusterbench.core import integrity
 from conftest import REPO, default_config, snakemake, write_config
 
 

@@ -96,7 +96,8 @@ while not warned:
 time.sleep(1.5 * int(rank))
 with open(os.path.join(sys.argv[1], "rank%s.done" % rank), "w") as f:
     f.write("%d\n" % warned[0])
-for sig in (signal.SIGUSR1, signal.SIGUSR2):  # at exit, as clusterbench.preemption.install does
+# at exit, as clusterbench.core.preemption.install does
+for sig in (signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(sig, signal.SIG_IGN)
 sys.exit(75)
 """
@@ -714,7 +715,7 @@ def test_ranks_that_stop_on_a_preemption_warning_make_the_launcher_exit_75(tmp_p
 
 
 def test_interrupt_forwarding_finds_the_launchers_below_a_process():
-    from clusterbench import interrupt
+    from clusterbench.pipeline import interrupt
 
     assert interrupt.parse_stat("42 (python -m (x) y) S 7 42 42 0") == (42, 7)
     tree = {2: 1, 3: 2, 4: 3, 5: 1, 6: 99}
@@ -727,7 +728,7 @@ def test_interrupt_forwarding_finds_the_launchers_below_a_process():
 # choose (any thread that does not block it): here the timer's own (pthread_kill).
 SIGINT_ELSEWHERE = """\
 import signal, subprocess, sys, threading, time
-from clusterbench import interrupt
+from clusterbench.pipeline import interrupt
 interrupt.install()
 launcher = subprocess.Popen(
     [sys.executable, "-c", "import time; time.sleep(120)", "clusterbench.launch"]

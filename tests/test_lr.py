@@ -1,4 +1,4 @@
-"""The learning rate of every step (clusterbench.training.lr): the warm-up, then lr_schedule,
+"""The learning rate of every step (clusterbench.config.lr): the warm-up, then lr_schedule,
 against PyTorch's own schedulers where one does the same; and the checks before any job."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from clusterbench import config as cb
-from clusterbench.training.lr import (
+from clusterbench.config.lr import (
     LR_SCHEDULES,
     LRSchedule,
     learning_rate,

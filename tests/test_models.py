@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from clusterbench.atomic import atomic_path
+from clusterbench.core.atomic import atomic_path
 from clusterbench.data.images import normalize_images
 from clusterbench.evaluate import build, load_model_file
 from clusterbench.models import ModelError, build_model, builtin_models

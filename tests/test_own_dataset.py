@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from clusterbench import config as cb
 from clusterbench import download, formats, preprocess
-from clusterbench.datasets import DATASETS, DIGITS_SKLEARN_VERSION
+from clusterbench.config.datasets import DATASETS, DIGITS_SKLEARN_VERSION
 from conftest import REPO, default_config, snakemake, write_config
 from PIL import Image
 
@@ -349,7 +349,9 @@ def test_a_changed_bundled_digits_file_says_which_scikit_learn_to_install(
     source = tmp_path / "sklearn" / spec.files[0].name
     source.parent.mkdir()
     source.write_bytes(b"digits of another scikit-learn release")
-    monkeypatch.setattr("clusterbench.datasets._SKLEARN_DATA_URL", source.parent.as_uri() + "/")
+    monkeypatch.setattr(
+        "clusterbench.config.datasets._SKLEARN_DATA_URL", source.parent.as_uri() + "/"
+    )
     monkeypatch.setattr("importlib.metadata.version", lambda dist: "9.9.9")
     params = {"source": {"files": {spec.files[0].name: {"url": source.as_uri()}}}}
     params.update(cache_dir=str(tmp_path / "cache"))

@@ -14,10 +14,18 @@ from types import SimpleNamespace
 
 import pytest
 from clusterbench import config as cbconfig
-from clusterbench import integrity, preflight
-from clusterbench.pipeline import Adapter, Pipeline, PlannedJob, SnakemakeAdapter, commands, layout
+from clusterbench.core import integrity
+from clusterbench.pipeline import (
+    Adapter,
+    Pipeline,
+    PlannedJob,
+    SnakemakeAdapter,
+    commands,
+    layout,
+    preflight,
+)
 from clusterbench.pipeline.adapter import RULES
-from clusterbench.resources import train_resources
+from clusterbench.pipeline.resources import train_resources
 from conftest import REPO, default_config
 
 
@@ -391,7 +399,7 @@ def test_damaged_arrays_or_arrays_without_their_record_stop(in_tmp):
 
 def test_a_dataset_stored_as_files_is_its_folder_and_index_checked_against_meta(in_tmp):
     cfg = config()
-    cfg["datasets"]["digits"]["storage"] = "files"  # as clusterbench.data.storage decides
+    cfg["datasets"]["digits"]["storage"] = "files"  # as clusterbench.config.storage decides
     folder = layout.data_dir("digits")
     want = [f"{folder}/files", f"{folder}/index.json", f"{folder}/meta.json"]
     assert pipeline(FakeAdapter(None), cfg).run_data(wc(run="a")) == want
@@ -578,8 +586,7 @@ def test_comm_jobs_are_sized_as_train_jobs_when_asked_and_follow_the_reported_ru
     """The comm jobs (one per multi-worker environment and backend), each one's resources a
     train job's of its size, computed once when a job first asks; the report takes the comm
     results and benchmark files of the jobs of the runs it reports only."""
-    from clusterbench import comm_jobs
-    from clusterbench.pipeline import core
+    from clusterbench.pipeline import comm_jobs, core
 
     computed = []
     monkeypatch.setattr(

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 from clusterbench import config as cb
-from clusterbench import integrity
+from clusterbench.core import integrity
 from clusterbench.launch.schedulers import SCHEDULERS
 from clusterbench.launch.schedulers.sge import SgeScheduler
 from clusterbench.launch.schedulers.slurm import SlurmScheduler
+from clusterbench.pipeline.resources import train_resources
 from clusterbench.plan import (
     DryRunJob,
     PlanError,
@@ -32,7 +33,6 @@ from clusterbench.plan import (
     planned_executor,
     train_job,
 )
-from clusterbench.resources import train_resources
 from conftest import REPO, default_config, snakemake, snakemake_env, write_config
 from snakemake.logging import format_resources, format_wildcards
 from test_resources import last_l, option, qsub_line, sbatch_line

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from clusterbench.runtime import DistributedOptimizer, Identity, Runtime
+from clusterbench.backends import DistributedOptimizer, Identity, Runtime
 from clusterbench.training.objectives import objective
 from clusterbench.training.state import Partial
 from clusterbench.training.step_times import StepTimes

@@ -1,4 +1,4 @@
-"""clusterbench.preemption in a real process: warnings recorded, not fatal, also at exit."""
+"""clusterbench.core.preemption in a real process: warnings recorded, not fatal, also at exit."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import subprocess
 import sys
 import textwrap
 
-from clusterbench import preemption
+from clusterbench.core import preemption
 
 # Registered before install(), so it runs after install()'s own exit function (atexit is
 # last-in, first-out): it prints which warnings the process ignores as it ends.
 CHILD = textwrap.dedent(
     """
     import atexit, os, signal, sys
-    from clusterbench import preemption
+    from clusterbench.core import preemption
 
     def disposition_at_exit():
         ignored = int(

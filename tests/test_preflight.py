@@ -1,13 +1,13 @@
 """The pre-flight checks, each behind its scheduler's ``unavailable``: Slurm jobs larger than
 their partition, SGE jobs ``qsub -w v`` refuses, and local runs needing more cores (or GPUs)
-than local jobs get are refused up front; ``clusterbench.preflight`` asks the executor's."""
+than local jobs get are refused up front; ``clusterbench.pipeline.preflight`` asks the
+executor's."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
-from clusterbench import preflight
 from clusterbench.launch.schedulers import LaunchError, PreflightContext, PreflightError, sge, slurm
 from clusterbench.launch.schedulers.local import (
     LocalScheduler,
@@ -20,7 +20,8 @@ from clusterbench.launch.schedulers.slurm import (
     parse_sinfo,
     slurm_problems,
 )
-from clusterbench.resources import train_resources
+from clusterbench.pipeline import preflight
+from clusterbench.pipeline.resources import train_resources
 
 # sinfo -h -o '%P|%D|%c|%G' on a site with a heterogeneous GPU partition
 SINFO = """\
@@ -111,7 +112,8 @@ def resolved(**kw):
 
 def context(runs, cores=None, settings=None, asked=None):
     """What rules/common.smk hands a scheduler: the runs, and each train job's resources as
-    they would be submitted (here: clusterbench.resources', and a record of the keys asked)."""
+    they would be submitted (here: clusterbench.pipeline.resources', and a record of the keys
+    asked)."""
 
     def resources(name, keys):
         if asked is not None:

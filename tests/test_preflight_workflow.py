@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clusterbench import integrity
+from clusterbench.core import integrity
 from conftest import REPO, default_config, snakemake, write_config
 
 RUNS = ("one", "two")

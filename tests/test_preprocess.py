@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archives import gz, idx_bytes, make_cifar10, make_digits, make_mnist
-from clusterbench import download, formats, integrity, preprocess
+from clusterbench import download, formats, preprocess
 from clusterbench.config import EXIT_BAD_SETTINGS
-from clusterbench.datasets import DATASETS
+from clusterbench.config.datasets import DATASETS
+from clusterbench.core import integrity
 from conftest import REPO
 
 DIGITS_PARAMS = {"val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 7}

@@ -1,4 +1,4 @@
-"""clusterbench.provenance: the GPU driver probe (pure parsers on sample output) and the
+"""clusterbench.core.provenance: the GPU driver probe (pure parsers on sample output) and the
 gathering of every rank's facts into run.json's per-host provenance (a fake runtime; the real
 2-rank runs are in test_train.py)."""
 
@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from clusterbench import provenance
-from clusterbench.provenance import merge_ranks, parse_nvidia_smi, parse_proc_driver_version
+from clusterbench.core import provenance
+from clusterbench.core.provenance import merge_ranks, parse_nvidia_smi, parse_proc_driver_version
 
 # --------------------------------------------------------------------------------------------
 # GPU names and driver version

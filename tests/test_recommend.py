@@ -1,4 +1,4 @@
-"""The recommendation (clusterbench.report.recommend, clusterbench.stats): the fastest
+"""The recommendation (clusterbench.report.recommend, clusterbench.core.stats): the fastest
 configuration of each workload, its margin over the runner-up and the noise rule, and the time
 to a target accuracy. Pure pandas on synthetic tables; one rendered report checks that the
 title page leads with it."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from clusterbench import stats
+from clusterbench.core import stats
 from clusterbench.report import recommend
 from test_report import PAGE, PARAMS, make_fake_results, pdf_text, run_report
 

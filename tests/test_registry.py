@@ -1,11 +1,11 @@
-"""The plugin registry every extension point uses (clusterbench.registry)."""
+"""The plugin registry every extension point uses (clusterbench.core.registry)."""
 
 from __future__ import annotations
 
 import sys
 
 import pytest
-from clusterbench.registry import Registry, UnknownPlugin, closest, module_name, plugin_name
+from clusterbench.core.registry import Registry, UnknownPlugin, closest, module_name, plugin_name
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Tests of stage 5 (clusterbench.report, clusterbench.provenance) on a realistic fake result set
+"""Tests of stage 5 (clusterbench.report, clusterbench.core.provenance) on a realistic fake result
+set
 written to disk in the formats of the train and evaluate stages (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from clusterbench import provenance
 from clusterbench.config import EXIT_BAD_SETTINGS
+from clusterbench.core import provenance
 from clusterbench.report import inputs, main, tables, theme
 from clusterbench.report.book import footer_text
 from clusterbench.report.charts import node_marker
@@ -951,7 +952,7 @@ def test_git_commit_and_dirty_flag(tmp_path: Path):
 
 
 def test_provenance_import_does_not_import_torch():
-    code = "import sys, clusterbench.provenance; sys.exit('torch' in sys.modules)"
+    code = "import sys, clusterbench.core.provenance; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

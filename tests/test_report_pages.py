@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterbench.registry import Registry
+from clusterbench.core.registry import Registry
 from clusterbench.report import pages
 from conftest import REPO, copy_checkout
 from test_report import CONFIG_HASH, PAGE, PARAMS, make_fake_results, pdf_text

@@ -1,4 +1,4 @@
-"""clusterbench.resources (and the schedulers' parts of it): the resource dicts, and the
+"""clusterbench.pipeline.resources (and the schedulers' parts of it): the resource dicts, and the
 sbatch/qsub lines the real plugins build.
 
 The executor plugins' own command builders (snakemake-executor-plugin-slurm's
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from clusterbench import config as cb
-from clusterbench import preemption
+from clusterbench.core import preemption
 from clusterbench.launch.schedulers.sge import SGE_MPI_PE
-from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources
+from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS, train_resources
 from conftest import default_config
 from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
@@ -131,7 +131,8 @@ def test_memory_per_cpu_rounds_up() -> None:
 
 
 def refused(**overrides) -> str:
-    """The config's refusal of a run with ``overrides`` (clusterbench.resources checks nothing
+    """The config's refusal of a run with ``overrides`` (clusterbench.pipeline.resources checks
+    nothing
     again: a run reaches it through the config's validation)."""
     cfg = default_config()
     cfg["runs"] = [{**cfg["runs"][0], **overrides}]

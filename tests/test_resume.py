@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from clusterbench import checkpoints, preemption
-from clusterbench.checkpoints import CHECKPOINTS_ENV
 from clusterbench.config import EXIT_BAD_SETTINGS
+from clusterbench.core import preemption
 from clusterbench.train import main, validate_run
+from clusterbench.training import checkpoints
+from clusterbench.training.checkpoints import CHECKPOINTS_ENV
 from conftest import (
     REPO,
     default_config,
@@ -116,7 +117,7 @@ def train_here(data: Path, run: dict, out: Path) -> int:
     return main(["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)])
 
 
-#: LR schedules that change the LR at every step (clusterbench.training.lr), beside a constant
+#: LR schedules that change the LR at every step (clusterbench.config.lr), beside a constant
 #: LR: a run continued mid-epoch steps with the LRs of the uninterrupted one.
 SCHEDULES = {
     "constant": {},

@@ -121,7 +121,7 @@ def test_the_copys_registry_and_resources_know_the_toy(checkout):
     code = (
         "import json\n"
         "from clusterbench.launch.schedulers import REGISTRY, SCHEDULERS, select\n"
-        "from clusterbench.resources import TRAIN_RESOURCE_KEYS, train_resources\n"
+        "from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS, train_resources\n"
         "print(json.dumps({'registry': REGISTRY.names(), 'order': list(SCHEDULERS),\n"
         "  'detected': select(None, {'TOY_JOB_ID': '1', 'SLURM_JOB_ID': '2'}).name,\n"
         "  'keys': TRAIN_RESOURCE_KEYS,\n"

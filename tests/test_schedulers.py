@@ -630,7 +630,7 @@ def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
 
 PACKAGE = os.path.join(os.path.dirname(__file__), "..", "workflow", "clusterbench")
 #: The launcher (all of it) and the workflow's modules that ask its schedulers.
-LAUNCH_AREA = ("launch", "resources.py", "preflight.py", "plan.py")
+LAUNCH_AREA = ("launch", "pipeline/resources.py", "pipeline/preflight.py", "plan.py")
 
 
 def launch_modules() -> dict[str, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clusterbench import preemption
+from clusterbench.core import preemption
 from clusterbench.launch import slurm_batch
 from conftest import REPO
 

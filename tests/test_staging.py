@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clusterbench import integrity
+from clusterbench.core import integrity
 from clusterbench.data import DataError, staging
 from clusterbench.data.staging import MARKER, StagingError, expand_dir, stage
 from test_train import make_dataset

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from clusterbench import preemption
-from clusterbench.checkpoints import CHECKPOINTS_ENV
-from clusterbench.datasets import get_dataset
+from clusterbench.config.datasets import get_dataset
+from clusterbench.core import preemption
 from clusterbench.download import file_digests
+from clusterbench.training.checkpoints import CHECKPOINTS_ENV
 from test_resume import TIMING, assert_same_training, rank_pids, signal_when
 from test_train import make_dataset, read_metrics, run_config, train_cmd
 

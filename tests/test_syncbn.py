@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from clusterbench.models import build_model
-from clusterbench.syncbn import (
+from clusterbench.bn._blocks import (
     CPUSyncBatchNorm,
     combine_moments,
     convert_batchnorm,
     cpu_sync_factory,
 )
+from clusterbench.models import build_model
 from torch import nn
 
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"

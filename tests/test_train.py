@@ -17,18 +17,11 @@ import numpy as np
 import pytest
 import torch
 from clusterbench.config import EXIT_BAD_SETTINGS, ConfigError
+from clusterbench.data.order import epoch_permutation, global_batches, shard_bounds, shard_sizes
 from clusterbench.models import build_model
 from clusterbench.train import main, validate_run
 from clusterbench.training.device import DeviceError, check_device
-from clusterbench.training.schedule import (
-    PROGRESS_INTERVAL,
-    epoch_permutation,
-    global_batches,
-    progress_due,
-    progress_line,
-    shard_bounds,
-    shard_sizes,
-)
+from clusterbench.training.schedule import PROGRESS_INTERVAL, progress_due, progress_line
 from clusterbench.training.steps import NonFiniteLossError, non_finite_message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,7 +150,7 @@ def read_metrics(out: Path) -> list[dict]:
 def assert_provenance(info: dict, ranks: list[int]) -> None:
     """run.json's provenance of a run whose ``ranks`` all ran on this machine: one host entry
     holding them, this machine's facts, the commit of this checkout, rank 0's versions."""
-    from clusterbench import provenance
+    from clusterbench.core import provenance
 
     prov = info["provenance"]
     here = provenance.collect()
@@ -248,7 +241,7 @@ def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
     ],
 )
 def test_batch_and_lr_conventions(scaling, workers, global_batch, lr, shards):
-    from clusterbench.training.lr import learning_rate, lr_schedule
+    from clusterbench.config.lr import learning_rate, lr_schedule
     from clusterbench.training.schedule import effective_settings, global_batch_size
 
     run = run_config(batch_scaling=scaling, workers=workers, batch_size=128, lr=0.05)

@@ -21,11 +21,11 @@ import torch
 from clusterbench import config as cb
 from clusterbench import download, evaluate, preprocess
 from clusterbench.data import synthetic
+from clusterbench.data.order import global_batches
 from clusterbench.data.source import Reading, check, open_source
 from clusterbench.data.tokens import load_tokens
 from clusterbench.formats import FormatError, text
 from clusterbench.models import build_model
-from clusterbench.training.schedule import global_batches
 from conftest import REPO
 
 #: The small offline text the tests and the example train on (self-written, 7 KB).
@@ -464,8 +464,8 @@ def test_a_preempted_language_model_on_synthetic_tokens_continues_exactly(tmp_pa
     carry: the run ends bit for bit as one never stopped."""
     import os
 
-    from clusterbench import preemption
-    from clusterbench.checkpoints import CHECKPOINTS_ENV
+    from clusterbench.core import preemption
+    from clusterbench.training.checkpoints import CHECKPOINTS_ENV
     from test_resume import assert_same_training, signal_when, slice_checkpoints, train_here
     from test_train import run_config
 

@@ -19,7 +19,7 @@ from benchlib.rows import HERE, REPO, Case, Row
 
 
 def machine() -> dict[str, Any]:
-    from clusterbench.provenance import collect
+    from clusterbench.core.provenance import collect
 
     info = collect(REPO)
     info["cpus_usable"] = len(os.sched_getaffinity(0))

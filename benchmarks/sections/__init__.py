@@ -1,4 +1,4 @@
-"""The sections of ``make bench``: one module each (:mod:`clusterbench.registry`).
+"""The sections of ``make bench``: one module each (:mod:`clusterbench.core.registry`).
 
 A section module defines:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from clusterbench.registry import Registry
+from clusterbench.core.registry import Registry
 
 SECTIONS = Registry("sections", "bench section", underscores=True)
 

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import atomic_path, write_json
-from clusterbench.params import read_json_object
+from clusterbench.core.atomic import atomic_path, write_json
+from clusterbench.core.params import read_json_object
 
 CRITERION = (
     "final validation accuracy, then final validation loss, then run name (language models "

@@ -7,7 +7,7 @@ python -m clusterbench.launch --np W -- \\
     python scripts/comm.py --params JSON --out-dir results/comm/NAME
 ```
 
-``--params`` is the job's slice (:func:`clusterbench.comm_jobs.job_params`): its ``name``,
+``--params`` is the job's slice (:func:`clusterbench.pipeline.comm_jobs.job_params`): its ``name``,
 environment (``workers``, ``nodes``, ``gpus_per_node``: the CPU for 0, else one GPU per rank)
 and ``backend``, and the ``comm`` settings (``max_bytes``, ``seconds_per_size``,
 ``warmup_iterations``, ``min_iterations``). Writes ``comm.json`` (the job, where it ran, its
@@ -45,8 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import atomic_open, write_json
+from clusterbench.backends import Collectives
 from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.core.atomic import atomic_open, write_json
 
 #: The smallest message, bytes: two float32 values.
 MIN_BYTES = 8
@@ -176,83 +177,19 @@ def row(op: str, size: int, ranks: int, sizes: Sequence[int], seconds: Sequence[
 
 
 # ------------------------------------------------------------------------------------------
-# the collectives of each backend
-
-
-class Collectives:
-    """One backend's collectives on buffers of one operation and size: :meth:`prepare` makes
-    the buffers and returns the call doing one operation."""
-
-    library = "gloo"
-
-    def __init__(self, rt: Any, device: Any) -> None:
-        self.rt, self.device = rt, device
-
-    def buffer(self, count: int) -> Any:
-        import torch
-
-        return torch.zeros(count, dtype=torch.float32, device=self.device)
-
-    def prepare(self, op: str, count: int, name: str) -> Callable[[], Any]:
-        raise NotImplementedError
-
-
-class HorovodCollectives(Collectives):
-    """``hvd.allreduce_`` (a sum, in place), ``hvd.allgather``, ``hvd.broadcast_`` from rank
-    0; each operation and size under its own name, as a training's tensors are (Horovod's
-    response cache then negotiates each again in a bit)."""
-
-    def __init__(self, rt: Any, device: Any) -> None:
-        super().__init__(rt, device)
-        hvd = rt.hvd
-        if self.device.type == "cuda" and hvd.nccl_built():
-            self.library = "nccl"
-
-    def prepare(self, op: str, count: int, name: str) -> Callable[[], Any]:
-        hvd, buf = self.rt.hvd, self.buffer(count)
-        if op == "allreduce":
-            return lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)
-        if op == "allgather":
-            return lambda: hvd.allgather(buf, name=name)
-        return lambda: hvd.broadcast_(buf, root_rank=0, name=name)
-
-
-class TorchCollectives(Collectives):
-    """``torch.distributed``'s ``all_reduce`` (a sum, in place), ``all_gather_single`` (or,
-    in a torch without it, ``all_gather_into_tensor``) into one output tensor, ``broadcast``
-    from rank 0, on the default process group."""
-
-    def __init__(self, rt: Any, device: Any) -> None:
-        import torch.distributed as dist
-
-        super().__init__(rt, device)
-        self.library = str(dist.get_backend())
-
-    def prepare(self, op: str, count: int, name: str) -> Callable[[], Any]:
-        import torch.distributed as dist
-
-        buf = self.buffer(count)
-        if op == "allreduce":
-            return lambda: dist.all_reduce(buf)
-        if op == "allgather":
-            out = self.buffer(count * self.rt.size)
-            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-            return lambda: gather(out, buf)
-        return lambda: dist.broadcast(buf, src=0)
-
-
-#: The collectives of each backend (a runtime's ``name``).
-COLLECTIVES: dict[str, type[Collectives]] = {"horovod": HorovodCollectives, "ddp": TorchCollectives}
+# the collectives of the run's backend (each backend's module defines its own)
 
 
 def collectives(rt: Any, device: Any) -> Collectives:
-    """The collectives of the runtime ``rt``'s backend; an error naming it if it has none."""
-    if rt.name not in COLLECTIVES:
+    """The collectives of the runtime ``rt``'s backend (its runtime's ``COLLECTIVES``); an error
+    naming the backend if it has none."""
+    made = type(rt).COLLECTIVES
+    if made is None:
         raise ConfigError(
-            f"backend {rt.name!r} has no collectives to time (clusterbench.comm.COLLECTIVES "
-            f"knows {', '.join(COLLECTIVES)})"
+            f"backend {rt.name!r} has no collectives to time (its runtime class "
+            f"{type(rt).__name__} sets no COLLECTIVES)"
         )
-    return COLLECTIVES[rt.name](rt, device)
+    return made(rt, device)
 
 
 # ------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ site) and ``compare-comm.csv`` (each environment and backend measured on several
 time and bus bandwidth per operation, size and site, and the ratio to the first site's).
 
 This module finds, reads and matches the runs and writes the tables; the PDF's own pages and
-the PDF are :mod:`clusterbench.compare_report`'s (which imports nothing from here).
+the PDF are :mod:`clusterbench.report.compare`'s (which imports nothing from here).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import atomic_open
 from clusterbench.config import (
     LATER_TRAIN_DEFAULTS,
     LATER_TRAIN_KEYS,
@@ -56,6 +55,7 @@ from clusterbench.config import (
     canonical_json,
     schema_default,
 )
+from clusterbench.core.atomic import atomic_open
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
 #: added since (absent in an older run.json) count as their default, which such a run had.
@@ -364,7 +364,8 @@ def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) 
     ``output``; returns 0."""
     import pandas as pd
 
-    from clusterbench import compare_report, provenance
+    from clusterbench.core import provenance
+    from clusterbench.report import compare as compare_report
     from clusterbench.report import tables
     from clusterbench.report.inputs import ReportParams, load_comm
 

@@ -36,9 +36,8 @@ from urllib.parse import urlsplit
 from tqdm import tqdm
 
 from clusterbench import __version__
-from clusterbench.atomic import atomic_path, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
-from clusterbench.datasets import (
+from clusterbench.config.datasets import (
     DatasetError,
     FileSpec,
     bundled_file_hint,
@@ -46,7 +45,8 @@ from clusterbench.datasets import (
     get_dataset,
     resolve_urls,
 )
-from clusterbench.params import json_object
+from clusterbench.core.atomic import atomic_path, write_json
+from clusterbench.core.params import json_object
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Only reads the model (``torch.load(..., weights_only=True)``: a checkpoint holdi
 tensors and plain containers is refused, nothing in it is executed), rebuilds it with
 :func:`clusterbench.models.build_model` and runs it in one process on the GPU when there is one,
 else on the CPU. Writes ``per_class.csv``, ``confusion.csv``, ``metrics.json`` and, last, their
-``checksums.json`` (:func:`clusterbench.integrity.write_checksums`).
+``checksums.json`` (:func:`clusterbench.core.integrity.write_checksums`).
 
 A language model (:func:`evaluate_tokens`) is measured per token: ``metrics.json`` holds its
 loss (cross-entropy per token), perplexity (``exp`` of the loss) and token accuracy (the
@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
-from clusterbench.atomic import atomic_open, write_json
 from clusterbench.config import ConfigError, bad_settings, stage_params
+from clusterbench.core import integrity
+from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.core.integrity import forcerun_command
+from clusterbench.core.params import read_json_object
 from clusterbench.data import DataError
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
-from clusterbench.integrity import forcerun_command
-from clusterbench.params import read_json_object
 
 #: ``model.pt``'s ``arch`` (clusterbench.models.architecture); an older file's has
 #: ``in_channels`` and ``image_size`` instead of ``input_shape`` (read as the same network).
@@ -250,7 +250,7 @@ def split_of(data_dir: Path, params: EvalParams, ckpt: dict[str, Any]) -> tuple[
     """The split's ``meta`` (with the ``image_shape`` its images are made at) and its batches:
     the arrays, or an image folder stored as files decoded as the model was trained to take
     them (``model.pt``'s ``input``: :func:`clusterbench.data.folder.eval_batches`)."""
-    from clusterbench.data.storage import read_meta, storage_of
+    from clusterbench.config.storage import read_meta, storage_of
 
     if storage_of(read_meta(data_dir)) == "files":
         from clusterbench.data.folder import eval_batches

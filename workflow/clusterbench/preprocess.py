@@ -14,7 +14,7 @@ Text (``format: text``, :func:`preprocess_text`) is cut into windows of ``seq_le
 tokens: ``{split}_x.npy`` holds the inputs, ``{split}_y.npy`` the next-token targets, both uint8
 ``(N, seq_len)``. Synthetic data (``synthetic``, ``synthetic-text``, :func:`describe_synthetic`)
 is generated where it trains: ``meta.json`` alone describes it (no array is written).
-An image folder with ``storage: files`` (one a run streams: :mod:`clusterbench.data.storage`)
+An image folder with ``storage: files`` (one a run streams: :mod:`clusterbench.config.storage`)
 is not decoded: its images are extracted into ``files/`` with an ``index.json`` of their
 checksums, classes and splits (:mod:`clusterbench.data.extract`), for the loader to decode per
 batch.
@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import formats, integrity
-from clusterbench.atomic import atomic_open, write_json
+from clusterbench import formats
 from clusterbench.config import (
     ConfigError,
     bad_settings,
@@ -40,9 +39,11 @@ from clusterbench.config import (
     split_sizes,
     stage_params,
 )
-from clusterbench.datasets import DatasetError, DatasetSpec, get_dataset
+from clusterbench.config.datasets import DatasetError, DatasetSpec, get_dataset
+from clusterbench.core import integrity
+from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.core.params import read_json_object
 from clusterbench.download import file_digests
-from clusterbench.params import read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,7 @@ def preprocess_images(
     splits = make_splits(decoded, split)
     mean, std = channel_stats(splits["train"][0])
     meta = {
-        # what each array must still be when a later step reads it (clusterbench.integrity)
+        # what each array must still be when a later step reads it (clusterbench.core.integrity)
         "files": write_arrays(out_dir, splits),
         "dataset": dataset,
         "image_shape": list(decoded.x_train.shape[1:]),
@@ -314,7 +315,7 @@ def write_arrays(
     out_dir: Path, splits: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> dict[str, dict[str, Any]]:
     """``{split}_x.npy`` and ``{split}_y.npy`` of each split; returns their records (size,
-    sha256, and a large file's blocks: :func:`clusterbench.integrity.record_with_blocks`) for
+    sha256, and a large file's blocks: :func:`clusterbench.core.integrity.record_with_blocks`) for
     ``meta.json``'s ``files``."""
     for name, (x, y) in splits.items():
         for suffix, array in (("x", x), ("y", y)):

@@ -35,12 +35,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from clusterbench import checkpoints, preemption
+from clusterbench.backends import Runtime
 from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_params
+from clusterbench.core import preemption
 from clusterbench.data import DataError
 from clusterbench.data.source import Reading, check
 from clusterbench.models import ModelError
-from clusterbench.runtime import Runtime
+from clusterbench.training import checkpoints
 from clusterbench.training.device import check_device, cpu_threads, node_name
 
 
@@ -63,7 +64,7 @@ def train(
 
     ``data_settings``: ``--data-settings`` (schema defaults if None); ``started``: when this
     process started (staging: a copy verified since then is this run's). Raises
-    :class:`clusterbench.preemption.Preempted` on every rank after a preemption warning, once
+    :class:`clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from.
     """
     from clusterbench import backends

@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from clusterbench.runtime import DistributedOptimizer, Identity, Runtime, env_int
+from clusterbench.backends import Collectives, DistributedOptimizer, Identity, Runtime, env_int
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from clusterbench.syncbn import RunningStatsAggregator
+    from clusterbench.bn._blocks import RunningStatsAggregator
 
 #: The tensors of the last collectives this module handed to Gloo (one per Gloo worker thread).
 #: A Gloo worker lets go of a collective's tensors a moment after the collective has completed;
@@ -159,9 +159,34 @@ class AggregatingOptimizer(DistributedOptimizer):
             self.aggregator.apply(buf)
 
 
+class TorchCollectives(Collectives):
+    """``torch.distributed``'s ``all_reduce`` (a sum, in place), ``all_gather_single`` (or,
+    in a torch without it, ``all_gather_into_tensor``) into one output tensor, ``broadcast``
+    from rank 0, on the default process group."""
+
+    def __init__(self, rt: Any, device: Any) -> None:
+        import torch.distributed as dist
+
+        super().__init__(rt, device)
+        self.library = str(dist.get_backend())
+
+    def prepare(self, op: str, count: int, name: str) -> Callable[[], Any]:
+        import torch.distributed as dist
+
+        buf = self.buffer(count)
+        if op == "allreduce":
+            return lambda: dist.all_reduce(buf)
+        if op == "allgather":
+            out = self.buffer(count * self.rt.size)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            return lambda: gather(out, buf)
+        return lambda: dist.broadcast(buf, src=0)
+
+
 class TorchRuntime(Runtime):
     name = "ddp"
     GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+    COLLECTIVES = TorchCollectives
 
     @classmethod
     def start(cls, device_type: str) -> TorchRuntime:
@@ -232,7 +257,7 @@ class TorchRuntime(Runtime):
         import torch
         from torch import nn
 
-        from clusterbench.syncbn import batchnorm_factory, cpu_sync_factory
+        from clusterbench.bn._blocks import batchnorm_factory, cpu_sync_factory
 
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # nn.SyncBatchNorm runs on GPUs only
@@ -244,9 +269,8 @@ class TorchRuntime(Runtime):
         optimizer: torch.optim.Optimizer,
         bn: str,
         grad_compression: str = "none",
+        timed: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
-        from clusterbench.training import step_times
-
         hook = compress_hook(grad_compression)
         module, clock = model, None
         if self.size > 1:
@@ -260,7 +284,7 @@ class TorchRuntime(Runtime):
                 gradient_as_bucket_view=True,
                 bucket_cap_mb=bucket_cap_mb(os.environ),
             )
-            if step_times.enabled():  # when backward's compute ends: the last bucket's start
+            if timed:  # when backward's compute ends: the last bucket's start
                 clock = ReadyClock(params.is_cuda, hook)
                 module.register_comm_hook(clock, timed_allreduce_hook)
             elif hook is not None:

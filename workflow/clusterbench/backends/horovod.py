@@ -33,7 +33,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from clusterbench.runtime import (
+from clusterbench.backends import (
+    Collectives,
     DistributedOptimizer,
     ElasticRuntime,
     Identity,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from clusterbench.syncbn import RunningStatsAggregator
+    from clusterbench.bn._blocks import RunningStatsAggregator
 
 #: Horovod background-cycle time (ms) of CPU runs unless HOROVOD_CYCLE_TIME is set (see above).
 CYCLE_TIME_MS = "2"
@@ -108,11 +109,32 @@ class FusedAllreduceOptimizer(DistributedOptimizer):
             self.aggregator.apply(stats)
 
 
+class HorovodCollectives(Collectives):
+    """``hvd.allreduce_`` (a sum, in place), ``hvd.allgather``, ``hvd.broadcast_`` from rank
+    0; each operation and size under its own name, as a training's tensors are (Horovod's
+    response cache then negotiates each again in a bit)."""
+
+    def __init__(self, rt: Any, device: Any) -> None:
+        super().__init__(rt, device)
+        hvd = rt.hvd
+        if self.device.type == "cuda" and hvd.nccl_built():
+            self.library = "nccl"
+
+    def prepare(self, op: str, count: int, name: str) -> Callable[[], Any]:
+        hvd, buf = self.rt.hvd, self.buffer(count)
+        if op == "allreduce":
+            return lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)
+        if op == "allgather":
+            return lambda: hvd.allgather(buf, name=name)
+        return lambda: hvd.broadcast_(buf, root_rank=0, name=name)
+
+
 class HorovodRuntime(ElasticRuntime):
     name = "horovod"
     #: Horovod 0.28.1's allreduce refuses bfloat16 tensors ("Tensor type
     #: torch.BFloat16Tensor is not supported"), under Gloo and NCCL alike: fp16 only.
     GRAD_COMPRESSIONS = ("none", "fp16")
+    COLLECTIVES = HorovodCollectives
 
     def __init__(self, identity: Identity, device_type: str, hvd: Any) -> None:
         super().__init__(identity, device_type)
@@ -178,7 +200,7 @@ class HorovodRuntime(ElasticRuntime):
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
         import torch
 
-        from clusterbench.syncbn import batchnorm_factory, cpu_sync_factory
+        from clusterbench.bn._blocks import batchnorm_factory, cpu_sync_factory
 
         if torch.device(device).type != "cuda":
             return cpu_sync_factory(self)  # hvd.SyncBatchNorm refuses CPU tensors
@@ -190,6 +212,7 @@ class HorovodRuntime(ElasticRuntime):
         optimizer: torch.optim.Optimizer,
         bn: str,
         grad_compression: str = "none",
+        timed: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         aggregator = self.aggregator(model, bn)
         return model, FusedAllreduceOptimizer(optimizer, self, aggregator, grad_compression)

@@ -1,7 +1,7 @@
 """BatchNorm across workers: the ``bn`` modes, one plugin module each.
 
 A mode decides how BatchNorm statistics cross the ranks of a data-parallel run. Each module of
-this package is one mode (:mod:`clusterbench.registry`), named after it, and provides:
+this package is one mode (:mod:`clusterbench.core.registry`), named after it, and provides:
 
 ``DESCRIPTION``        one line, for the docs and messages;
 ``ELASTIC``            None if the mode works when the world size changes while a run trains
@@ -12,14 +12,14 @@ this package is one mode (:mod:`clusterbench.registry`), named after it, and pro
                        as the gradients (``aggregate``: the running statistics), or None.
 
 The modules import nothing heavy at import time: the config check reads ``ELASTIC`` while the
-Snakefile is parsed. The building blocks are in :mod:`clusterbench.syncbn`.
+Snakefile is parsed. The building blocks are in :mod:`clusterbench.bn._blocks`.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from clusterbench.registry import Registry
+from clusterbench.core.registry import Registry
 
 #: The ``bn`` modes: the schema's choices of a run's ``bn``.
 BN_MODES = Registry("clusterbench.bn", "bn mode")

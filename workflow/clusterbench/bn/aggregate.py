@@ -1,7 +1,7 @@
 """``bn: aggregate`` (the default): as ``local`` in forward and backward, but after every
 optimiser step the running mean and variance of all BatchNorm layers are combined across the
 workers, weighted by each worker's share of the global batch, in the step's own collective
-(:class:`clusterbench.syncbn.RunningStatsAggregator`): every rank ends each step with the same
+(:class:`clusterbench.bn._blocks.RunningStatsAggregator`): every rank ends each step with the same
 running statistics."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def prepare(model: Any, runtime: Any, device: Any) -> Any:
 
 def aggregator(model: Any) -> Any:
     """The aggregator of ``model``'s BatchNorm layers (None when it has none)."""
-    from clusterbench.syncbn import RunningStatsAggregator
+    from clusterbench.bn._blocks import RunningStatsAggregator
 
     agg = RunningStatsAggregator(model)
     return agg if agg.layers else None

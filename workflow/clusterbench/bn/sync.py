@@ -1,6 +1,6 @@
 """``bn: sync``: exact full-batch statistics in forward and backward: the BatchNorm layers are
 replaced by the backend's synchronised BatchNorm (on GPUs), or by
-:class:`clusterbench.syncbn.CPUSyncBatchNorm` (on the CPU, where neither Horovod's nor
+:class:`clusterbench.bn._blocks.CPUSyncBatchNorm` (on the CPU, where neither Horovod's nor
 PyTorch's runs)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def prepare(model: Any, runtime: Any, device: Any) -> Any:
     """``model`` with every BatchNorm layer synchronised over ``runtime``'s ranks."""
     if runtime.size == 1:
         return model
-    from clusterbench.syncbn import convert_batchnorm
+    from clusterbench.bn._blocks import convert_batchnorm
 
     return convert_batchnorm(model, runtime.sync_batchnorm(device))
 

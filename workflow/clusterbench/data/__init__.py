@@ -1,6 +1,6 @@
 """The data a run trains and is evaluated on, shared by the train and evaluate stages.
 
-- :mod:`clusterbench.data.storage`: how preprocessing stores a dataset (arrays, or an image
+- :mod:`clusterbench.config.storage`: how preprocessing stores a dataset (arrays, or an image
   folder's files) and which runs may read it how (standard library only: the Snakefile
   imports it);
 - :mod:`clusterbench.data.arrays`: the preprocessed splits on disk (``{split}_{x,y}.npy`` and

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
-from clusterbench.params import read_json_object
+from clusterbench.core import integrity
+from clusterbench.core.params import read_json_object
 
 
 @dataclass(frozen=True)

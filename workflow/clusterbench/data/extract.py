@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
-from clusterbench.atomic import write_json
+from clusterbench.core import integrity
+from clusterbench.core.atomic import write_json
 from clusterbench.formats import FormatError, check_classes
 from clusterbench.formats.image_folder import class_of, iter_archive_images
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import integrity
+from clusterbench.core import integrity
 from clusterbench.data import DataError
 from clusterbench.data import augment as augmentation
 
@@ -233,7 +233,7 @@ def eval_batches(
     """The ``meta`` (``image_shape``: what the images are made) and batches of ``split`` for
     the model of ``ckpt`` (``model.pt``: its input shape, and its ``input``: the run's
     ``augment`` and ``on_bad_file``)."""
-    from clusterbench.data.storage import read_meta
+    from clusterbench.config.storage import read_meta
 
     meta = read_meta(data_dir)
     index = read_index(data_dir, meta)

@@ -27,7 +27,7 @@ import numpy as np
 from clusterbench.data import augment as augmentation
 from clusterbench.data.arrays import TrainingSplits
 from clusterbench.data.images import input_shape, normalize_images
-from clusterbench.training.schedule import epoch_permutation, shard_bounds
+from clusterbench.data.order import epoch_permutation, shard_bounds
 
 #: Validation batch size (per rank); inference only, so larger than any training batch.
 EVAL_BATCH = 1024

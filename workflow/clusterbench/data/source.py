@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.config import RESIDENT_MEMORY_FRACTION
+from clusterbench.config.storage import read_meta, storage_of
 from clusterbench.data import augment as augmentation
 from clusterbench.data import loading
 from clusterbench.data.images import input_shape
-from clusterbench.data.storage import read_meta, storage_of
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ def is_text(meta: Mapping[str, Any]) -> bool:
 
 def shape_of(meta: Mapping[str, Any], model: str) -> list[int]:
     """The input shape of synthetic data: its own (``shape``, ``seq_len``), else the model's
-    (:func:`clusterbench.model_data.input_shape`)."""
-    from clusterbench.model_data import input_shape as model_input_shape
+    (:func:`clusterbench.config.model_data.input_shape`)."""
+    from clusterbench.config.model_data import input_shape as model_input_shape
     from clusterbench.models import resolve
 
     task = meta.get("task", "classification")

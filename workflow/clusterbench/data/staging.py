@@ -13,7 +13,7 @@ workflow synced its data to each GPU node's local disk first).
   recorded (``meta.json``'s arrays, or an image folder's ``index.json``: sizes and sha256);
   the copy is written to ``<...>.partial-<pid>`` and renamed into place when complete, with a
   marker (``.staged.json``) recording when it was verified. A large file whose record has the
-  sha256 of each of its blocks (:func:`clusterbench.integrity.record_with_blocks`) is copied
+  sha256 of each of its blocks (:func:`clusterbench.core.integrity.record_with_blocks`) is copied
   by the kernel (``copy_file_range``), block by block, and each block of the copy is hashed
   on its own core as soon as it is written: one file's sha256 is a single stream, which on
   one core runs slower than a copy.
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench import integrity
-from clusterbench.atomic import write_json
+from clusterbench.config.storage import read_meta, storage_of
+from clusterbench.core import integrity
+from clusterbench.core.atomic import write_json
 from clusterbench.data import DataError
 from clusterbench.data.loading import gib
-from clusterbench.data.storage import read_meta, storage_of
 
 #: Bytes read and written at a time.
 CHUNK = 4 << 20
@@ -344,7 +344,7 @@ def verify(target: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def block_size(record: Mapping[str, Any]) -> int | None:
     """The block size of a record with blocks that this copy can use (a positive multiple of
-    the memory-map granularity, as :func:`clusterbench.integrity.record_with_blocks` writes);
+    the memory-map granularity, as :func:`clusterbench.core.integrity.record_with_blocks` writes);
     None for any other record (the file is then hashed whole)."""
     block = record.get("block")
     if "blocks" not in record or not isinstance(block, int) or block <= 0:

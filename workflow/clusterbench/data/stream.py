@@ -3,8 +3,8 @@ each global batch, through a ``torch.utils.data.DataLoader`` with worker process
 
 * **The same batches as resident.** The training process computes the epoch's permutation and
   the rank's share of each global batch exactly as :mod:`clusterbench.data.resident` does
-  (:func:`~clusterbench.training.schedule.epoch_permutation`,
-  :func:`~clusterbench.training.schedule.shard_bounds`); the loader processes only read the
+  (:func:`~clusterbench.data.order.epoch_permutation`,
+  :func:`~clusterbench.data.order.shard_bounds`); the loader processes only read the
   samples it names, in that order. Arrays augmented (``augment: standard``) are cropped and
   flipped on the device by the same function as resident ones: a resident and a streamed run
   train the same weights.
@@ -40,7 +40,7 @@ import numpy as np
 from clusterbench.data import DataError
 from clusterbench.data import augment as augmentation
 from clusterbench.data.images import normalize_images
-from clusterbench.training.schedule import epoch_permutation, shard_bounds
+from clusterbench.data.order import epoch_permutation, shard_bounds
 
 #: Batches each loader process keeps ready.
 PREFETCH = 4

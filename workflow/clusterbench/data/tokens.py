@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from clusterbench.core.params import read_json_object
 from clusterbench.data.arrays import checked_arrays
-from clusterbench.params import read_json_object
-from clusterbench.training.schedule import epoch_permutation, shard_bounds
+from clusterbench.data.order import epoch_permutation, shard_bounds
 
 #: Sequences per validation batch (per rank): inference only.
 EVAL_SEQUENCES = 64

@@ -1,8 +1,8 @@
 """Dataset formats: how a dataset's files are decoded, one plugin module per format.
 
-A built-in dataset names its format (:mod:`clusterbench.datasets`); a dataset declared in the
+A built-in dataset names its format (:mod:`clusterbench.config.datasets`); a dataset declared in the
 config gives one (``datasets.<name>.format``). Each module of this package is one format
-(:mod:`clusterbench.registry`; ``image-folder`` is ``image_folder.py``) and provides:
+(:mod:`clusterbench.core.registry`; ``image-folder`` is ``image_folder.py``) and provides:
 
 ``FILES``       how many files the format takes (a tuple of the allowed counts; ``(0,)``: none);
 ``SUFFIXES``    the file-name endings it accepts (None: any);
@@ -14,7 +14,7 @@ config gives one (``datasets.<name>.format``). Each module of this package is on
 ``KEYS``, ``OPTIONAL_KEYS``  the dataset keys of :data:`FORMAT_KEYS` it requires and takes;
                 the others are refused for it;
 ``EXTRACTS``    (optional) its images can be stored as files, extracted and decoded per batch
-                by a streamed run's loader (``storage: files``: :mod:`clusterbench.data.storage`);
+                by a streamed run's loader (``storage: files``: :mod:`clusterbench.config.storage`);
 
 and, to read its files, an image format
 ``decode(files, image_size, class_names)``  the dataset's files (in the config's order) ->
@@ -43,7 +43,7 @@ from types import ModuleType
 
 import numpy as np
 
-from clusterbench.registry import Registry
+from clusterbench.core.registry import Registry
 
 #: The dataset formats: the schema's choices of a declared dataset's ``format``.
 FORMATS = Registry("clusterbench.formats", "dataset format")

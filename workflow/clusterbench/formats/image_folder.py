@@ -21,7 +21,7 @@ FILES = (1,)
 SUFFIXES = (".zip", ".tar.gz", ".tgz")
 RESIZES = True
 #: Can be stored as its image files (``storage: files``), extracted by preprocessing and decoded
-#: per batch by a streamed run's loader (clusterbench.data.storage).
+#: per batch by a streamed run's loader (clusterbench.config.storage).
 EXTRACTS = True
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

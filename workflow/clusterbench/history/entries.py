@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench.params import read_json_object
+from clusterbench.core.params import read_json_object
 
 #: Training keys that do not change how fast a step runs (the learning rate and its schedule
 #: (``lr_*`` too), the optimiser's settings, the seed, how long it trains) or that another

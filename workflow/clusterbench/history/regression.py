@@ -7,14 +7,14 @@ dated by its newest training; points are taken in date order.
 
 **The rule.** Each point is compared with its **reference**: every earlier point of the series
 that was not itself flagged. With the point's and the reference's mean images/s and standard
-errors from :func:`clusterbench.stats.estimate` (each entry's mean and sd over its timed
+errors from :func:`clusterbench.core.stats.estimate` (each entry's mean and sd over its timed
 epochs; the run-to-run spread ``sigma`` the larger of the sd of the reference's entry means and
 that of the point's), a point is a **regression** when
 
     mean(point) < mean(reference) - 3 x sqrt(SE(point)^2 + SE(reference)^2)
 
 i.e. it fell below the history by more than 3 standard errors of the difference
-(:func:`clusterbench.stats.difference`); ``faster`` the other way round; ``ok`` within the
+(:func:`clusterbench.core.stats.difference`); ``faster`` the other way round; ``ok`` within the
 noise; ``unjudged`` when the noise is unknown (entries of a single timed epoch), ``first`` with
 no reference. A regression names what changed in provenance (hosts, CPU and GPU models,
 driver, NCCL, torch, Horovod, Python, commit) between the **last good entry** (the newest entry
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench import stats
+from clusterbench.core import stats
 
 #: What makes entries one series.
 SERIES_KEY = ("site", "environment", "workload", "speed_settings")

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from clusterbench import provenance
-from clusterbench.atomic import atomic_open
+from clusterbench.core import provenance
+from clusterbench.core.atomic import atomic_open
 from clusterbench.history import entries as history_entries
 from clusterbench.history import regression, store
 

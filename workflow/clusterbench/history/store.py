@@ -220,7 +220,7 @@ def journal_mode(path: Path) -> str:
 def _new_file_mode(directory: Path) -> int:
     """The mode of a new store in ``directory``: 0666 less the umask, group-writable where the
     directory is."""
-    from clusterbench.atomic import current_umask
+    from clusterbench.core.atomic import current_umask
 
     mode = 0o666 & ~current_umask()
     if directory.stat().st_mode & stat.S_IWGRP:

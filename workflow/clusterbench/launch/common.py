@@ -8,17 +8,19 @@ import argparse
 import os
 import socket
 
+from clusterbench.core.rank_env import CPUS_PER_RANK_VAR, GROW_RECORD_VAR, NODE_VAR
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import IfaceChoice
 from clusterbench.launch.schedulers import Scheduler
 
-#: Every rank's CPUs (its job's CPUs per task): a run's CPU-hours.
-CPUS_PER_RANK_VAR = "CLUSTERBENCH_CPUS_PER_RANK"
-#: The node a rank runs on, as its scheduler names it (Horovod's host may be a local slot or
-#: a worker job: :meth:`~clusterbench.launch.schedulers.Scheduler.node_of`).
-NODE_VAR = "CLUSTERBENCH_NODE"
-#: ``--grow jobs``: the launcher's record of the worker jobs, which rank 0 reads.
-GROW_RECORD_VAR = "CLUSTERBENCH_GROW_RECORD"
+__all__ = [
+    "CPUS_PER_RANK_VAR",
+    "GROW_RECORD_VAR",
+    "NODE_VAR",
+    "free_port",
+    "local_ifaces",
+    "rank_env",
+]
 
 
 def local_ifaces() -> dict[str, list[str]]:

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench import preemption
+from clusterbench.core import preemption
+from clusterbench.core.rank_env import read_grow_record
 from clusterbench.launch import schedulers
 from clusterbench.launch.common import CPUS_PER_RANK_VAR, GROW_RECORD_VAR, local_ifaces, rank_env
-from clusterbench.launch.grow import Grower, read_record
+from clusterbench.launch.grow import Grower
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
 from clusterbench.launch.runner import RankResult, RankRunner, failure_message
 from clusterbench.launch.schedulers import (
@@ -204,7 +205,7 @@ def prepare_grower(args: argparse.Namespace, scheduler: Scheduler) -> Grower:
     queue = scheduler.worker_queue(args.grow_resources, log_dir)
     earlier = [
         j["job"]
-        for j in (read_record(record) or {}).get("jobs", [])
+        for j in (read_grow_record(record) or {}).get("jobs", [])
         if isinstance(j, dict) and j.get("state") not in (ENDED, None)
     ]
     if earlier:

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from clusterbench import preemption
+from clusterbench.core import preemption
 from clusterbench.launch import schedulers
 from clusterbench.launch.common import free_port, local_ifaces, rank_env
 from clusterbench.launch.placement import IfaceChoice, choose_iface, horovod_hosts, local_nodes

@@ -31,12 +31,12 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import write_json
+from clusterbench.core.atomic import write_json
 from clusterbench.launch.schedulers import (
     ENDED,
     ENDING,
@@ -344,17 +344,3 @@ class Grower:
             write_json(self.record_path, self.describe())
         except OSError as exc:
             log.warning("grow: cannot write %s: %s", self.record_path, exc)
-
-
-def read_record(path: str | Path | None) -> dict[str, Any] | None:
-    """A grower's record (None: no path, or no file yet); a damaged one is None too (the
-    launcher rewrites it at its next change)."""
-    import json
-
-    if not path:
-        return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, Mapping) else None

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from clusterbench import preemption
-from clusterbench.launch.common import NODE_VAR
+from clusterbench.core import preemption
+from clusterbench.core.rank_env import NODE_VAR
 from clusterbench.launch.schedulers import RANK_ID_VAR, LaunchError, Scheduler
 
 log = logging.getLogger("clusterbench.launch")
@@ -182,7 +182,7 @@ class RankRunner:
             # multiprocessing's resource tracker) starts with them blocked; the middleman's
             # subprocess, the rank's shell, gets an empty mask again and ignores them
             # (_keep_shell), and so does what it starts until it installs its own handlers, as
-            # the ranks do (clusterbench.preemption.install). The launcher's main thread still
+            # the ranks do (clusterbench.core.preemption.install). The launcher's main thread still
             # receives them.
             signal.pthread_sigmask(signal.SIG_BLOCK, preemption.WARNING_SIGNALS)
             exit_code = safe_shell_exec.execute(

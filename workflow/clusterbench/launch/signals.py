@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from clusterbench import preemption
+from clusterbench.core import preemption
 
 log = logging.getLogger("clusterbench.launch")
 

@@ -13,7 +13,8 @@ with ``CLUSTERBENCH_BATCH_SHELL=1`` so that the script's second pass goes straig
 command, and passes every warning (SIGUSR1, SIGUSR2) it receives on to that process group:
 
 - the shell, the job's Snakemake and the rule's shell ignore the warnings
-  (:data:`clusterbench.preemption.IGNORE_IN_SHELL`, :func:`clusterbench.preemption.ignore`);
+  (:data:`clusterbench.core.preemption.IGNORE_IN_SHELL`,
+  :func:`clusterbench.core.preemption.ignore`);
 - the launcher passes each warning on to every rank (a Slurm rank is its own ``srun`` step);
 - in a one-worker job the launcher runs inside the ``srun -n1`` step of Snakemake's job step,
   whose ``srun`` passes the warning on to that step.
@@ -21,7 +22,7 @@ command, and passes every warning (SIGUSR1, SIGUSR2) it receives on to that proc
 A warning that comes before the launcher has installed its handlers would be lost, so once
 warned, this program sends the warning again every :data:`REPEAT_S` seconds until its child
 ends (the ranks take each copy as the same warning). It exits with its child's status, and
-with :data:`clusterbench.preemption.EXIT_PREEMPTED` (75) when the child failed after a warning:
+with :data:`clusterbench.core.preemption.EXIT_PREEMPTED` (75) when the child failed after a warning:
 the job's exit code then says "preempted" (Snakemake's job fails with 1 whatever the rule's
 exit code), which ``sacct`` shows and a site's ``RequeueExit=75`` can act on. SIGTERM and SIGINT
 keep their default action here: Slurm sends them to every process of the job itself.
@@ -49,11 +50,11 @@ MARK = "CLUSTERBENCH_BATCH_SHELL"
 PRECOMMAND = (
     f"trap '' USR1 USR2; env | grep -q '^{MARK}=' || exec python -m clusterbench.launch.slurm_batch"
 )
-#: The warnings passed on (as clusterbench.preemption.WARNING_SIGNALS, without importing it).
+#: The warnings passed on (as clusterbench.core.preemption.WARNING_SIGNALS, without importing it).
 WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
 #: Seconds between the copies of a warning sent after the first.
 REPEAT_S = 10.0
-#: Exit status of a job that failed after a warning (clusterbench.preemption.EXIT_PREEMPTED).
+#: Exit status of a job that failed after a warning (clusterbench.core.preemption.EXIT_PREEMPTED).
 EXIT_PREEMPTED = 75
 
 

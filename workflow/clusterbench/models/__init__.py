@@ -2,7 +2,7 @@
 
 A run's ``model`` is one of:
 
-* a name a family module of this package gives (:mod:`clusterbench.registry`): ``small_cnn``
+* a name a family module of this package gives (:mod:`clusterbench.core.registry`): ``small_cnn``
   and ``resnet`` (:mod:`clusterbench.models.cnn`), ...;
 * ``torchvision.<name>``: a classification model torchvision builds, randomly initialised
   (:mod:`clusterbench.models.torchvision`; weights are never downloaded);
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench.registry import Registry, unknown_message
+from clusterbench.core.registry import Registry, unknown_message
 
 #: Model families: the modules of this package.
 FAMILIES = Registry("clusterbench.models", "model family", underscores=True)

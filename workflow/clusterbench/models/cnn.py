@@ -1,5 +1,5 @@
 """The convolutional models for small images: ``small_cnn`` (digits, MNIST) and ``resnet`` (a
-CIFAR-style ResNet-20); the networks are in :mod:`clusterbench.nets.cnn`."""
+CIFAR-style ResNet-20); the networks are in :mod:`clusterbench.models._cnn_nets`."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ def image_channels(name: str, input_shape: Sequence[int]) -> int:
 
 
 def small_cnn(num_classes: int, input_shape: Sequence[int]) -> Any:
-    from clusterbench.nets.cnn import SmallCNN
+    from clusterbench.models._cnn_nets import SmallCNN
 
     return SmallCNN(image_channels("small_cnn", input_shape), num_classes)
 
 
 def resnet(num_classes: int, input_shape: Sequence[int]) -> Any:
-    from clusterbench.nets.cnn import ResNet
+    from clusterbench.models._cnn_nets import ResNet
 
     return ResNet(image_channels("resnet", input_shape), num_classes)
 

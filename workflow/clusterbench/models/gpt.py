@@ -2,7 +2,7 @@
 size: ``gpt-tiny`` (for tests and the CPU benchmark), ``gpt2-small`` (GPT-2's 124M shape: 12
 layers, 12 heads, 768 wide, context 1024; with 256 tokens instead of 50,257 it has 85M
 parameters) and ``gpt2-medium`` (24 layers, 16 heads, 1024 wide). The network is
-:class:`clusterbench.nets.gpt.GPT`.
+:class:`clusterbench.models._gpt_net.GPT`.
 
 Built as ``build(vocabulary, [T])``: ``T``, the data's sequence length, may be anything up to
 the model's context.
@@ -35,7 +35,7 @@ SIZES = {
 
 def build(name: str, num_classes: int, input_shape: Sequence[int]) -> Any:
     """The untrained ``name`` for a vocabulary of ``num_classes`` and sequences ``[T]``."""
-    from clusterbench.nets.gpt import GPT
+    from clusterbench.models._gpt_net import GPT
 
     size = SIZES[name]
     if len(input_shape) != 1:

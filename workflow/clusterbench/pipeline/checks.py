@@ -3,7 +3,8 @@
 Snakemake notices a missing output, not a damaged one, and removes a job's outputs before the
 job runs: a job that then fails on a damaged input (a truncated ``model.pt``, a garbled
 ``metrics.jsonl``) loses good outputs. So, before any job, the workflow checks (with
-:mod:`clusterbench.integrity`; sha256s are remembered by size and times, so an unchanged file is
+:mod:`clusterbench.core.integrity`; sha256s are remembered by size and times, so an unchanged file
+is
 not read again):
 
 - at every invocation, while the job graph is built, each used dataset: its raw files against
@@ -27,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from clusterbench import integrity
+from clusterbench.core import integrity
 from clusterbench.pipeline import layout
 from clusterbench.pipeline.adapter import Adapter, PlannedJob
 

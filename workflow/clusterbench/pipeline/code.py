@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from clusterbench import atomic, integrity
+from clusterbench.core import atomic, integrity
 
 #: Where the stamps are, in the working directory (Snakemake's own folder, as the checksums').
 STAMPS = Path(".snakemake", "clusterbench", "code")
@@ -47,7 +47,7 @@ def write_stamp(
 ) -> bool:
     """Write ``files``' stamp at ``stamp`` if its text changed, with the newest file's
     modification time; whether it was written. ``sha256``: the workflow passes its digest
-    cache (:class:`clusterbench.integrity.DigestCache`), so that an unchanged file is not read
+    cache (:class:`clusterbench.core.integrity.DigestCache`), so that an unchanged file is not read
     again at every parse."""
     text = stamp_text(files, root, sha256)
     try:

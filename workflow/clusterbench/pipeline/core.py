@@ -24,14 +24,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench import comm_jobs
 from clusterbench import config as cbconfig
-from clusterbench.comm_jobs import CommJob
-from clusterbench.pipeline import code, commands, layout
+from clusterbench.pipeline import code, comm_jobs, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
+from clusterbench.pipeline.comm_jobs import CommJob
+from clusterbench.pipeline.resources import train_resources
 from clusterbench.pipeline.runs import RunPlan
-from clusterbench.resources import train_resources
 
 
 class Pipeline:
@@ -62,7 +61,7 @@ class Pipeline:
         }
         self.checks = Checks(self.runs, adapter, digests, self.storages)
         self._resources: dict[str, dict[str, Any]] = {}
-        #: The comm jobs by name (:mod:`clusterbench.comm_jobs`: one per multi-worker
+        #: The comm jobs by name (:mod:`clusterbench.pipeline.comm_jobs`: one per multi-worker
         #: environment and backend of the runs; none with ``comm.enabled: false``).
         self.comm_jobs = comm_jobs.config_jobs(cfg)
         self._comm_resources: dict[str, dict[str, Any]] = {}
@@ -165,7 +164,7 @@ class Pipeline:
 
     def train_resource(self, key: str) -> Callable[[Any], Any]:
         """The resource function of ``key`` of the train rule (None: not used by this run);
-        each run's resources (:func:`clusterbench.resources.train_resources`) are computed
+        each run's resources (:func:`clusterbench.pipeline.resources.train_resources`) are computed
         when a job first asks."""
 
         def resource(wildcards: Any) -> Any:
@@ -207,7 +206,8 @@ class Pipeline:
 
     def comm_resource(self, key: str) -> Callable[[Any], Any]:
         """The resource function of ``key`` of the comm rule (None: not used by the job): a
-        train job's resources of its size (:func:`clusterbench.comm_jobs.job_run`), computed
+        train job's resources of its size (:func:`clusterbench.pipeline.comm_jobs.job_run`),
+        computed
         when a job first asks."""
 
         def resource(wildcards: Any) -> Any:

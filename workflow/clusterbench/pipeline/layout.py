@@ -3,7 +3,7 @@ them; Snakemake puts a module's ``prefix:`` in front: :meth:`Adapter.in_workdir`
 
 from __future__ import annotations
 
-from clusterbench.data import storage
+from clusterbench.config import storage
 
 #: The files ``meta.json`` records for each storage (an image folder's ``files/`` is a folder:
 #: its index records each image).
@@ -20,7 +20,7 @@ def data_dir(dataset: str) -> str:
 
 def stored_files(dataset: str, stored: str = "arrays") -> list[str]:
     """Every file of a preprocessed dataset stored as ``stored`` (arrays, or an image folder's
-    files: :mod:`clusterbench.data.storage`); meta.json (written last) comes last."""
+    files: :mod:`clusterbench.config.storage`); meta.json (written last) comes last."""
     return [f"{data_dir(dataset)}/{name}" for name in storage.data_files(stored)]
 
 

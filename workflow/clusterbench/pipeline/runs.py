@@ -3,7 +3,8 @@
 Whether a run can run depends on the executor, known only while Snakemake builds the job graph.
 :meth:`RunPlan.unavailable` decides it once per process (the report's input functions ask
 first: ``rule all`` -> report -> train), through the pre-flight check of the executor's
-scheduler (:func:`clusterbench.preflight.unavailable`) with each train job's resources as it
+scheduler (:func:`clusterbench.pipeline.preflight.unavailable`) with each train job's resources as
+it
 would be submitted. A run with ``on_unavailable: skip`` (the default) that cannot run is warned
 about and left out of the report's inputs, and so of every target; one with ``fail`` stays in.
 Once Snakemake has decided which jobs run, :meth:`RunPlan.refusals` names every training job
@@ -23,8 +24,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from clusterbench import preflight
 from clusterbench.launch.schedulers import SCHEDULERS
+from clusterbench.pipeline import preflight
 from clusterbench.pipeline.adapter import Adapter
 
 #: The executors that run nothing: a dry run plans, ``--touch`` marks outputs done.
@@ -105,7 +106,7 @@ class RunPlan:
         null`` took this machine's cores: right for local jobs, wrong on a cluster, whose jobs
         parse the config again on a compute node (another count: another run). Stop, naming
         the key."""
-        from clusterbench import experiments
+        from clusterbench.config import experiments
 
         if self._defaults["cores_per_node"] is not None:
             return

@@ -64,12 +64,12 @@ from typing import Any
 
 import pandas as pd
 
-from clusterbench import provenance
-from clusterbench.atomic import atomic_open, atomic_path
 from clusterbench.config import (
     ConfigError,
     bad_settings,
 )
+from clusterbench.core import provenance
+from clusterbench.core.atomic import atomic_open, atomic_path
 from clusterbench.report import theme
 from clusterbench.report.book import (
     Page,

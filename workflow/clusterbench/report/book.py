@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from clusterbench import provenance
-from clusterbench.atomic import atomic_path
+from clusterbench.core import provenance
+from clusterbench.core.atomic import atomic_path
 from clusterbench.report import charts
 from clusterbench.report.inputs import ReportParams
 from clusterbench.report.layout import NOTE_PT, PAGE_SIZE, SUBTITLE_PT, TITLE_PT, fit_line, fit_wrap

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from clusterbench.experiments import format_value
+from clusterbench.config.experiments import format_value
 from clusterbench.report.text import plural, shorten_text
 
 #: What runs share to be compared for scaling (``tables.BASELINE_KEY``), in words.

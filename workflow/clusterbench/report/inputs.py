@@ -19,8 +19,8 @@ from clusterbench.config import (
     ConfigError,
     stage_params,
 )
-from clusterbench.integrity import forcerun_command
-from clusterbench.params import read_json_object
+from clusterbench.core.integrity import forcerun_command
+from clusterbench.core.params import read_json_object
 from clusterbench.report import step_times
 from clusterbench.report.text import plural
 

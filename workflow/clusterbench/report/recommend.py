@@ -10,10 +10,11 @@ Runs of one configuration that differ in anything else (learning rate, momentum,
 its repeats: their throughputs are measurements of the same speed.
 
 **Fastest and the noise.** Each configuration's throughput is the mean of its runs' mean
-images/s over their timed epochs, with the standard error of :func:`clusterbench.stats.estimate`
+images/s over their timed epochs, with the standard error of
+:func:`clusterbench.core.stats.estimate`
 (the larger of the epochs' share and the repeats' share). The fastest is the configuration of
 the highest mean; its margin over the runner-up (the next highest) is beyond the noise when it
-exceeds 3 standard errors of the difference (:func:`clusterbench.stats.difference`).
+exceeds 3 standard errors of the difference (:func:`clusterbench.core.stats.difference`).
 
 **Time to accuracy.** A run's time to the target is its training time (the sum of
 ``epoch_seconds``, validation excluded, warm-up included: the time the run really took) up to
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench import stats
+from clusterbench.core import stats
 from clusterbench.report.text import fmt_duration, fmt_pct, plural
 
 #: What a configuration is (runs.csv columns; ``grad_compression`` "none" where absent).

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench.experiments import format_value
+from clusterbench.config.experiments import format_value
 from clusterbench.report.tables import best_run, swept_keys
 
 #: The most heatmap pairs (pages) one experiment gets; the page says which pairs it leaves out.

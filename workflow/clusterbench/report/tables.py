@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench import provenance
-from clusterbench.experiments import format_value
+from clusterbench.config.experiments import format_value
+from clusterbench.core import provenance
 from clusterbench.report import step_times
 from clusterbench.report.inputs import (
     LOCAL_NAMES,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterbench import provenance
+from clusterbench.core import provenance
 
 #: What the report says for a value that was not recorded (provenance of older runs).
 UNKNOWN = provenance.UNKNOWN

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterbench.config import ConfigError
+from clusterbench.core.rank_env import NODE_VAR
 
 
 class DeviceError(ConfigError):
@@ -91,11 +92,7 @@ def node_name() -> str:
     """The scheduler's name for this node: several may share one machine. What the launcher
     says (``CLUSTERBENCH_NODE``: a local elastic launch's slot host's host, a worker job's
     node), else Horovod's host (``HOROVOD_HOSTNAME``), else this machine's name."""
-    return (
-        os.environ.get("CLUSTERBENCH_NODE")
-        or os.environ.get("HOROVOD_HOSTNAME")
-        or socket.gethostname()
-    )
+    return os.environ.get(NODE_VAR) or os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
 
 
 def scheduler_name() -> str:

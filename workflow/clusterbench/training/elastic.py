@@ -3,7 +3,7 @@
 A run with ``min_workers``/``max_workers`` is launched by Horovod's elastic driver
 (:mod:`clusterbench.launch.elastic`) and trains in the same loop as any run
 (:mod:`clusterbench.training.loop`); this session gives it what differs, through the
-backend's :class:`~clusterbench.runtime.ElasticRuntime`:
+backend's :class:`~clusterbench.backends.ElasticRuntime`:
 
 * **State.** The model, the optimiser and the loop's values (:mod:`clusterbench.training.state`:
   the epoch, the place in it, the records, the training time, the resets) live in the
@@ -35,10 +35,14 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from clusterbench.backends import ElasticRuntime, Runtime
 from clusterbench.config import worker_bounds
-from clusterbench.launch.common import CPUS_PER_RANK_VAR, GROW_RECORD_VAR
-from clusterbench.launch.schedulers import RANK_ID_VAR
-from clusterbench.runtime import ElasticRuntime, Runtime
+from clusterbench.core.rank_env import (
+    CPUS_PER_RANK_VAR,
+    GROW_RECORD_VAR,
+    RANK_ID_VAR,
+    read_grow_record,
+)
 from clusterbench.training.record import now_iso
 from clusterbench.training.state import Clock, Partial
 from clusterbench.training.world import (
@@ -57,9 +61,7 @@ def launch_tag() -> str:
 def grow_record() -> dict[str, Any] | None:
     """The launcher's record of the worker jobs, None for a run that does not grow through
     jobs (or before the launcher wrote it)."""
-    from clusterbench.launch.grow import read_record
-
-    return read_record(os.environ.get(GROW_RECORD_VAR))
+    return read_grow_record(os.environ.get(GROW_RECORD_VAR))
 
 
 class ElasticSession:

@@ -7,7 +7,8 @@ state is committed within an epoch, and what a reset of the world records
 (:mod:`clusterbench.training.elastic`). The loop itself is the same:
 
 * Continue from the newest intact checkpoint of the run's training slice, if there is one
-  (:func:`clusterbench.checkpoints.newest_valid`). The epoch-keyed shuffling and LR schedule,
+  (:func:`clusterbench.training.checkpoints.newest_valid`). The epoch-keyed shuffling and LR
+  schedule,
   and each rank's saved RNG and partial sums, make the result identical to an uninterrupted
   run, weights and ``metrics.jsonl`` alike.
 * Each epoch: the training pass in stretches of steps (the whole epoch, or an elastic run's
@@ -17,9 +18,9 @@ state is committed within an epoch, and what a reset of the world records
   and stops after the device is synchronised at its last, before validation.
 * Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
   comes first (rank 0 decides, every rank follows).
-* Preemption (:mod:`clusterbench.preemption`): on a warning signal the ranks agree at the next
+* Preemption (:mod:`clusterbench.core.preemption`): on a warning signal the ranks agree at the next
   check, rank 0 writes a checkpoint at that step (each rank's own sums and RNG in it), and
-  every rank raises :class:`~clusterbench.preemption.Preempted`; the same command continues.
+  every rank raises :class:`~clusterbench.core.preemption.Preempted`; the same command continues.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from clusterbench import checkpoints, preemption
-from clusterbench.atomic import atomic_path
-from clusterbench.runtime import Runtime
-from clusterbench.training import memory_format, step_times
+from clusterbench.backends import Runtime
+from clusterbench.core import preemption
+from clusterbench.core.atomic import atomic_path
+from clusterbench.training import checkpoints, memory_format, step_times
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
 from clusterbench.training.memory_format import torch_format
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
@@ -171,7 +172,7 @@ def fit(
     """Train ``run`` on every rank; rank 0 writes the outputs. Returns the last epoch's record.
 
     ``make_data(device)`` gives the data source (:mod:`clusterbench.data.resident`). Raises
-    :class:`~clusterbench.preemption.Preempted` on every rank after a preemption warning, once
+    :class:`~clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from. ``dump_dir`` (debug): every rank saves
     its final weights as ``<dump_dir>/<run>/rank-R.pt``. ``max_steps`` (debug): at most this many
     optimiser steps per epoch. No collective before the session starts: an elastic run's
@@ -238,7 +239,9 @@ class Trainer:
         """Train to the end from ``state``; in an elastic run, again after each reset."""
         rt = self.rt
         compression = self.run.get("grad_compression") or "none"
-        net, optimizer = rt.wrap(state.model, state.optimizer, self.run["bn"], compression)
+        net, optimizer = rt.wrap(
+            state.model, state.optimizer, self.run["bn"], compression, timed=self.time_steps
+        )
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None

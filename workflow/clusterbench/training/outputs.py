@@ -1,7 +1,7 @@
 """Rank 0's writer of a run's outputs in ``results/runs/RUN/``: checkpoints, ``metrics.jsonl``,
 TensorBoard events, ``run.json``, ``model.pt`` (last), then the run's checkpoints go.
 
-* A checkpoint (:mod:`clusterbench.checkpoints`) at every epoch's end and at a preemption,
+* A checkpoint (:mod:`clusterbench.training.checkpoints`) at every epoch's end and at a preemption,
   keeping the newest ``checkpoints.keep`` of the run's training slice.
 * ``metrics.jsonl``: the state's records, one JSON object per epoch, rewritten atomically.
 * TensorBoard events go to ``.tensorboard.partial/`` first and are renamed to ``tensorboard/``
@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench import checkpoints, integrity
-from clusterbench.atomic import atomic_path, write_json, write_text
+from clusterbench.core import integrity
+from clusterbench.core.atomic import atomic_path, write_json, write_text
+from clusterbench.training import checkpoints
 from clusterbench.training.device import node_name
 from clusterbench.training.state import Partial
 
@@ -120,7 +121,7 @@ class Outputs:
             self.out_dir / "run.json",
             {
                 "run": {k: v for k, v in self.run.items() if k != "experiment"},
-                # where an expanded run came from (clusterbench.experiments); null: by hand
+                # where an expanded run came from (clusterbench.config.experiments); null: by hand
                 "experiment": self.run.get("experiment"),
                 # the cluster it ran on: the config's `site`, else the scheduler's name for it
                 "site": os.environ.get("CLUSTERBENCH_SITE") or node_name(),

@@ -3,7 +3,7 @@ world it trained in and the provenance every rank saw where it ran.
 
 ``run.json``'s ``provenance`` is what every rank saw (host, CPU, GPUs and driver, package
 versions, git commit), gathered once per world (re)start and written by rank 0, one entry per
-host (:func:`rank_provenance`, :func:`clusterbench.provenance.merge_ranks`).
+host (:func:`rank_provenance`, :func:`clusterbench.core.provenance.merge_ranks`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from clusterbench.data.order import global_batches
 from clusterbench.training.device import node_name, scheduler_name
-from clusterbench.training.schedule import global_batch_size, global_batches
+from clusterbench.training.schedule import global_batch_size
 from clusterbench.training.state import Place
 
 
@@ -67,11 +68,11 @@ def epoch_line(record: Mapping[str, Any]) -> str:
 
 
 def rank_provenance(rank: int, local_rank: int, device: Any) -> dict[str, Any]:
-    """This rank's provenance facts (:func:`clusterbench.provenance.rank_facts`; the git state
+    """This rank's provenance facts (:func:`clusterbench.core.provenance.rank_facts`; the git state
     from one rank per node) and the name of the GPU it trains on (None on the CPU)."""
     import torch
 
-    from clusterbench import provenance
+    from clusterbench.core import provenance
 
     facts = provenance.rank_facts(rank, node_name(), with_git=local_rank == 0)
     cuda = torch.device(device).type == "cuda"
@@ -81,7 +82,7 @@ def rank_provenance(rank: int, local_rank: int, device: Any) -> dict[str, Any]:
 
 def run_provenance(facts: list[dict[str, Any]]) -> dict[str, Any]:
     """``run.json``'s ``provenance`` from every rank's :func:`rank_provenance`, dated now."""
-    from clusterbench import provenance
+    from clusterbench.core import provenance
 
     return {**provenance.merge_ranks(facts), "date": provenance.now()}
 

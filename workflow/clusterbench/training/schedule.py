@@ -1,6 +1,7 @@
-"""The schedule of a training, pure: how a global batch is split over the ranks, the order of the
-samples in an epoch, and when rank 0 logs its progress (the learning rate of each step:
-:mod:`clusterbench.training.lr`).
+"""The schedule of a training, pure: the global batch and the effective settings a run's
+convention makes, and when rank 0 logs its progress (how a global batch is split over the ranks
+and the order of the samples in an epoch: :mod:`clusterbench.data.order`; the learning rate of
+each step: :mod:`clusterbench.config.lr`).
 
 * Batch and LR convention (``batch_scaling``):
   - ``global`` (default): ``batch_size`` is the global batch, split over the workers (the
@@ -13,8 +14,6 @@ samples in an epoch, and when rank 0 logs its progress (the learning rate of eac
   Each rank scales its summed loss by ``workers / global_batch``, so the gradient the backend
   averages is exactly the global-batch mean gradient, whatever each rank's share. A last global
   batch smaller than the number of workers is dropped.
-* Shuffling: one permutation per epoch from ``numpy.random.default_rng([seed, epoch])``,
-  identical on every rank.
 """
 
 from __future__ import annotations
@@ -22,42 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from clusterbench.training.lr import lr_scale
+from clusterbench.config.lr import lr_scale
+from clusterbench.data.order import shard_sizes
 
 #: Seconds between two progress lines of rank 0 within an epoch (see :func:`progress_due`).
 PROGRESS_INTERVAL = 10.0
-
-
-def shard_sizes(global_batch: int, workers: int) -> list[int]:
-    """Samples of a global batch per rank: ``B // W``, plus one for the first ``B % W`` ranks."""
-    if workers < 1 or global_batch < 0:
-        raise ValueError(f"need workers >= 1 and global_batch >= 0, got {workers}, {global_batch}")
-    base, extra = divmod(global_batch, workers)
-    return [base + (1 if r < extra else 0) for r in range(workers)]
-
-
-def shard_bounds(global_batch: int, workers: int, rank: int) -> tuple[int, int]:
-    """``[start, stop)`` of ``rank``'s contiguous share of a global batch (:func:`shard_sizes`)."""
-    sizes = shard_sizes(global_batch, workers)
-    start = sum(sizes[:rank])
-    return start, start + sizes[rank]
-
-
-def global_batches(n: int, batch_size: int, workers: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each global batch over ``n`` samples; a last batch smaller than
-    ``workers`` is dropped so that every rank gets at least one sample per step."""
-    return [
-        (start, min(start + batch_size, n))
-        for start in range(0, n, batch_size)
-        if min(start + batch_size, n) - start >= workers
-    ]
-
-
-def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The sample order of ``epoch``: reproducible from ``(seed, epoch)``, equal on every rank."""
-    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def global_batch_size(run: Mapping[str, Any]) -> int:

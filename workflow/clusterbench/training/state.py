@@ -12,7 +12,7 @@ The state has the model, the optimiser and these values, as attributes:
                    launch started it and after each reset.
 
 A fixed-size run keeps them in a :class:`PlainState`; an elastic run in the backend's own
-state object (:meth:`clusterbench.runtime.ElasticRuntime.elastic_state`), which commits them
+state object (:meth:`clusterbench.backends.ElasticRuntime.elastic_state`), which commits them
 and restores the last commit after a failure. Values are never changed in place, only
 replaced: an elastic commit keeps the objects themselves.
 

@@ -14,7 +14,7 @@ Each training step is split into four phases:
 On the CPU the phases are ``time.perf_counter`` readings around the waits; on a GPU, CUDA events
 recorded in the stream (no synchronisation: they are read at the epoch's end, where the loop
 synchronises anyway) and the host's wait for the batch. DDP's "last gradient ready" is taken
-in its communication hook (:meth:`clusterbench.runtime.DistributedOptimizer.gradients_ready`).
+in its communication hook (:meth:`clusterbench.backends.DistributedOptimizer.gradients_ready`).
 
 Every rank sums its phases over the epoch's steps; at the epoch's end one gather gives the
 record's ``step_seconds``: per phase, the mean and the max over the ranks of the seconds per

@@ -6,7 +6,7 @@ per stretch of steps (an epoch, or an elastic commit's stretch). Rank 0 logs pro
 collective, no device synchronisation, no loss (reading it would wait for the device); on a
 GPU its rate is approximate, the host running a little ahead of the device. Every
 ``checkpoints.preemption_check_steps`` steps the ranks agree whether any was warned of
-preemption (:mod:`clusterbench.preemption`): one tiny collective.
+preemption (:mod:`clusterbench.core.preemption`): one tiny collective.
 """
 
 from __future__ import annotations
@@ -17,15 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench import preemption
-from clusterbench.runtime import Runtime
-from clusterbench.training.lr import learning_rate, lr_schedule
-from clusterbench.training.schedule import (
-    global_batch_size,
-    global_batches,
-    progress_due,
-    progress_line,
-)
+from clusterbench.backends import Runtime
+from clusterbench.config.lr import learning_rate, lr_schedule
+from clusterbench.core import preemption
+from clusterbench.data.order import global_batches
+from clusterbench.training.schedule import global_batch_size, progress_due, progress_line
 from clusterbench.training.state import Partial
 
 

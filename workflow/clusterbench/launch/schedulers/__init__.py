@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from clusterbench.core.registry import Registry, unknown_message
 from clusterbench.launch.schedulers._base import (
     ENDED,
     ENDING,
@@ -49,7 +50,6 @@ from clusterbench.launch.schedulers._base import (
     usable_hosts,
     within_hosts_file,
 )
-from clusterbench.registry import Registry, unknown_message
 
 #: The schedulers' extension point: the modules of this package.
 REGISTRY = Registry("clusterbench.launch.schedulers", "scheduler")

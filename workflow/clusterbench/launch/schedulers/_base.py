@@ -11,7 +11,8 @@ Horovod elastic).
 
 The same classes answer the workflow's questions about a scheduler before any job is submitted,
 as class methods (no allocation needed): its part of the train rule's resources
-(``train_resources``, whose keys are its ``resource_keys``: :mod:`clusterbench.resources` merges
+(``train_resources``, whose keys are its ``resource_keys``: :mod:`clusterbench.pipeline.resources`
+merges
 every scheduler's part), could it ever run a training job as asked (``unavailable``, the
 pre-flight check; ``rules/common.smk`` asks the executor's scheduler), and what a training job
 with these evaluated rule resources asks it for (``job_request``: nodes, ranks, CPUs;
@@ -37,10 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+# every rank's `<launch tag>.<rank>`: how a local rank's process is found (re-exported)
+from clusterbench.core.rank_env import RANK_ID_VAR  # noqa: F401
+
 TOOL_TIMEOUT_S = 60  # scontrol / squeue / sinfo answering
 SIGNAL_TIMEOUT_S = 15  # scancel --signal / qrsh -inherit kill answering
-#: Every rank gets this variable, ``<launch tag>.<rank>``: how a local rank's process is found.
-RANK_ID_VAR = "CLUSTERBENCH_RANK_ID"
 
 
 class LaunchError(RuntimeError):
@@ -507,7 +509,7 @@ class Scheduler:
         """This scheduler's part of the train rule's resources for ``run`` (a resolved run of the
         config), beside the scheduler-neutral ``generic`` ones (``nodes``, ``ranks``,
         ``gpus_per_node``, ``mem_mb``, ``mem_mb_per_cpu``, ``runtime``:
-        :func:`clusterbench.resources.generic_resources`); only keys of
+        :func:`clusterbench.pipeline.resources.generic_resources`); only keys of
         :attr:`resource_keys`. Every executor gets every scheduler's keys and reads its own."""
         return {}
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench import preemption
+from clusterbench.core import preemption
 from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     TOOL_TIMEOUT_S,

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from clusterbench.core.preemption import WARNING_SIGNAL
 from clusterbench.launch.schedulers._base import (
     SIGNAL_TIMEOUT_S,
     Allocation,
@@ -57,7 +58,6 @@ from clusterbench.launch.schedulers._slurm_partitions import (
     slurm_option,
     slurm_problems,
 )
-from clusterbench.preemption import WARNING_SIGNAL
 
 log = logging.getLogger("clusterbench.launch")
 

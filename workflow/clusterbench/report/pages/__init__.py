@@ -1,4 +1,4 @@
-"""The report's pages: an extension point (:mod:`clusterbench.registry`). The report is the
+"""The report's pages: an extension point (:mod:`clusterbench.core.registry`). The report is the
 list of the page modules of this package, in order; each module draws one page or a family
 of pages.
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from numbers import Real
 
-from clusterbench.registry import Registry
+from clusterbench.core.registry import Registry
 from clusterbench.report.book import Page
 from clusterbench.report.context import Context
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench import stats
+from clusterbench.core import stats
 from clusterbench.report import recommend
 from clusterbench.report.charts import set_category_ticks
 from clusterbench.report.context import Context

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench.experiments import format_value
+from clusterbench.config.experiments import format_value
 from clusterbench.report import sweeps
 from clusterbench.report.book import Book
 from clusterbench.report.charts import at_most_bars, no_time, set_category_ticks

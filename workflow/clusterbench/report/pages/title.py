@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench import provenance
+from clusterbench.core import provenance
 from clusterbench.report import recommend
 from clusterbench.report.book import Book
 from clusterbench.report.context import Context

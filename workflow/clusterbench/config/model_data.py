@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
+from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.formats import FORMATS, is_synthetic, task_of
 from clusterbench.models import ModelError, ModelSpec, fit_problems, resolve
 

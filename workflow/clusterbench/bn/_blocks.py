@@ -14,7 +14,7 @@
 ``bn: sync``      exact full-batch statistics in forward and backward (:class:`CPUSyncBatchNorm`
                   on the CPU; the backend's own CUDA implementation on GPUs).
 
-Collectives come from the runtime (:class:`clusterbench.runtime.Runtime`): this module never
+Collectives come from the runtime (:class:`clusterbench.backends.Runtime`): this module never
 imports Horovod or ``torch.distributed``.
 
 :class:`CPUSyncBatchNorm`: each worker computes its shard's per-channel count ``n_i``, mean

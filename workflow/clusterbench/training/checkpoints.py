@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import atomic_path
 from clusterbench.config import canonical_json, stage_params
+from clusterbench.core.atomic import atomic_path
 
 #: Environment variable with the config's ``checkpoints`` settings (JSON), set by the workflow
 #: (rules/common.smk): how many checkpoints are kept, and how often a warned run checks for

@@ -45,7 +45,7 @@ def data_files(storage: str) -> list[str]:
 
 def read_meta(data_dir: Path) -> dict[str, Any]:
     """A preprocessed data dir's ``meta.json``."""
-    from clusterbench.params import read_json_object
+    from clusterbench.core.params import read_json_object
 
     return read_json_object(data_dir / "meta.json", f"is {data_dir} a preprocessed data dir?")
 

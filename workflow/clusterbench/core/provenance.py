@@ -40,7 +40,7 @@ PACKAGES = {
 }
 
 #: The repository this package lives in (the workflow repository when installed editable).
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def package_version(dist: str) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench.atomic import write_json
+from clusterbench.core.atomic import write_json
 
 #: What os.link raises where the file system has no hard links.
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}

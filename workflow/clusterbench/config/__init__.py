@@ -28,21 +28,22 @@ from typing import Any
 import jsonschema
 import yaml
 
-from clusterbench import config_file, model_data, models
-from clusterbench import experiments as expansion
+from clusterbench import models
 from clusterbench.backends import BACKENDS, grad_compression_problems
 from clusterbench.backends import is_elastic as backend_is_elastic
 from clusterbench.bn import BN_MODES
 from clusterbench.bn import mode as bn_mode
-from clusterbench.config_file import key_path
-from clusterbench.data import storage
-from clusterbench.datasets import DATASETS as BUILTIN_DATASETS
-from clusterbench.datasets import DatasetError, declared_file_name, resolve_urls
+from clusterbench.config import experiments as expansion
+from clusterbench.config import files as config_file
+from clusterbench.config import model_data, storage
+from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
+from clusterbench.config.datasets import DatasetError, declared_file_name, resolve_urls
+from clusterbench.config.files import key_path
+from clusterbench.config.lr import schedule_problems
+from clusterbench.core.params import json_object
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
-from clusterbench.params import json_object
-from clusterbench.training.lr import schedule_problems
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 @functools.lru_cache(maxsize=1)
@@ -136,7 +137,7 @@ def load_schema() -> dict[str, Any]:
     schema = copy.deepcopy(_schema_file())
     defs = schema["$defs"]
     run_props = defs["run_settings"]["properties"]
-    # the choices of the extension points: their registries' plugins (clusterbench.registry)
+    # the choices of the extension points: their registries' plugins (clusterbench.core.registry)
     run_props["backend"]["enum"] = list(BACKENDS.names())
     run_props["bn"]["enum"] = list(BN_MODES.names())
     schema["$defs"]["format"]["enum"] = list(FORMATS.names())
@@ -198,7 +199,7 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The config file ``path`` as a mapping, read as Snakemake reads it (JSON, else YAML);
     :class:`ConfigError` naming the file (and the line, and for a YAML syntax error the column)
     when it is no UTF-8 text or no mapping, gives a key twice, or is larger, longer or deeper
-    than a config may be (:mod:`clusterbench.config_file`)."""
+    than a config may be (:mod:`clusterbench.config.files`)."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -447,7 +448,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
 def expand_experiments(
     resolved: Mapping[str, Any], schema: Mapping[str, Any]
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The runs ``experiments:`` expand to (clusterbench.experiments), each merged over
+    """The runs ``experiments:`` expand to (clusterbench.config.experiments), each merged over
     ``run_defaults`` and the built-in defaults, as ``(where, run)``; and the problems, each
     naming its key path (``experiments.sweep.matrix.lr: ...``)."""
     if not resolved["experiments"]:
@@ -871,7 +872,7 @@ def data_settings(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str
 
 def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
     """The train rule's ``--run``: the training keys, and for a run an experiment expanded to,
-    ``experiment`` (where it came from: clusterbench.experiments.origin, recorded in
+    ``experiment`` (where it came from: clusterbench.config.experiments.origin, recorded in
     run.json). Hand-written runs have no ``experiment`` key: their slice is what it was."""
     train = {k: run[k] for k in TRAIN_KEYS}
     block = expansion.origin(run)
@@ -883,7 +884,7 @@ def train_slice(run: Mapping[str, Any]) -> dict[str, Any]:
 def preprocess_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """How a dataset is split, and for a declared one, how its files are read: its
     :data:`PREPROCESS_KEYS`, ``files`` as their names, ``storage`` only when it is ``files``
-    (:func:`clusterbench.data.storage.preprocess_storage`)."""
+    (:func:`clusterbench.config.storage.preprocess_storage`)."""
     split = {
         key: dataset_cfg[key] for key in PREPROCESS_KEYS if key in dataset_cfg and key != "storage"
     }
@@ -927,7 +928,7 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def comm_slice(comm: Mapping[str, Any]) -> dict[str, Any]:
     """How the comm stage measures (its :data:`COMM_KEYS`): part of every comm job's params,
-    beside the job's environment and backend (:mod:`clusterbench.comm_jobs`)."""
+    beside the job's environment and backend (:mod:`clusterbench.pipeline.comm_jobs`)."""
     return {key: comm[key] for key in COMM_KEYS}
 
 
@@ -966,7 +967,3 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"{path}: ok")
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

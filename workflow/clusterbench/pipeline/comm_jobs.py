@@ -8,7 +8,7 @@ readable name, its wildcard and folder (``results/comm/<name>/``):
 ``<workers>w-<nodes>n-<cpu|<G>gpu>-<backend>``, e.g. ``2w-1n-cpu-horovod``, ``8w-2n-4gpu-ddp``.
 
 A job is sized and submitted as a train job of its size (:func:`job_run` for
-:func:`clusterbench.resources.train_resources`): the same ranks, nodes, GPUs and scheduler
+:func:`clusterbench.pipeline.resources.train_resources`): the same ranks, nodes, GPUs and scheduler
 settings (``cpus_per_worker``, ``qos``, ...) as the first run of its environment and backend,
 with the memory the largest messages need and no preemption warning (a comm job has no
 checkpoint to write).

@@ -1,0 +1,44 @@
+"""Which samples each rank reads, pure: the order of the samples in an epoch and each rank's
+share of a global batch. Every data source (resident, streamed, tokens) and the training loop
+read the same batches from it, whatever the storage.
+
+* A global batch is split over the workers, the remainder going to the first ranks
+  (:func:`shard_sizes`); a last global batch smaller than the number of workers is dropped
+  (:func:`global_batches`).
+* Shuffling: one permutation per epoch from ``numpy.random.default_rng([seed, epoch])``,
+  identical on every rank (:func:`epoch_permutation`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def shard_sizes(global_batch: int, workers: int) -> list[int]:
+    """Samples of a global batch per rank: ``B // W``, plus one for the first ``B % W`` ranks."""
+    if workers < 1 or global_batch < 0:
+        raise ValueError(f"need workers >= 1 and global_batch >= 0, got {workers}, {global_batch}")
+    base, extra = divmod(global_batch, workers)
+    return [base + (1 if r < extra else 0) for r in range(workers)]
+
+
+def shard_bounds(global_batch: int, workers: int, rank: int) -> tuple[int, int]:
+    """``[start, stop)`` of ``rank``'s contiguous share of a global batch (:func:`shard_sizes`)."""
+    sizes = shard_sizes(global_batch, workers)
+    start = sum(sizes[:rank])
+    return start, start + sizes[rank]
+
+
+def global_batches(n: int, batch_size: int, workers: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each global batch over ``n`` samples; a last batch smaller than
+    ``workers`` is dropped so that every rank gets at least one sample per step."""
+    return [
+        (start, min(start + batch_size, n))
+        for start in range(0, n, batch_size)
+        if min(start + batch_size, n) - start >= workers
+    ]
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The sample order of ``epoch``: reproducible from ``(seed, epoch)``, equal on every rank."""
+    return np.random.default_rng([seed, epoch]).permutation(n)

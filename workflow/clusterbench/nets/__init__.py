@@ -1,1 +1,0 @@
-"""Network definitions (torch modules) behind the model families of :mod:`clusterbench.models`."""
