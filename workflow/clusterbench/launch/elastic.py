@@ -28,6 +28,7 @@ import logging
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,32 +58,54 @@ log = logging.getLogger("clusterbench.launch")
 ELASTIC_TIMEOUT_S = 120
 
 
+#: Seconds a host may be offered without a rank starting on it before it is offered anew.
+REOFFER_S = 10.0
+
+
 class SchedulerDiscovery:
     """Horovod's ``HostDiscovery`` over a scheduler: ``find_available_hosts_and_slots`` is the
     scheduler's :meth:`~clusterbench.launch.schedulers.Scheduler.elastic_hosts`; ``offered`` is
-    what it answered last (None: not asked yet)."""
+    what it answered last (None: not asked yet).
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    Horovod's driver tells the ranks of a new host only once rank 0 has registered for such
+    news; a host that appears before (a worker job that starts while the first ranks start up)
+    would wait for the next change of the hosts, which may never come. So a host offered for
+    :data:`REOFFER_S` without a rank started on it (``in_use``: the hosts whose rank runs) is
+    left out of one answer and offered again, as a new host, in the next."""
+
+    def __init__(
+        self, scheduler: Scheduler, in_use: Callable[[], set[str]] = set, clock=time.monotonic
+    ) -> None:
         self.scheduler = scheduler
+        self.in_use, self.clock = in_use, clock
         self.offered: dict[str, int] | None = None
+        self.since: dict[str, float] = {}  # host -> when it was (last) offered anew
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
-        self.offered = self.scheduler.elastic_hosts()
-        return self.offered
+        hosts = self.scheduler.elastic_hosts()
+        now, used = self.clock(), self.in_use()
+        self.since = {h: self.since.get(h, now) for h in hosts}
+        offered = dict(hosts)
+        for host, first in self.since.items():
+            if host not in used and now - first >= REOFFER_S:
+                del offered[host]  # this once: next time it is new again
+                self.since[host] = now
+        self.offered = offered
+        return offered
 
     def left(self, host: str) -> bool:
         """Whether ``host`` has left the hosts offered (a hosts file's ``:0``, say)."""
         return self.offered is not None and not self.offered.get(host)
 
 
-def discovery(scheduler: Scheduler) -> Any:
+def discovery(scheduler: Scheduler, in_use: Callable[[], set[str]] = set) -> Any:
     """A :class:`SchedulerDiscovery` that is also a Horovod ``HostDiscovery``."""
     from horovod.runner.elastic.discovery import HostDiscovery
 
     class Discovery(SchedulerDiscovery, HostDiscovery):
         pass
 
-    return Discovery(scheduler)
+    return Discovery(scheduler, in_use)
 
 
 class ElasticRankRunner(RankRunner):
@@ -240,7 +263,8 @@ def run(plan: ElasticPlan) -> int:
     )
     log.info("Gloo interface %s: %s", plan.iface.iface, plan.iface.reason)
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
-    found = discovery(plan.scheduler)
+    runners: list[ElasticRankRunner] = []
+    found = discovery(plan.scheduler, lambda: {s.hostname for r in runners for s in r.running()})
     settings = ElasticSettings(
         discovery=found,
         min_num_proc=args.min_np,
@@ -253,6 +277,7 @@ def run(plan: ElasticPlan) -> int:
     )
     shutdown = threading.Event()
     runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown, found)
+    runners.append(runner)
     if plan.grower is not None:
         plan.grower.shutdown = shutdown  # a stop signal cancels the worker jobs at once
         plan.scheduler.grower = plan.grower

@@ -102,8 +102,8 @@ class ElasticSession:
 
         @self.rt.elastic_run
         def elastic_body(state: Any) -> Any:
-            self.entered(state)
             try:
+                self.entered(state)
                 return body(state)
             except errors as exc:
                 self.interrupted = (self.rt.reset_reason(exc), time.perf_counter())
@@ -112,7 +112,16 @@ class ElasticSession:
         return elastic_body(state)
 
     def entered(self, state: Any) -> None:
-        """At each (re)start of the body: the new world; after a reset, its record."""
+        """At each (re)start of the body, on every rank of the new world: its record (this
+        launch's start, or the reset), committed at once: a rank that fails before the next
+        commit makes the others restore the last one, which must hold it. (A commit is a
+        collective: every rank, a joining one too, makes it here.)"""
+        self.record_entry(state)
+        state.commit()
+        self.committed = time.perf_counter()
+
+    def record_entry(self, state: Any) -> None:
+        """The new world; after a reset, its record (module docstring)."""
         now = time.perf_counter()
         before = self.size
         self.rt.refresh()
