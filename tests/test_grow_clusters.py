@@ -196,7 +196,7 @@ def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or
     epoch once, run.json names each worker job and why it ended, and nothing is left queued."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     scavenger = slurm_cluster.preemptible_partition
-    run = grow_run("grows", grow_resources={"slurm_partition": scavenger})
+    run = grow_run("grows", minutes=1.25, grow_resources={"slurm_partition": scavenger})
     workdir = tmp_path / "w"
     (target,) = config_with(digits, workdir, [run])
     holder = slurm_cluster.run(
@@ -314,13 +314,17 @@ def test_interrupting_snakemake_cancels_the_worker_jobs(slurm_cluster, digits, t
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     left = queue_empty(slurm_cluster)
-    emptied = time.time() - sent
     assert left == "", left
     # the launcher cancelled it (its batch script's watch would have ended it too, COMPLETED)
     assert final_state(slurm_cluster, worker) == "CANCELLED"
     record = json.loads((workdir / "results" / "runs" / "stopped" / "worker_jobs.json").read_text())
     assert [(j["job"], j["why"]) for j in record["jobs"]] == [(worker, "the launcher was stopped")]
-    print(f"\nFIGURE slurm: SIGINT to Snakemake -> queue empty {emptied:.1f} s later")
+    run_end, worker_end = (end_time(slurm_cluster, j) for j in (job, worker))
+    print(
+        f"\nFIGURE slurm: SIGINT to Snakemake -> the run's job ended {run_end - sent:.0f} s "
+        f"later, its worker job {worker_end - sent:.0f} s later (Slurm's end times, to the "
+        "second)"
+    )
 
 
 def launcher_pid(workdir: Path) -> int | None:
@@ -385,7 +389,7 @@ def test_two_growing_runs_share_the_nodes_and_one_takes_both_after_the_other(
     to the other run's worker job: that run ends on both nodes."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     workdir = tmp_path / "w"
-    long_run = grow_run("long", priority=5)
+    long_run = grow_run("long", priority=5, minutes=1.0)
     short = grow_run("short", minutes=None, epochs=4, priority=-3)
     targets = config_with(digits, workdir, [long_run, short])
     proc = snakemake_on_slurm(slurm_cluster, workdir, targets[0], targets[1])
@@ -434,12 +438,13 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
     is deleted (`qdel`): its rank leaves, a new one joins. The run finishes with every epoch
     once and nothing left in the queue."""
     workdir = tmp_path / "w"
-    run = grow_run("grows-sge", mem_mb=2000)
+    run = grow_run("grows-sge", mem_mb=2000, minutes=1.25)
     (target,) = config_with(digits, workdir, [run])
     holder = sge_cluster.run(["qsub", "-terse", "-pe", "mpi", "3", "-b", "y", "sleep", "600"])
     holder = holder.stdout.strip()
     cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "sge"), *SGE_POLL)
-    cmd += ["--set-resources", "train:sge_export_env=True", target]
+    # (the SGE plugin ignores --envvars: the job needs this environment, qsub -V)
+    cmd += [target, "--set-resources", "train:sge_export_env=True"]
     proc = start(cmd, sge_cluster.environ())
     watch = Watch(proc, workdir / "results" / "logs" / "train" / "grows-sge.log")
 

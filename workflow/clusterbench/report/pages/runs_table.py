@@ -4,6 +4,7 @@ timing over the timed epochs."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from clusterbench.report.context import Context
@@ -61,6 +62,13 @@ def draw(ctx: Context) -> None:
             if warmup
             else "all epochs of each run."
         )
+        + (
+            " Under an elastic run's total time: the GPU-hours (CPU-hours on CPUs: ranks x their "
+            "CPUs) it used, its ranks over its training time, / those a fixed run of its "
+            "max_workers would have held over that time."
+            if "device_hours" in runs_df and runs_df["device_hours"].notna().any()
+            else ""
+        )
     )
     note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df)])) or None
     bottom = 0.08 if note else 0.06
@@ -91,5 +99,18 @@ def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
             else "n/a\n(0 ep.*)"
         ),
         throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1"),
-        fmt_duration(r.train_seconds),
+        fmt_duration(r.train_seconds) + hours_line(r),
     ]
+
+
+def hours_line(r: Any) -> str:
+    """An elastic run's device-hours used / a fixed run of max_workers's, under its time."""
+    used, fixed = getattr(r, "device_hours", math.nan), getattr(r, "fixed_device_hours", math.nan)
+    if not (math.isfinite(used) and math.isfinite(fixed)):
+        return ""
+    return f"\n{fmt_hours(used)}/{fmt_hours(fixed)} {r.device_hours_unit}-h"
+
+
+def fmt_hours(hours: float) -> str:
+    """Device-hours with 2 significant digits (small ones too: a test's 0.0021)."""
+    return f"{hours:.2g}" if hours < 100 else f"{hours:.0f}"
