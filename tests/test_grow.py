@@ -541,3 +541,53 @@ def test_the_worker_jobs_events_of_an_epoch_and_their_state_at_the_end():
         ("9", "ended", "2026-01-01T00:01:00+00:00", world.RUN_ENDED),
         ("11", "ended", "2026-01-01T00:01:00+00:00", world.RUN_ENDED),
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# the report
+
+
+def test_the_report_draws_ranks_over_time_and_the_device_hours_against_max_workers(tmp_path):
+    """An elastic run that grew through worker jobs (run.json's timeline and worker jobs, as
+    the training writes them): the world-size page draws its ranks over time, the runs table
+    and runs.csv its CPU-hours used against a fixed run of max_workers."""
+    import pandas as pd
+    from clusterbench.report import main
+    from test_report import PARAMS, make_fake_results, pdf_text
+
+    runs = [
+        {"name": "fixed", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.9},
+        {"name": "grew", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 1500, "acc": 0.95},
+    ]
+    fake = make_fake_results(tmp_path, runs=runs, epochs=4, benchmarks=False)
+    run_json = tmp_path / "results" / "runs" / "grew" / "run.json"
+    info = json.loads(run_json.read_text())
+    timeline = [
+        {"time": "2026-01-01T00:00:00+00:00", "size": 1, "why": "started"},
+        {"time": "2026-01-01T00:00:30+00:00", "size": 2, "why": "hosts changed"},
+        {"time": "2026-01-01T00:01:00+00:00", "size": 1, "why": "a rank failed"},
+        {"time": "2026-01-01T00:02:00+00:00", "size": 1, "why": "finished"},
+    ]
+    used, fixed = world.rank_hours(timeline, 2)
+    info["world"]["elastic"] = {
+        "min_workers": 1, "max_workers": 2, "sizes": [1, 2, 1, 1], "resets": [],
+        "timeline": timeline, "rank_hours": used, "max_workers_rank_hours": fixed,
+        "cpus_per_rank": 4, "grow": "jobs",
+        "worker_jobs": [{"job": "7", "node": "node2", "state": "ended", "why": "preempted",
+                         "start": "2026-01-01T00:00:20+00:00", "end": "2026-01-01T00:01:00+00:00"}],
+    }  # fmt: skip
+    run_json.write_text(json.dumps(info))
+    out = tmp_path / "report"
+    dirs = ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", "abc", *dirs, "--out-dir", str(out)]
+    assert main(argv) == 0
+    table = pd.read_csv(out / "runs.csv").set_index("run")
+    # 2.5 rank-minutes of 4 CPUs = 10 CPU-minutes, against 2 x 2 minutes x 4 CPUs
+    assert table.loc["grew", "device_hours"] == pytest.approx(10 / 60)
+    assert table.loc["grew", "fixed_device_hours"] == pytest.approx(16 / 60)
+    assert table.loc["grew", "device_hours_unit"] == "CPU" and table.loc["grew", "grow"] == "jobs"
+    assert pd.isna(table.loc["fixed", "device_hours"])
+    text = pdf_text(out / "report.pdf")
+    assert "Elastic runs: ranks over time" in text and "minutes since the run started" in text
+    assert "grew (0 reset(s); 0.17 of 0.27 CPU-h, 62%)" in text
+    assert "CPU-h used/max: the GPU-hours" in text
