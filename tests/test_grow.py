@@ -591,3 +591,52 @@ def test_the_report_draws_ranks_over_time_and_the_device_hours_against_max_worke
     assert "Elastic runs: ranks over time" in text and "minutes since the run started" in text
     assert "grew (0 reset(s); 0.17 of 0.27 CPU-h, 62%)" in text
     assert "CPU-h used/max: the GPU-hours" in text
+
+
+@pytest.mark.slow  # a real Snakemake (about 15 s)
+def test_the_local_profile_refuses_a_growing_run_before_any_job_naming_slurm(tmp_path):
+    """`snakemake --profile profiles/local` with a run that grows through jobs: stopped before
+    any job (no download even), naming the run, the key and the profiles that can."""
+    from conftest import REPO, snakemake
+
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "config.yaml").write_text(
+        json.dumps(
+            {
+                "download": {"cache_dir": str(tmp_path / "cache")},
+                "runs": [{"name": "grows", "dataset": "digits", "workers": 1, "max_workers": 2,
+                          "grow": "jobs", "epochs": 1}],
+                "report": {"title": "t"},
+            }
+        )
+    )  # fmt: skip
+    proc = snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1, said
+    assert "run(s) 'grows' set grow: jobs, and under the local executor" in said, said
+    assert "grow: jobs needs Slurm (--profile profiles/slurm) or SGE" in said
+    assert "Traceback" not in said
+    assert not (workdir / "results").exists()  # nothing ran
+
+
+def test_a_host_offered_and_not_taken_is_offered_anew():
+    """Horovod's driver tells the ranks of a new host only once rank 0 listens: a host (a
+    worker job) offered for REOFFER_S without a rank started on it is left out of one answer,
+    then offered again as new; one whose rank runs stays."""
+    from clusterbench.launch.elastic import REOFFER_S, SchedulerDiscovery
+
+    now = [0.0]
+    used: set[str] = set()
+    scheduler = SimpleNamespace(elastic_hosts=lambda: {"node1": 1, "node2.job7": 1})
+    found = SchedulerDiscovery(scheduler, lambda: set(used), clock=lambda: now[0])
+    assert found.find_available_hosts_and_slots() == {"node1": 1, "node2.job7": 1}
+    used.add("node1")  # rank 0 runs there; nothing started on the worker job's host
+    now[0] = REOFFER_S
+    assert found.find_available_hosts_and_slots() == {"node1": 1}
+    assert found.left("node2.job7")
+    now[0] = REOFFER_S + 1
+    assert found.find_available_hosts_and_slots() == {"node1": 1, "node2.job7": 1}
+    used.add("node2.job7")  # its rank started: it stays
+    now[0] = 5 * REOFFER_S
+    assert found.find_available_hosts_and_slots() == {"node1": 1, "node2.job7": 1}
