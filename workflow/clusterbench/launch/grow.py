@@ -147,19 +147,20 @@ class Grower:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)  # no submission of its in flight after the cancel
         self.cancel_all(why)
         deadline = time.monotonic() + STOP_WAIT_S
         while self.active() and time.monotonic() < deadline:
             time.sleep(0.2)
             self.poll(replace=False, why=why)
+        self.cancel_all(why)  # what is left (a submission that was still in flight, say)
         with self._lock:
             for job in self.jobs.values():
                 if job.state != ENDED:
                     job.state, job.end = ENDED, job.end or self.clock()
                     job.why = job.why or why
         self.write()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
 
     def cancel_all(self, why: str = RUN_ENDED) -> None:
         """Cancel every worker job that is queued or running (the run ends)."""
@@ -321,6 +322,9 @@ class Grower:
         self._submit_failures = 0
         with self._lock:
             self.jobs[job_id] = WorkerJob(job_id, self.clock())
+        if self._stopped.is_set():  # stopped while it was submitted
+            self.cancel_all(RUN_ENDED)
+            return False
         log.info("grow: worker job %s queued", job_id)
         self.write()
         return True
