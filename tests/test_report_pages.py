@@ -1,11 +1,9 @@
 """The report as a list of pages (clusterbench.report.pages, an extension point): a page is
 added by one new module and nothing else; the captions Snakemake's HTML report shows are the
-pages' own; the report's package and the comparison keep no import cycle and no function over
-80 lines."""
+pages' own (the package's structure, the report's included: tests/test_architecture.py)."""
 
 from __future__ import annotations
 
-import ast
 import html
 import json
 import os
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 from clusterbench.core.registry import Registry
 from clusterbench.report import pages
-from conftest import REPO, copy_checkout
+from conftest import copy_checkout
 from test_report import CONFIG_HASH, PAGE, PARAMS, make_fake_results, pdf_text
 
 #: A page module as a new page would be written: its place, its page, its caption.
@@ -171,60 +169,3 @@ def test_page_modules_are_ordered_and_a_bad_one_is_named(tmp_path: Path, monkeyp
         pages.ordered()
     for name in [m for m in sys.modules if m.startswith("toypages")]:
         del sys.modules[name]
-
-
-# ------------------------------------------------------------------------------------------------
-# the report's package and the comparison: no import cycle, no function over 80 lines
-
-PACKAGE = REPO / "workflow" / "clusterbench"
-
-
-def checked_modules() -> dict[str, Path]:
-    """clusterbench.report (all of it) and clusterbench.compare*, by module name."""
-    files = [*(PACKAGE / "report").rglob("*.py"), *PACKAGE.glob("compare*.py")]
-    names = {}
-    for path in files:
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return names
-
-
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ``modules`` that ``name`` imports, anywhere in it (in functions too)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            subs = [f"{node.module}.{a.name}" for a in node.names]
-            targets = [t if t in modules else node.module for t in subs]
-        else:
-            continue
-        found |= {t for t in targets if t in modules and t != name}
-    return found
-
-
-def test_no_import_cycle_in_the_report_and_the_comparison():
-    modules = checked_modules()
-    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert "clusterbench.report.text" in graph["clusterbench.report.inputs"]  # the check sees
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in graph[start] - seen:
-            if nxt == goal or reaches(nxt, goal, seen | {nxt}):
-                return True
-        return False
-
-    cycles = sorted(name for name in graph if reaches(name, name, set()))
-    assert cycles == []
-
-
-def test_no_function_over_80_lines_in_the_report_and_the_comparison():
-    lengths = {
-        f"{name}.{node.name}": node.end_lineno - node.lineno + 1
-        for name, path in checked_modules().items()
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
-    assert len(lengths) > 100  # every module is read
-    assert {f: n for f, n in lengths.items() if n > 80} == {}

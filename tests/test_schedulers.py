@@ -10,12 +10,9 @@ lists, and the generic placement of ranks and choice of the network interface
 
 from __future__ import annotations
 
-import ast
-import glob
 import os
 import re
 import socket
-from collections.abc import Mapping
 
 import pytest
 from clusterbench.launch import schedulers
@@ -626,69 +623,7 @@ def test_sge_verify_without_a_qmaster_is_no_verdict_on_the_job() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the launcher's package and the modules that size and check jobs: how they are put together
-
-PACKAGE = os.path.join(os.path.dirname(__file__), "..", "workflow", "clusterbench")
-#: The launcher (all of it) and the workflow's modules that ask its schedulers.
-LAUNCH_AREA = ("launch", "pipeline/resources.py", "pipeline/preflight.py", "plan.py")
-
-
-def launch_modules() -> dict[str, str]:
-    """Module name -> file, for :data:`LAUNCH_AREA`."""
-    files = []
-    for part in LAUNCH_AREA:
-        path = os.path.join(PACKAGE, part)
-        files += glob.glob(os.path.join(path, "**", "*.py"), recursive=True) or [path]
-    names = {}
-    for path in files:
-        rel = os.path.relpath(path, os.path.dirname(PACKAGE))[: -len(".py")].split(os.sep)
-        names[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = path
-    return names
-
-
-def module_imports(path: str, modules: Mapping[str, str]) -> tuple[set[str], list[str]]:
-    """The modules of ``modules`` the file imports (in functions too), and the underscored
-    names it imports from other modules (``from m import _x``)."""
-    with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
-    found, private = set(), []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found |= {sub if sub in modules else node.module} & set(modules)
-                if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    private.append(f"{node.module}.{alias.name}")
-    return found, private
-
-
-def test_the_launcher_has_no_import_cycle_and_imports_no_private_name():
-    modules = launch_modules()
-    graph, private = {}, {}
-    for name, path in modules.items():
-        imported, private[name] = module_imports(path, modules)
-        graph[name] = imported - {name}
-    # the check sees the imports that once made the cli <-> elastic cycle
-    assert "clusterbench.launch.elastic" in graph["clusterbench.launch.cli"]
-
-    def reaches(start: str, goal: str, seen: frozenset[str]) -> bool:
-        return any(nxt == goal or reaches(nxt, goal, seen | {nxt}) for nxt in graph[start] - seen)
-
-    assert sorted(name for name in graph if reaches(name, name, frozenset())) == []
-    assert {name: names for name, names in private.items() if names} == {}
-
-
-def test_no_function_of_the_launcher_is_over_80_lines():
-    lengths = {}
-    for name, path in launch_modules().items():
-        with open(path, encoding="utf-8") as fh:
-            for node in ast.walk(ast.parse(fh.read())):
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                    lengths[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
-    assert "clusterbench.launch.cli.parse_args" in lengths  # every module is read
-    assert {f: n for f, n in lengths.items() if n > 80} == {}
+# the launcher's command line (its structure: tests/test_architecture.py)
 
 
 def test_the_launchers_usage_lines_name_every_option():

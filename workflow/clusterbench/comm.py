@@ -48,6 +48,7 @@ from typing import Any
 from clusterbench.backends import Collectives
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.records.comm import COLUMNS, FORMAT, OPS
 
 #: The smallest message, bytes: two float32 values.
 MIN_BYTES = 8
@@ -55,36 +56,8 @@ MIN_BYTES = 8
 MAX_ITERATIONS = 10_000
 #: The most chunks the timed iterations are split into (the spread's samples).
 SAMPLES = 10
-#: The operations, in the order they are timed.
-OPS = ("allreduce", "allgather", "broadcast")
 #: Bytes per element of the buffers (float32).
 ELEMENT_BYTES = 4
-#: comm.json's format (a reader refuses another).
-FORMAT = 1
-
-#: The columns that say which job measured a row: its name, backend and where it ran.
-JOB_COLUMNS = ("name", "backend", "library", "workers", "nodes", "gpus_per_node", "device")
-#: comm.csv's columns: one row per operation and size.
-COLUMNS = (
-    *JOB_COLUMNS,
-    "op",
-    "size",
-    "bytes",
-    "count",
-    "iterations",
-    "samples",
-    "time_s",
-    "time_min_s",
-    "time_median_s",
-    "time_max_s",
-    "time_sd_s",
-    "algbw_gbps",
-    "busbw_gbps",
-    "busbw_min_gbps",
-    "busbw_max_gbps",
-)
-
-
 # ------------------------------------------------------------------------------------------
 # the arithmetic (pure)
 

@@ -18,18 +18,24 @@ anything could be counted. libyaml's parser (PyYAML's C extension) where install
 PyYAML's own. What it builds is what ``yaml.safe_load`` builds: the same tags, ``<<`` merge keys
 and aliases (one object, shared).
 
+The config files themselves are read by :func:`load_file` (and :func:`check_files`,
+:func:`with_config_args`): :class:`~clusterbench.config.errors.ConfigError` naming the file.
 Imported by the Snakefile at parse time: the standard library and yaml only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml import events
+
+from clusterbench.config.errors import ConfigError, key_path
 
 #: The largest config file read, bytes. A 10,000-run config with every run key written out
 #: (block style) is about 5 MB.
@@ -61,14 +67,6 @@ class ReadError(ValueError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(message)
         self.line = line
-
-
-def key_path(parts: Iterable[Any]) -> str:
-    """``runs[0].epochs``: list indices in brackets, keys dotted (``<top level>`` for none)."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<top level>"
 
 
 def read(text: str) -> Any:
@@ -363,3 +361,91 @@ class _Builder:
         value, size = self.anchors[anchor]
         self.count(size, event)
         self.add(value, event)
+
+
+# ------------------------------------------------------------------------------------------
+# a config file read as the workflow reads it
+
+
+def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config file ``path`` as a mapping, read as Snakemake reads it (JSON, else YAML);
+    :class:`ConfigError` naming the file (and the line, and for a YAML syntax error the column)
+    when it is no UTF-8 text or no mapping, gives a key twice, or is larger, longer or deeper
+    than a config may be (:mod:`clusterbench.config.files`)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        size = max(len(data), path.stat().st_size)
+        raise ConfigError(f"{path}: {too_large(size)}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}, line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+            "save the config file as UTF-8"
+        ) from None
+    try:
+        loaded = read(text)
+    except ReadError as exc:
+        where = "" if exc.line is None else f", line {exc.line}"
+        raise ConfigError(f"{path}{where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        raise ConfigError(
+            f"{path}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+        ) from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: a config file must be a YAML mapping of keys, got {type(loaded).__name__}"
+        )
+    return loaded
+
+
+def check_files(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Read each config file of ``paths`` as :func:`load_file` does: :class:`ConfigError` for
+    the first it refuses. For the files Snakemake was given (the workflow's ``configfile:``,
+    ``--configfile``): it reads them with its own loader, which keeps the later of two equal
+    keys without a word and has no limits, so the workflow reads them again."""
+    for path in paths:
+        if os.path.exists(path):  # a missing one: Snakemake says so
+            load_file(path)
+
+
+def with_config_args(config: Mapping[str, Any], config_args: Iterable[str] | None) -> dict:
+    """``config`` with each list or mapping given by Snakemake's ``--config KEY=VALUE``
+    (``config_args``: the ``KEY=VALUE`` texts) read as YAML, as it would be in a config file.
+
+    Snakemake reads such a value with YAML's base loader, which keeps every value in it as text
+    (``run_defaults={epochs: 2}`` gives ``{"epochs": "2"}``, refused as no integer); a plain
+    value it types itself (``--config site=x``). The value read again is merged over
+    ``config`` as Snakemake merged its own, so it replaces exactly what Snakemake's did; a key
+    given twice in it is refused (:class:`ConfigError`)."""
+    resolved = dict(config)
+    for entry in config_args or ():
+        key, sep, text = entry.partition("=")
+        if not sep:
+            continue
+        try:
+            value = read(text)
+        except ReadError as exc:
+            raise ConfigError(f"--config {key}=...: {exc}") from None
+        except yaml.YAMLError:
+            continue  # no YAML: Snakemake kept it as text
+        if isinstance(value, dict | list):
+            resolved[key] = _merged(resolved.get(key), value)
+    return resolved
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` merged over ``base`` as Snakemake merges config (mappings key by key)."""
+    if isinstance(over, Mapping) and isinstance(base, Mapping):
+        return {**base, **{key: _merged(base.get(key), sub) for key, sub in over.items()}}
+    return over

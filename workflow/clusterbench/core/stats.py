@@ -59,11 +59,6 @@ class Difference:
     se: float
     beyond: bool | None
 
-    @property
-    def standard_errors(self) -> float:
-        """The difference in standard errors (NaN where the noise is unknown)."""
-        return self.value / self.se if self.se > 0 else math.nan
-
 
 def _finite(x: float | None) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)

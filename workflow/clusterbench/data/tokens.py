@@ -6,7 +6,7 @@ source provides)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,16 +104,3 @@ class ResidentTokens:
         for start in range(lo, hi, EVAL_SEQUENCES):
             stop = min(start + EVAL_SEQUENCES, hi)
             yield self.val_x[start:stop].long(), self.val_y[start:stop].long()
-
-
-def check_dataset(meta: Mapping[str, Any], where: Path, run: Mapping[str, Any]) -> None:
-    """``meta.json`` is of the run's dataset, with enough training sequences for its workers."""
-    if meta.get("dataset") != run["dataset"]:
-        raise ValueError(
-            f"{where}: dataset {meta.get('dataset')!r}, but run.dataset={run['dataset']!r}"
-        )
-    if meta["counts"]["train"] < run["workers"]:
-        raise ValueError(
-            f"{where}: {meta['counts']['train']} training samples cannot feed "
-            f"workers={run['workers']}"
-        )

@@ -8,7 +8,8 @@ are kept too (``epoch_metrics``), so that another warm-up can be applied later.
 
 Its series (runs whose throughputs are comparable over time) is its site, environment,
 workload and ``speed_settings``: its training settings but those that change what is learnt
-and not how fast a step runs (:data:`NOT_SPEED_KEYS`), with the effective global batch,
+and not how fast a step runs (the schema's ``x-speed: false`` keys,
+:data:`clusterbench.config.NOT_SPEED_KEYS`), with the effective global batch,
 memory format and device. Runs of a series that differ in those (a sweep's learning rates,
 repeats' seeds) are repeats of one another for the throughput.
 """
@@ -24,36 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterbench.core.params import read_json_object
-
-#: Training keys that do not change how fast a step runs (the learning rate and its schedule
-#: (``lr_*`` too), the optimiser's settings, the seed, how long it trains) or that another
-#: key stands for (``batch_size``, ``batch_scaling``: the effective global batch;
-#: ``channels_last``: the effective memory format).
-NOT_SPEED_KEYS = frozenset(
-    {
-        "name",
-        "seed",
-        "lr",
-        "momentum",
-        "weight_decay",
-        "warmup_epochs",
-        "epochs",
-        "minutes",
-        "batch_size",
-        "batch_scaling",
-        "channels_last",
-    }
-)
-
-#: Fields every line of metrics.jsonl must have.
-EPOCH_FIELDS = ("epoch", "epoch_seconds", "images_per_second", "val_accuracy")
+from clusterbench.config import NOT_SPEED_KEYS
+from clusterbench.records import runs
+from clusterbench.records.runs import memory_format
 
 
 def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that set a run's speed (see the module's docstring)."""
     run = info["run"]
-    settings = {k: v for k, v in run.items() if k not in NOT_SPEED_KEYS and not k.startswith("lr_")}
+    settings = {k: v for k, v in run.items() if k not in NOT_SPEED_KEYS}
     effective, world = info.get("effective") or {}, info.get("world") or {}
     settings["global_batch"] = effective.get("global_batch")
     settings["memory_format"] = memory_format(info)
@@ -63,14 +43,6 @@ def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:
     if settings["grad_compression"] is None:
         settings["grad_compression"] = "none"
     return settings
-
-
-def memory_format(info: Mapping[str, Any]) -> str:
-    """run.json's effective memory format (older files: what ``channels_last`` said)."""
-    chosen = (info.get("effective") or {}).get("memory_format")
-    if chosen is not None:
-        return str(chosen)
-    return "channels_last" if info["run"].get("channels_last") is True else "contiguous"
 
 
 def environment_label(info: Mapping[str, Any]) -> str:
@@ -84,32 +56,6 @@ def environment_label(info: Mapping[str, Any]) -> str:
     gpus = int(run.get("gpus_per_node") or 0)
     text = f"{workers} worker{'s' * (workers != 1)}, {nodes} node{'s' * (nodes != 1)}"
     return text + (f", {gpus} GPU{'s' * (gpus != 1)} per node" if gpus else "")
-
-
-def read_epochs(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records, epochs 1..N in order; an error naming the file and line."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (per-epoch metrics of the train stage)")
-    records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from None
-        missing = [f for f in EPOCH_FIELDS if not isinstance(record, dict) or f not in record]
-        if missing:
-            raise ValueError(f"{path}:{lineno}: missing field(s) {missing}")
-        if record["epoch"] != len(records) + 1:
-            raise ValueError(
-                f"{path}:{lineno}: epoch {record['epoch']!r} where epoch {len(records) + 1} is "
-                "due: the epochs must be 1, 2, ..., N in order"
-            )
-        records.append(record)
-    if not records:
-        raise ValueError(f"{path}: no epochs recorded")
-    return records
 
 
 def spread(values: list[float]) -> tuple[float | None, float | None]:
@@ -190,12 +136,9 @@ def entry(run_dir: Path, eval_dir: Path, warmup: int) -> dict[str, Any]:
     """The history entry of the run in ``run_dir`` (evaluated in ``eval_dir``), timed after
     ``warmup`` epochs; ``run_dir`` is recorded absolute (the entry's key)."""
     run_json = run_dir / "run.json"
-    info = read_json_object(run_json, "run summary of the train stage")
-    if not isinstance(info.get("run"), dict):
-        raise ValueError(f"{run_json}: 'run' must be an object")
-    records = read_epochs(run_dir / "metrics.jsonl")
-    metrics = read_json_object(eval_dir / "metrics.json", "metrics of the evaluate stage")
+    info, records = runs.read_run(run_dir)
     run, origin = info["run"], info.get("experiment") or {}
+    metrics = runs.read_eval_metrics(eval_dir / "metrics.json", str(run["name"]))
     settings = speed_settings(info)
     ended = end_time(info, records, run_json)
     return {

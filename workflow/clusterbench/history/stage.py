@@ -30,18 +30,10 @@ from clusterbench.core import provenance
 from clusterbench.core.atomic import atomic_open
 from clusterbench.history import entries as history_entries
 from clusterbench.history import regression, store
+from clusterbench.records.runs import pair_dirs
 
 #: Columns of the store left out of ``--out`` (JSON kept in the store for later readers).
 LEFT_OUT = ("settings", "provenance", "epoch_metrics")
-
-
-def pair_dirs(run_dirs: list[Path], eval_dirs: list[Path]) -> list[tuple[Path, Path]]:
-    """``results/runs/RUN`` with ``results/eval/RUN``, by directory name."""
-    evals = {d.name: d for d in eval_dirs}
-    missing = [d.name for d in run_dirs if d.name not in evals]
-    if missing:
-        raise ValueError(f"no --eval-dirs entry for run(s) {missing}")
-    return [(d, evals[d.name]) for d in run_dirs]
 
 
 def append_runs(

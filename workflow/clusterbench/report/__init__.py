@@ -70,6 +70,7 @@ from clusterbench.config import (
 )
 from clusterbench.core import provenance
 from clusterbench.core.atomic import atomic_open, atomic_path
+from clusterbench.records.runs import pair_dirs
 from clusterbench.report import theme
 from clusterbench.report.book import (
     Page,
@@ -90,7 +91,6 @@ from clusterbench.report.inputs import (
     load_comm,
     load_history,
     load_run,
-    pair_dirs,
     parse_params,
     parse_skipped,
 )

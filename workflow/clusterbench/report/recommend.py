@@ -31,20 +31,18 @@ import numpy as np
 import pandas as pd
 
 from clusterbench.core import stats
+from clusterbench.report.tables import EFFECTIVE_KEYS, SETTING_KEYS
 from clusterbench.report.text import fmt_duration, fmt_pct, plural
 
-#: What a configuration is (runs.csv columns; ``grad_compression`` "none" where absent).
+#: What a configuration is (runs.csv columns; ``grad_compression`` "none" where absent): the
+#: speed settings of a workload (:data:`clusterbench.report.tables.SETTING_KEYS` but the
+#: dataset and model), its size and the effective values a run records.
 CONFIG_KEY = (
-    "backend",
-    "bn",
+    *(k for k in SETTING_KEYS if k not in ("dataset", "model")),
     "workers",
     "nodes",
     "gpus_per_node",
-    "device",
-    "global_batch",
-    "precision",
-    "memory_format",
-    "grad_compression",
+    *EFFECTIVE_KEYS,
 )
 
 #: The columns of :func:`configurations`.

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS
 from clusterbench.config.experiments import format_value
 from clusterbench.core import provenance
+from clusterbench.records.runs import memory_format
 from clusterbench.report import step_times
 from clusterbench.report.inputs import (
     LOCAL_NAMES,
@@ -24,19 +26,19 @@ from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
 
 
+#: What a scaling series runs along: the size of the world (the 1-worker run of a series is its
+#: baseline).
+SCALE_KEYS = ("workers", "nodes", "min_workers", "max_workers", "gpus_per_node")
+#: The effective values a run records of speed settings that other keys stand for (batch_size
+#: and batch_scaling: the global batch; gpus_per_node: the device; channels_last: the memory
+#: format).
+EFFECTIVE_KEYS = ("global_batch", "device", "memory_format")
+#: The training keys that set how fast a step runs at a given scale: the schema's ``x-speed``
+#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale.
+SETTING_KEYS = tuple(k for k in SPEED_KEYS if k not in SCALE_KEYS)
+
 #: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
-BASELINE_KEY = (
-    "dataset",
-    "model",
-    "global_batch",
-    "device",
-    "backend",
-    "bn",
-    "precision",
-    "memory_format",
-    "grad_compression",
-    "site",
-)
+BASELINE_KEY = (*SETTING_KEYS, *EFFECTIVE_KEYS, "site")
 
 #: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
 #: baseline of every series that differs from it only in these.
@@ -44,18 +46,8 @@ NO_USE_ON_ONE_WORKER = ("grad_compression",)
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
-BACKEND_MATCH_KEY = (
-    "dataset",
-    "model",
-    "workers",
-    "nodes",
-    "device",
-    "bn",
-    "global_batch",
-    "precision",
-    "memory_format",
-    "grad_compression",
-    "site",
+BACKEND_MATCH_KEY = tuple(
+    k for k in (*BASELINE_KEY[:2], "workers", "nodes", *BASELINE_KEY[2:]) if k != "backend"
 )
 
 
@@ -259,13 +251,11 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def memory_format(info: dict[str, Any]) -> str:
-    """The memory format a run trained in: run.json's ``effective.memory_format``; a run.json
-    written before it existed trained in what its ``channels_last`` said."""
-    chosen = (info.get("effective") or {}).get("memory_format")
-    if chosen is not None:
-        return str(chosen)
-    return "channels_last" if info["run"].get("channels_last") is True else "contiguous"
+def later_settings(cfg: dict[str, Any]) -> dict[str, str]:
+    """The speed settings of :data:`SETTING_KEYS` that :func:`runs_table` has no column of its
+    own for, as text; an older run.json's missing key: its default (what it trained with)."""
+    named = ("dataset", "model", "backend", "bn", "deterministic", "precision", "grad_compression")
+    return {k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named}
 
 
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
@@ -303,6 +293,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "memory_format": memory_format(r.info),
                 # the setting (run.json's `effective` says "none" for one worker)
                 "grad_compression": str(cfg.get("grad_compression") or "none"),
+                **later_settings(cfg),
                 "eval_split": r.metrics["split"],
                 "eval_n": int(r.metrics["n"]),
                 "accuracy": float(r.metrics["accuracy"]),
