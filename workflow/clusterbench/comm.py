@@ -332,11 +332,17 @@ def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
             prov = run_provenance(facts)
             extra = {
                 "hosts": [h["node"] for h in prov["hosts"]],
+                # the network interface the collectives ran over, on each host
+                "interfaces": {h["node"]: h.get("iface") for h in prov["hosts"]},
                 "seconds": time.perf_counter() - start,
                 "provenance": prov,
             }
             write_outputs(out_dir, result(settings, rt, library, rows, extra))
-            print(f"comm: {len(rows)} rows in {extra['seconds']:.1f} s -> {out_dir}", flush=True)
+            over = ", ".join(f"{h} over {i}" for h, i in extra["interfaces"].items())
+            print(
+                f"comm: {len(rows)} rows in {extra['seconds']:.1f} s ({over}) -> {out_dir}",
+                flush=True,
+            )
     except BaseException:
         rt.shutdown()  # the other ranks' pending collectives then fail instead of hanging
         raise

@@ -107,8 +107,10 @@ NOT_SPEED_KEYS = tuple(k for k, speed in _SPEED_TAGS.items() if not speed)
 RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
 
 
+#: Every training key's default (None where it has none: ``name``, ``dataset``).
+TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in TRAIN_KEYS}
 #: What an older run.json that lacks a later key trained with: the key's default.
-LATER_TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in LATER_TRAIN_KEYS}
+LATER_TRAIN_DEFAULTS = {k: TRAIN_DEFAULTS[k] for k in LATER_TRAIN_KEYS}
 
 
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order

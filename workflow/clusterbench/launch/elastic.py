@@ -38,7 +38,13 @@ from typing import Any
 from clusterbench.core import preemption
 from clusterbench.core.rank_env import read_grow_record
 from clusterbench.launch import schedulers
-from clusterbench.launch.common import CPUS_PER_RANK_VAR, GROW_RECORD_VAR, local_ifaces, rank_env
+from clusterbench.launch.common import (
+    CPUS_PER_RANK_VAR,
+    GROW_RECORD_VAR,
+    local_ifaces,
+    rank_env,
+    route_source,
+)
 from clusterbench.launch.grow import Grower
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
 from clusterbench.launch.runner import RankResult, RankRunner, failure_message
@@ -208,7 +214,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
             reach.setdefault(node, address)
     host_name = socket.gethostname()
     ifaces = local_ifaces()
-    iface = choose_iface(reach, ifaces, host_name, resolve(host_name), args.iface)
+    iface = choose_iface(reach, ifaces, host_name, resolve(host_name), args.iface, route_source)
     scheduler.bind(alloc, args.max_np, f"cb-{uuid.uuid4().hex[:8]}", local_nodes(addresses, ifaces))
     inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))
     env_extra = rank_env(args, scheduler, iface)

@@ -48,7 +48,12 @@ class Pipeline:
         self.runs: dict[str, dict[str, Any]] = {run["name"]: run for run in cfg["runs"]}
         self.datasets = sorted({run["dataset"] for run in cfg["runs"]})
         self.plan = RunPlan(
-            self.runs, cfg["environment_defaults"], cfg["environments"], adapter, env
+            self.runs,
+            cfg["environment_defaults"],
+            cfg["environments"],
+            adapter,
+            env,
+            staging=cfg["staging"]["dir"],
         )
         #: The datasets generated where they train (format synthetic, synthetic-text): their
         #: preprocessing writes meta.json alone (storage ``synthetic``).
