@@ -294,6 +294,23 @@ def run_tool(cmd: list[str]) -> str:
     return proc.stdout
 
 
+def submit_job(cmd: list[str], script: str, env: Mapping[str, str], separator: str) -> str:
+    """Submit a batch job (``sbatch --parsable``, ``qsub -terse``) with ``script`` on its stdin;
+    its id: what the tool printed up to ``separator`` (Slurm's ``;cluster``, SGE's ``.task``).
+    A :class:`LaunchError` naming the command when it fails or prints no id."""
+    try:
+        proc = subprocess.run(
+            cmd, input=script, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
+    job = proc.stdout.strip().split(separator)[0]
+    if proc.returncode != 0 or not job.isdigit():
+        said = proc.stderr.strip() or proc.stdout.strip()
+        raise LaunchError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): {said}")
+    return job
+
+
 def resolve(name: str) -> str | None:
     """The IPv4 address ``name`` resolves to, None if it does not."""
     try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import shlex
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -35,10 +34,9 @@ from clusterbench.launch.schedulers._base import (
     PENDING,
     RUNNING,
     SIGNAL_TIMEOUT_S,
-    TOOL_TIMEOUT_S,
     JobStatus,
-    LaunchError,
     run_tool,
+    submit_job,
 )
 
 #: The name of every worker job of the run in SGE job J: ``cbgrow-J``.
@@ -170,22 +168,7 @@ class SgeWorkerQueue:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         cmd = qsub_command(self.spec, self.log_dir, self.cwd)
-        try:
-            proc = subprocess.run(
-                cmd,
-                input=worker_script(self.spec.run_job),
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S,
-                env=self.env,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
-        job = proc.stdout.strip().split(".")[0]
-        if proc.returncode != 0 or not job.isdigit():
-            said = proc.stderr.strip() or proc.stdout.strip()
-            raise LaunchError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): {said}")
-        return job
+        return submit_job(cmd, worker_script(self.spec.run_job), self.env, ".")
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         found = parse_qstat_xml(run_tool(["qstat", "-xml"]), self.spec.name)

@@ -21,8 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +30,9 @@ from clusterbench.launch.schedulers._base import (
     ENDING,
     PENDING,
     RUNNING,
-    TOOL_TIMEOUT_S,
     JobStatus,
-    LaunchError,
     run_tool,
+    submit_job,
 )
 from clusterbench.launch.schedulers._slurm_parsing import parse_scontrol_job
 
@@ -209,22 +206,7 @@ class SlurmWorkerQueue:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         cmd = sbatch_command(self.spec, self.log_dir, self.cwd)
-        try:
-            proc = subprocess.run(
-                cmd,
-                input=worker_script(self.spec.run_job),
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S,
-                env=self.env,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
-        job = proc.stdout.strip().split(";")[0]
-        if proc.returncode != 0 or not job.isdigit():
-            said = proc.stderr.strip() or proc.stdout.strip()
-            raise LaunchError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): {said}")
-        return job
+        return submit_job(cmd, worker_script(self.spec.run_job), self.env, ";")
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         cmd = ["squeue", "--me", f"--name={self.spec.name}", "--states=all", "--noheader"]
