@@ -56,7 +56,7 @@ test: setup
 	python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 check: lint
-	python -m pytest -q -m "not slow and not slurm and not sge and not ssh" $(PYTEST_ARGS)
+	python -m pytest -q $(TEST_WORKERS) -m "not slow and not slurm and not sge and not ssh" $(PYTEST_ARGS)
 
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)

@@ -350,6 +350,7 @@ def write_comm_json(
     return out / "comm.json"
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_the_report_draws_the_interconnect_and_the_scaling_model(tmp_path):
     fake = make_fake_results(tmp_path, RUNS, epochs=3)
     for name in ("one", "two", "two-ddp"):
@@ -378,6 +379,7 @@ def test_the_report_draws_the_interconnect_and_the_scaling_model(tmp_path):
     assert "no timed 1-worker run" in model.loc["two-ddp", "note"]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_without_comm_results_there_is_no_page_and_the_model_says_why(tmp_path):
     fake = make_fake_results(tmp_path, RUNS[:2], epochs=3, benchmarks=False)
     out = tmp_path / "report"
@@ -402,6 +404,7 @@ def test_a_bad_comm_json_is_named(tmp_path):
         inputs.load_comm([path])
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_compare_puts_two_sites_interconnects_side_by_side(tmp_path):
     for site, slower in (("east", 1.0), ("west", 2.0)):
         make_fake_results(tmp_path / site, RUNS[:2], epochs=3, benchmarks=False)

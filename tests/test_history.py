@@ -452,6 +452,7 @@ def test_the_step_appends_then_writes_the_series_and_the_cli_flags_a_slowdown(
     assert "no such file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_the_report_draws_the_history_page(fake_tree: dict, tmp_path: Path):
     path, out = tmp_path / "h.sqlite", tmp_path / "series.csv"
     assert stage.main(stage_args(fake_tree, path, out)) == 0

@@ -19,6 +19,9 @@ import yaml
 from clusterbench.core import integrity
 from conftest import REPO, default_config, snakemake, write_config
 
+#: Each test runs Snakemake on the workflow (several seconds each): not the quick tier.
+pytestmark = pytest.mark.slow
+
 RUNS = ("one", "two")
 
 #: What each tool answers: sinfo and qsub as without a reachable controller / qmaster.

@@ -185,6 +185,7 @@ def test_time_to_accuracy_is_the_training_time_to_the_first_epoch_that_reached_i
     )
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_the_title_page_leads_with_the_recommendation(tmp_path: Path):
     """A rendered report with report.target_accuracy: the title page's first section is the
     recommendation, the recommendation page shows the configurations and time to accuracy."""

@@ -362,6 +362,7 @@ PAGE = {
 N_PAGES = len(PAGE)
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_report_writes_all_outputs(default_report):
     _, out = default_report
     assert {p.name for p in out.iterdir()} == {
@@ -552,6 +553,7 @@ def test_pdf_written_last_and_no_temp_files(default_report):
     assert all(p.stat().st_mtime_ns <= pdf_mtime for p in files)
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_single_run_single_epoch_without_benchmarks(tmp_path: Path):
     """One epoch, and that one is the warm-up: no timing at all, said in words, no crash."""
     spec = [{"name": "solo", "dataset": "digits", "workers": 2, "nodes": 1, "ips": 900, "acc": 0.5}]
@@ -581,6 +583,7 @@ def test_single_run_single_epoch_without_benchmarks(tmp_path: Path):
     assert "Highest throughput: n/a" in pages[PAGE["title"]]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_warmup_zero_uses_every_epoch(tmp_path: Path):
     spec = [{"name": "solo", "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.5}]
     fake = make_fake_results(tmp_path, runs=spec, epochs=1, benchmarks=False)
@@ -982,6 +985,7 @@ def provenance_specs() -> list[dict]:
     ]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=provenance_specs(), epochs=3, benchmarks=False)
     out = tmp_path / "report"
@@ -1033,6 +1037,7 @@ def fake_dirs(fake: dict) -> tuple[list[str], list[str]]:
     return fake["run_dirs"], fake["eval_dirs"]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_run_json_without_provenance_is_reported_as_unknown(tmp_path: Path):
     """A run.json written before provenance was recorded: accepted, its hardware and commit
     unknown, its hosts and versions as rank 0 recorded them; it is never 'differing'."""
@@ -1087,6 +1092,7 @@ def test_fmt_ranks_and_gpus():
     assert tables.host_label({"host": "vm", "node": "node2"}) == "node2 on vm"
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_every_png_figure_carries_the_pdf_footer(tmp_path: Path, monkeypatch):
     """The text drawn on each figure when it is saved as PNG includes the footer (title, config
     hash, commit) and its page number, and the PNG's metadata holds the footer as well."""
@@ -1140,6 +1146,7 @@ def text_specs(names: tuple[str, str], classes: list[str] | None = None) -> list
     ]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypatch):
     """'$' in the title, author, run names and class names is a dollar sign, never mathtext:
     '$x^$' (invalid mathtext) renders, 'cost $5 vs $10' keeps its dollars and spaces, on every
@@ -1248,6 +1255,7 @@ def test_fallback_fonts_draw_what_the_report_font_lacks(fallbacks, tmp_path: Pat
         assert "DejaVuSans" in fonts.stdout and "STIXGeneral" in fonts.stdout
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_report_names_characters_no_font_can_draw(fallbacks, tmp_path: Path, capsys):
     """CJK and emoji with no font here that has them: the report is written, the text is in
     the PDF, and the log (stderr) names each text and its characters, once, instead of
@@ -1279,6 +1287,7 @@ def test_report_names_characters_no_font_can_draw(fallbacks, tmp_path: Path, cap
     assert "训练-2w" in pages[PAGE["runs"]]
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_long_wide_title_and_author_fit_the_page(tmp_path: Path):
     """A title and an author of CJK characters (twice as wide as Latin ones, no spaces) are
     cut to the page's width, never emptied or drawn past its edge."""

@@ -119,6 +119,7 @@ def test_two_ranks_record_where_their_steps_go(backend, tmp_path):
     assert all("step_seconds" not in m for m in read_metrics(tmp_path / "off"))
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_the_report_shows_where_the_time_goes(tmp_path):
     """Runs whose epochs carry a breakdown get the page, and the scaling page's efficiencies
     below 100 % their communication and data shares."""

@@ -457,6 +457,7 @@ def as_language_model(root: Path, name: str, synthetic: bool = False) -> None:
     (eval_dir / "metrics.json").write_text(json.dumps({**metrics, "perplexity": math.exp(2.0)}))
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_the_report_of_language_models_alone_draws_no_empty_chart(tmp_path):
     from test_report import FAKE_RUNS, make_fake_results, pdf_text, run_report
 
@@ -473,6 +474,7 @@ def test_the_report_of_language_models_alone_draws_no_empty_chart(tmp_path):
     assert "language_models.png" in figures and "throughput.png" not in figures
 
 
+@pytest.mark.slow  # a whole report rendered (several seconds)
 def test_a_mixed_report_marks_each_run_for_what_it_is(tmp_path):
     from test_report import FAKE_RUNS, make_fake_results, pdf_text, run_report
 
