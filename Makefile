@@ -19,9 +19,9 @@ help:
 	@echo "make plan   a dry run (PROFILE=$(PROFILE)), then every training job it would submit (nodes"
 	@echo "            x ranks x CPUs x GPUs x runtime), CPU-/GPU-hours requested, jobs per rule,"
 	@echo "            and the runs it will skip and why; submits nothing"
-	@echo "make test   set up, then run the whole test suite (starts real Slurm and SGE)"
+	@echo "make test   set up, then run the whole test suite (starts real Slurm, SGE and ssh hosts)"
 	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
-	@echo "            whole pipeline (-m 'not slow and not slurm and not sge')"
+	@echo "            whole pipeline (-m 'not slow and not slurm and not sge and not ssh')"
 	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
 	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100,"
@@ -56,7 +56,7 @@ test: setup
 	python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 check: lint
-	python -m pytest -q -m "not slow and not slurm and not sge" $(PYTEST_ARGS)
+	python -m pytest -q -m "not slow and not slurm and not sge and not ssh" $(PYTEST_ARGS)
 
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)

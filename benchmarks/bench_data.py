@@ -311,3 +311,107 @@ def settings_from_run(run_json: str | None, defaults: dict[str, Any]) -> dict[st
         return dict(defaults)
     run = json.loads(run_json)
     return {key: run.get(key, value) for key, value in defaults.items()}
+
+
+def imagenet_like(rng: np.random.Generator, width: int = 500, height: int = 375) -> np.ndarray:
+    """An RGB image that JPEG compresses as it does an ImageNet photo (about 110 KB at 500 x 375,
+    quality 90): gradients under fine noise."""
+    yy, xx = np.mgrid[0:height, 0:width] / max(width, height)
+    image = rng.uniform(40, 200, 3) + 50 * np.stack([xx, yy, xx * yy], axis=-1) * rng.uniform(
+        -1, 1, 3
+    )
+    image += rng.normal(0, 26, image.shape)
+    return image.clip(0, 255).astype(np.uint8)
+
+
+def jpeg_tree(
+    folder: Path,
+    n: int,
+    classes: int,
+    seed: int = 0,
+    distinct: int | None = None,
+    size: tuple[int, int] = (500, 375),
+) -> Path:
+    """A folder of ``n`` JPEGs of ``size`` (default ImageNet's typical 500 x 375, about 110 KB)
+    in ``classes`` class folders; ``distinct``: only that many different images, written in
+    turn (making 100,000 files takes seconds, not minutes). Kept when it is there already."""
+    from PIL import Image
+
+    done = folder / ".complete"
+    stamp = f"{n} {classes} {seed} {distinct} {size}"
+    if done.exists() and done.read_text() == stamp:
+        return folder
+    rng = np.random.default_rng(seed)
+    blobs: list[bytes] = []
+    for i in range(n):
+        if distinct is None or len(blobs) < distinct:
+            buf = io.BytesIO()
+            Image.fromarray(imagenet_like(rng, *size)).save(buf, "JPEG", quality=90)
+            blobs.append(buf.getvalue())
+        target = folder / f"c{i % classes:04d}" / f"img{i:07d}.JPEG"
+        if i < classes:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blobs[i] if distinct is None else blobs[i % distinct])
+    done.write_text(stamp)
+    return folder
+
+
+def tiny_tree(folder: Path, n: int, classes: int) -> Path:
+    """A folder of ``n`` tiny PNG files (8 x 8, about 100 bytes) in ``classes`` class folders,
+    as ImageNet's training folders are laid out: the cost of a folder of that many files, not
+    of their bytes. Kept when it is there already."""
+    from PIL import Image
+
+    done = folder / ".complete"
+    if done.exists() and done.read_text() == f"{n} {classes}":
+        return folder
+    per_class = -(-n // classes)
+    blobs = []
+    for k in range(4):
+        buf = io.BytesIO()
+        Image.fromarray(np.full((8, 8, 3), 60 * k, np.uint8)).save(buf, "PNG")
+        blobs.append(buf.getvalue())
+    for c in range(classes):
+        sub = folder / f"n{c:08d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        fd = os.open(sub, os.O_RDONLY)
+        try:
+            for i in range(min(per_class, n - c * per_class)):
+                out = os.open(
+                    f"n{c:08d}_{i}.PNG", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=fd
+                )
+                os.write(out, blobs[i % 4])
+                os.close(out)
+        finally:
+            os.close(fd)
+    done.write_text(f"{n} {classes}")
+    return folder
+
+
+def index_in_place(
+    folder: Path, out: Path, image_size: Sequence[int] | None, **params: Any
+) -> Path:
+    """The folder preprocessed by clusterbench as a dataset read in place (``path``; dataset
+    ``photos``): its index, nothing copied."""
+    from clusterbench import preprocess
+
+    raw = out.parent / f"{out.name}-raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    manifest = raw / "MANIFEST.json"
+    manifest.write_text(json.dumps({"dataset": "photos", "path": str(folder), "files": {}}))
+    settings = {
+        "format": "image-folder",
+        "val_fraction": 0.1,
+        "test_fraction": 0.1,
+        "split_seed": 0,
+        "min_split_size": 5,
+        "storage": "files",
+        **({"image_size": list(image_size)} if image_size else {}),
+        **params,
+    }
+    if preprocess.main(
+        ["--dataset", "photos", "--manifest", str(manifest), "--params", json.dumps(settings)]
+        + ["--out-dir", str(out)]
+    ):
+        raise RuntimeError(f"indexing {folder} failed")
+    return out

@@ -2,15 +2,18 @@
 reference), bytes/s per copy.
 
 ```
-.venv/bin/python benchmarks/staging_copy.py --data-dir DATA --tool stage|cp [--copies 4]
-    [--source warm|cold] [--out-dir OUT]
+.venv/bin/python benchmarks/staging_copy.py --data-dir DATA --tool stage|cp|tar [--copies 4]
+    [--source warm|cold] [--source-dir DIR] [--out-dir OUT]
 ```
 
 Each copy goes into an empty directory under ``--out-dir`` (the same filesystem as the work
 dir) and is timed around the whole call: ``stage``: :func:`clusterbench.data.staging.stage`
 (the lock, the free-space check, the copy with every file hashed as it is read and checked
-against its record, the rename into place, the marker); ``cp``: ``cp -r DATA DEST/`` as a
-command. Neither syncs its writes to disk. ``metrics.jsonl`` gets bytes/s per copy.
+against its record, the rename into place, the marker); ``cp``: ``cp -r SOURCE DEST/`` as a
+command; ``tar``: ``tar -C SOURCE -cf - . | tar -C DEST -xf -``. None syncs its writes to
+disk. ``SOURCE`` is ``--source-dir``, else ``DATA``: a dataset read in place (its data dir
+holds the index alone) is staged from its folder, which ``cp`` and ``tar`` then copy.
+``metrics.jsonl`` gets bytes/s per copy.
 
 ``--source``: where the source is read from.
 
@@ -56,6 +59,12 @@ def cp_once(data: Path, dest: Path) -> int:
     return folder_bytes(data)
 
 
+def tar_once(data: Path, dest: Path) -> int:
+    """``tar -C data -cf - . | tar -C dest -xf -``; the bytes of ``data``."""
+    subprocess.run(f"tar -C '{data}' -cf - . | tar -C '{dest}' -xf -", shell=True, check=True)
+    return folder_bytes(data)
+
+
 def evict(data: Path) -> None:
     """Drop the files of ``data`` from the page cache (written back first)."""
     os.sync()
@@ -68,15 +77,20 @@ def evict(data: Path) -> None:
                 os.close(fd)
 
 
-def measure(data: Path, tool: str, copies: int, where: Path, source: str) -> list[dict[str, Any]]:
-    copy = {"stage": stage_once, "cp": cp_once}[tool]
+def measure(
+    data: Path, tool: str, copies: int, where: Path, source: str, folder: Path | None = None
+) -> list[dict[str, Any]]:
+    copy = {"stage": stage_once, "cp": cp_once, "tar": tar_once}[tool]
+    origin = data if tool == "stage" else (folder or data)
     records = []
     for i in range(copies):
         dest = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=where))
         if source == "cold":
             evict(data)
+            if folder is not None:
+                evict(folder)
         began = time.perf_counter()
-        size = copy(data, dest)
+        size = copy(origin, dest)
         seconds = time.perf_counter() - began
         shutil.rmtree(dest)
         records.append(
@@ -91,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, required=True, help="a preprocessed data dir")
     parser.add_argument("--out-dir", type=Path, required=True, help="copies and metrics.jsonl")
     parser.add_argument("--run", help="the trainer's run JSON (unused: a row's common flag)")
-    parser.add_argument("--tool", choices=("stage", "cp"), required=True)
+    parser.add_argument("--tool", choices=("stage", "cp", "tar"), required=True)
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--source", choices=("warm", "cold"), default="warm")
+    parser.add_argument("--source-dir", type=Path, help="what cp and tar copy (default: DATA)")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    records = measure(args.data_dir, args.tool, args.copies, args.out_dir, args.source)
+    records = measure(
+        args.data_dir, args.tool, args.copies, args.out_dir, args.source, args.source_dir
+    )
     write_metrics(args.out_dir, records)
     return 0
 

@@ -108,9 +108,11 @@ def alternatives(names):
 
 #: Every file of the preprocessed dataset, as its storage has it (clusterbench.config.storage).
 data_files = PIPELINE.data_files
-#: The datasets stored as files (an image folder a run streams), and those stored as arrays
-#: (synthetic ones have neither): the preprocess rules of each (rules/preprocess.smk).
+#: The datasets stored as files (an image folder a run streams, or one read in place), those
+#: whose files are extracted (a .tar.gz's), and those stored as arrays (synthetic ones have
+#: none of these): the preprocess rules of each (rules/preprocess.smk).
 FILE_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "files"]
+EXTRACTED_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "extracted"]
 ARRAY_DATASETS = [d for d in DATASETS if PIPELINE.storages[d] == "arrays"]
 
 

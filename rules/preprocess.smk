@@ -38,16 +38,18 @@ use rule preprocess as preprocess_synthetic with:
         dataset=alternatives(SYNTHETIC),
 
 
+# An image folder stored as files: its index (index.npz), the images read where they are (a
+# folder, a .zip's or .tar's members at their offsets): nothing is copied.
 rule preprocess_files:
     input:
         script=script("preprocess"),
         code=stage_code("preprocess"),
         manifest=rules.download.output.manifest,
-        # a damaged index, or an index whose meta.json is gone, stops the workflow; no file
-        intact=PIPELINE.arrays_intact,
+        # a damaged index, or an index whose meta.json is gone, stops the workflow; a folder
+        # read in place that changed since it was indexed makes this step due; no file
+        intact=PIPELINE.files_intact,
     output:
-        files=directory("results/data/{dataset}/files"),
-        index="results/data/{dataset}/index.json",
+        index="results/data/{dataset}/index.npz",
         meta="results/data/{dataset}/meta.json",
     log:
         "results/logs/preprocess/{dataset}.log",
@@ -67,3 +69,14 @@ rule preprocess_files:
         "python {input.script:q} --dataset {wildcards.dataset:q} "
         "--manifest {input.manifest:q} --params {params.split:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# A .tar.gz's images (a gzip stream cannot be read at an offset): extracted into files/ first.
+use rule preprocess_files as preprocess_extracted with:
+    output:
+        files=directory("results/data/{dataset}/files"),
+        index="results/data/{dataset}/index.npz",
+        meta="results/data/{dataset}/meta.json",
+    wildcard_constraints:
+        dataset=alternatives(EXTRACTED_DATASETS),
+    priority: PIPELINE.priority("preprocess_extracted")

@@ -33,6 +33,8 @@ rule report:
         benchmarks=lambda wc: PIPELINE.report_benchmarks(PIPELINE.available_runs()),
         # the history of these runs' series (rules/history.smk: appended first)
         history="results/history/series.csv",
+        # the runs' datasets: where each is read from, what the workflow added for it
+        datasets=lambda wc: PIPELINE.dataset_records(PIPELINE.available_runs()),
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -97,5 +99,5 @@ rule report:
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
         "--benchmarks {input.benchmarks:q} --history {input.history:q} "
-        "--comm {input.comm:q} "
+        "--comm {input.comm:q} --datasets {input.datasets:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

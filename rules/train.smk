@@ -12,8 +12,9 @@ rule train:
         code=stage_code("train", "training"),
         # the run's dataset
         data=PIPELINE.data_input(),
-        # nothing, but a missing file for a name the config has no run of
-        known=PIPELINE.known_run,
+        # your own model's code stamp (editing its module retrains the run); a missing file
+        # for a name the config has no run of
+        known=lambda wc: [local(path) for path in PIPELINE.known_run(wc)],
     output:
         info="results/runs/{run}/run.json",
         metrics="results/runs/{run}/metrics.jsonl",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.clusters.fixtures import sge_cluster, slurm_cluster  # noqa: F401
+from tests.clusters.fixtures import sge_cluster, slurm_cluster, ssh_hosts  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
@@ -26,8 +26,15 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-#: The fixtures that start the test clusters (one of each per machine: their tests share them).
-CLUSTER_FIXTURES = {"slurm_cluster", "sge_cluster"}
+#: The fixtures that start the test clusters (one of each per machine: their tests share them),
+#: and the group of make test's workers their tests run in: the Slurm and SGE tests, which
+#: mostly wait on their schedulers, in one; the ssh hosts' (two network namespaces), which
+#: train, in another.
+CLUSTER_FIXTURES = {
+    "slurm_cluster": "test-clusters",
+    "sge_cluster": "test-clusters",
+    "ssh_hosts": "ssh-hosts",
+}
 
 
 @pytest.hookimpl(trylast=True)
@@ -45,9 +52,9 @@ def pytest_collection_modifyitems(config, items):
 
 def group_for_workers(item) -> None:
     """``item``'s group among ``make test``'s workers (pytest-xdist's ``--dist loadgroup``):
-    every test that uses a test cluster in one group, on one worker (a cluster is one per
-    machine, and started once per worker); every other test with its module (its
-    module-scoped fixtures, whole workflow runs, are made once).
+    every test that uses a test cluster in its cluster's group (:data:`CLUSTER_FIXTURES`), on
+    one worker (a cluster is one per machine, and started once per worker); every other test
+    with its module (its module-scoped fixtures, whole workflow runs, are made once).
 
     The group goes where pytest-xdist's scheduler reads it, the node id's ``@group`` suffix.
     pytest-xdist 3.8 sets it from ``xdist_group`` marks through ``item._nodeid``, which pytest
@@ -55,8 +62,8 @@ def group_for_workers(item) -> None:
     to, for the pinned pytest."""
     from _pytest.nodeid import NodeId
 
-    uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
-    group = "test-clusters" if uses_cluster else item.nodeid.split("::")[0]
+    used = [CLUSTER_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in CLUSTER_FIXTURES]
+    group = min(used) if used else item.nodeid.split("::")[0]
     if "@" not in item.nodeid:
         item._id = NodeId.parse(f"{item.nodeid}@{group}")
 

@@ -7,6 +7,7 @@ real jobs to the session's clusters (fixtures from ``tests.clusters.fixtures``).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -310,8 +311,11 @@ rule train:
 """
 
 
-def _run_toy(cluster, kind: str, workdir: Path, run: dict, shell: str, *args: str) -> list[str]:
-    """Run a one-rule workflow with ``--profile profiles/<kind>``; return its output lines."""
+def _run_toy(
+    cluster, kind: str, workdir: Path, run: dict, shell: str, *args: str, env: dict | None = None
+) -> list[str]:
+    """Run a one-rule workflow with ``--profile profiles/<kind>`` (as shipped), Snakemake in
+    the cluster's environment and ``env``; return its output lines."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "Snakefile").write_text(TOY_SNAKEFILE.format(run=run, shell=shell))
     proc = subprocess.run(
@@ -329,7 +333,7 @@ def _run_toy(cluster, kind: str, workdir: Path, run: dict, shell: str, *args: st
             "2",
             *args,
         ],
-        env=cluster.environ(),
+        env={**cluster.environ(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -419,7 +423,7 @@ def test_sge_gpu_complex_is_checked_before_submission_and_asked_for(
     assert set(reasons) == {"too-many", "typo"}, reasons
     assert "`qsub -w v` says" in reasons["too-many"], reasons
     assert "sge_gpu_complex 'gpus' is no complex of this SGE cell" in reasons["typo"]
-    assert f"its consumable ones: {gpu}, slots" in reasons["typo"], reasons
+    assert f"its consumable ones: {gpu}, {sge_cluster.gpu_slot_complex}, slots" in reasons["typo"]
 
     (job,) = _run_toy(
         sge_cluster,
@@ -439,3 +443,90 @@ def test_sge_gpu_complex_is_checked_before_submission_and_asked_for(
     category = next(line for line in record.splitlines() if line.startswith("category"))
     assert f"{gpu}=2" in category and "-pe mpi 2" in category, record
     print(f"\nFIGURE sge gpu complex: {category}; refused: {reasons['too-many']}")
+
+
+def _accounted_category(cluster, job: str) -> str:
+    """The `category` line of ``job``'s accounting record (its resource requests)."""
+
+    def accounted() -> str:
+        res = cluster.run(["qacct", "-j", job], check=False)
+        return res.stdout if res.returncode == 0 else ""
+
+    record = wait_until(accounted, timeout=30, what=f"qacct -j {job}")
+    return next(line for line in record.splitlines() if line.startswith("category"))
+
+
+@pytest.mark.slow
+@pytest.mark.sge
+@pytest.mark.parametrize("kind", ["per-job", "per-slot"])
+def test_sge_gpu_request_is_sized_by_the_complexs_kind(sge_cluster, tmp_path, monkeypatch, kind):
+    """2 ranks on a node with 2 GPUs ask `gpu=2` of the cell's per-job complex and `gpu_slot=1`
+    of its per-slot one (SGE multiplies that by the 2 slots), and each job runs through the
+    SGE profile as shipped. Asked as before, `gpu_slot=2` x 2 slots = 4 GPUs, more than the
+    host's 2: `qsub -w v` (what the profile's `qsub -w e` does) refuses it."""
+    from clusterbench.launch.schedulers import PreflightContext, sge
+    from clusterbench.pipeline.resources import train_resources
+
+    for key, value in sge_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    name = {"per-job": sge_cluster.gpu_complex, "per-slot": sge_cluster.gpu_slot_complex}[kind]
+    run = {**_toy_run(2, 1, gpus_per_node=2), "sge_gpu_complex": name}
+    resources = train_resources(run)
+    asked = {"per-job": f"{name}=2", "per-slot": f"{name}=1"}[kind]
+    assert resources["sge_resources"].split(",")[-1] == asked, resources
+    context = PreflightContext({"toy": run}, lambda _, keys: resources)
+    assert sge.SgeScheduler.unavailable(context) == {}
+    if kind == "per-slot":
+        as_before = {**resources, "sge_resources": resources["sge_resources"][:-1] + "2"}
+        (refused,) = sge.sge_problems("toy", as_before, "smp")
+        assert "SGE would never run its job" in refused, refused
+
+    (job,) = _run_toy(
+        sge_cluster,
+        "sge",
+        tmp_path / "wf",
+        run,
+        "echo $JOB_ID > {output}",
+        "--sge-init-seconds-before-status-checks",
+        "2",
+    )
+    category = _accounted_category(sge_cluster, job)
+    assert asked in category and "-pe mpi 2" in category, category
+    print(f"\nFIGURE sge {kind} gpu complex: {category}")
+
+
+@pytest.mark.slow
+@pytest.mark.sge
+@pytest.mark.parametrize(
+    ("ranks", "granted", "expected"),
+    [
+        (2, {"SGE_HGR_gpu_slot": "3 1"}, ["3", "1"]),  # a resource map's grant
+        (1, {"SGE_HGR_gpu_slot": "gpu2"}, ["2"]),  # one rank: pinned too
+        (2, {"CUDA_VISIBLE_DEVICES": "6,7"}, ["6", "7"]),  # set for the job by the site
+    ],
+)
+def test_sge_ranks_are_pinned_to_the_gpus_the_job_was_granted(
+    sge_cluster, tmp_path, ranks, granted, expected
+):
+    """Ranks used `local_rank % device_count`, not the GPUs SGE granted. In an SGE job of the
+    cell (the profile as shipped, the launcher starting its ranks with `qrsh -inherit`), each
+    rank gets the GPU of its local rank among those the job was granted: `SGE_HGR_<complex>`
+    where the grid engine has resource maps, else the job's `CUDA_VISIBLE_DEVICES` (a site's
+    prolog or starter). SoGE 8.1.9 has no resource maps: the variable reaches the job from the
+    submitting environment here (qsub -V), as the grid engine would set it."""
+    shell = (
+        f"{sys.executable} -m clusterbench.launch --np {ranks} -- "
+        "bash -c 'echo cvd=$CUDA_VISIBLE_DEVICES' > {output} 2>&1"
+    )
+    lines = _run_toy(
+        sge_cluster,
+        "sge",
+        tmp_path / "wf",
+        {**_toy_run(ranks, 1, gpus_per_node=ranks), "sge_gpu_complex": "gpu_slot"},
+        shell,
+        "--sge-init-seconds-before-status-checks",
+        "2",
+        env=granted,
+    )
+    pinned = dict(re.findall(r"^\[(\d+)\]<stdout>:cvd=(\S*)$", "\n".join(lines), re.M))
+    assert [pinned.get(str(r)) for r in range(ranks)] == expected, lines

@@ -164,3 +164,30 @@ def test_slurm_runs_a_comm_job_over_two_nodes_as_it_runs_a_train_job(slurm_clust
     nodes = {h["node"]: h["ranks"] for h in info["provenance"]["hosts"]}
     assert sorted(nodes.values()) == [[0], [1]] and len(nodes) == 2  # one rank on each node
     assert not (workdir / "results" / "runs").exists()  # nothing trained for it
+
+
+def test_the_memory_check_takes_the_jobs_cgroup_limit_and_a_gpus_memory(monkeypatch):
+    """`comm.max_bytes` of 4 GiB under a memory limit failed in the allocator. Each rank holds
+    up to twice max_bytes (an allgather's input and output): where the node's ranks' buffers
+    exceed what the job may use (the node's memory, or its cgroup limit: a Slurm job's --mem)
+    or a GPU's memory, the job stops before allocating, naming comm.max_bytes and the sizes.
+    A unit test, the limit given as the node would report it: on this machine's 2 local slots
+    no valid max_bytes (at most 4 GiB) exceeds its memory, and no cgroup is made here."""
+    from types import SimpleNamespace
+
+    from clusterbench.config import ConfigError
+    from clusterbench.data import loading
+
+    limit = (3 * 2**30, "the job's cgroup memory limit")
+    monkeypatch.setattr(loading, "node_memory", lambda: limit)
+    monkeypatch.setattr(loading, "gpu_memory", lambda d: 2**30 if d.type == "cuda" else None)
+    cpu = SimpleNamespace(type="cpu")
+    comm.check_memory({"max_bytes": 2**29}, 2, cpu)  # 2 x 2 x 512 MiB = 2 GiB: fits
+    with pytest.raises(
+        ConfigError,
+        match=r"2\.0 GiB per rank x 2 rank\(s\) on this node = 4\.0 "
+        r"GiB, more than the 3\.0 GiB this job may use \(the job's cgroup",
+    ):
+        comm.check_memory({"max_bytes": 2**30}, 2, cpu)
+    with pytest.raises(ConfigError, match=r"4\.0 GiB per rank, held on its GPU, which has 1\.0"):
+        comm.check_memory({"max_bytes": 2**31}, 1, SimpleNamespace(type="cuda"))

@@ -266,3 +266,38 @@ def test_one_cluster_before_and_after_a_driver_upgrade(tmp_path):
     assert set(runs["gpu_driver"].astype(str)) == {"550.54", "560.35"}
     text = " ".join(pdf_text(out).split())
     assert "east@2026-01-05/digits-2w" in text and "runs given twice" not in text
+
+
+def run_compare(*args, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "clusterbench.compare", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_arguments_and_the_output_path_are_checked_before_any_work(tmp_path):
+    """A negative --warmup-epochs (taken as 0 and written as -1 before), an output on a file
+    system that cannot be written (an OSError traceback after all the work before) and a
+    directory as the output are refused first: the trees given do not even exist."""
+    trees = (tmp_path / "nowhere-a", tmp_path / "nowhere-b")
+    cases = {
+        ("-o", tmp_path / "c.pdf", "--warmup-epochs", "-1"): "--warmup-epochs must be 0 or more",
+        ("-o", "/proc/clusterbench/compare.pdf"): "its folder cannot be created (/proc",
+        ("-o", tmp_path): "a directory; give the PDF file to write",
+        ("-o", "~nosuchuser_cb/c.pdf"): "-o: '~nosuchuser_cb/c.pdf' names the home of user",
+    }
+    for args, message in cases.items():
+        proc = run_compare(*trees, *args, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert "no runs/" not in proc.stderr  # refused before the trees were read
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_a_warmup_that_leaves_no_timed_epoch_is_refused_naming_the_epochs(tmp_path):
+    east, west = tmp_path / "east", tmp_path / "west"
+    make_fake_results(east)
+    make_fake_results(west)
+    out = tmp_path / "cmp" / "compare.pdf"
+    proc = run_compare(east, west, "-o", out, "--warmup-epochs", "100", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "--warmup-epochs 100 leaves no timed epoch: the runs have" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()

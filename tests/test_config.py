@@ -79,6 +79,7 @@ def test_run_defaults_and_builtin_defaults_merge():
             "test_fraction": 0.2,
             "split_seed": 0,
             "min_split_size": 50,
+            "check": "auto",
             "storage": "arrays",  # decided by its runs (none streams it)
         }
     }
@@ -168,6 +169,8 @@ CHANGED = {  # another valid value of each dataset key
     "samples": 100,
     "seq_len": 16,
     "storage": "files",
+    "path": "/data/x",
+    "check": "files",
 }
 
 
@@ -514,3 +517,77 @@ def test_each_run_with_an_unknown_model_is_named_though_each_model_is_looked_up_
         cb.validate(cfg)
     named = [line.strip() for line in str(caught.value).splitlines() if "unknown model" in line]
     assert named == [models.problems("vgg", f"runs[{i}].model")[0] for i in (0, 1)]
+
+
+def _run(**keys):
+    return {"name": "a", "dataset": "digits", "workers": 1, "epochs": 2, **keys}
+
+
+def test_run_defaults_give_a_dataset_as_the_docs_say_and_a_runs_own_wins():
+    """`run_defaults: {dataset: digits}` was accepted by the schema and then every run was told
+    "'dataset' is a required property"."""
+    cfg = {
+        "report": {"title": "t"},
+        "datasets": {"digits": {}, "mnist": {}},
+        "run_defaults": {"dataset": "digits"},
+        "runs": [{"name": "a", "epochs": 1}, {"name": "b", "epochs": 1, "dataset": "mnist"}],
+    }
+    assert [r["dataset"] for r in cb.validate(cfg)["runs"]] == ["digits", "mnist"]
+
+
+def test_a_key_for_many_runs_that_acts_on_some_is_kept_and_a_default_value_is_harmless():
+    """The rule of clusterbench.config.effects: refused only where a key can act on none of the
+    runs it is given to, and only when set to something other than its default."""
+    some = {
+        "report": {"title": "t"},
+        "run_defaults": {"lr_min": 0.001},  # acts on b (cosine), not on a: kept
+        "runs": [_run(), _run(name="b", lr_schedule="cosine")],
+    }
+    resolved = cb.validate(some)
+    assert [r["lr_min"] for r in resolved["runs"]] == [0.001, 0.001]
+    swept = {
+        "report": {"title": "t"},
+        "experiments": {
+            "s": {
+                "dataset": "digits",
+                "epochs": 2,
+                "workers": 1,
+                "lr_min": 0.001,
+                "matrix": {"lr_schedule": ["constant", "cosine"]},
+            }
+        },
+    }
+    assert len(cb.validate(swept)["runs"]) == 2
+    default = {"report": {"title": "t"}, "runs": [_run(lr_min=0, on_bad_file="fail")]}
+    cb.validate(default)
+    for key, value in (("lr_decay", 0.1), ("lr_gamma", 0.5), ("on_bad_file", "skip")):
+        with pytest.raises(cb.ConfigError, match=rf"runs\[0\]\.{key}: .* can have no effect"):
+            cb.validate({"report": {"title": "t"}, "runs": [_run(**{key: value})]})
+
+
+def test_channels_last_on_a_language_model_is_recorded_as_what_it_did():
+    """A run_defaults channels_last: true reaching a language model (kept: it acts on the image
+    runs) is recorded as the contiguous format it trains in, not channels-last."""
+    from clusterbench.training.memory_format import CONTIGUOUS, choose
+
+    run = {"model": "gpt-tiny", "channels_last": True}
+    assert choose(run, "cpu", "language-model") == (
+        CONTIGUOUS,
+        "channels_last: true: the inputs are no images",
+    )
+
+
+def test_a_path_key_is_expanded_one_way_and_a_user_or_variable_that_is_not_there_is_named():
+    import pwd
+
+    from clusterbench.core.paths import PathError, expand
+
+    env = {"HOME": "/home/me", "SCRATCH": "/scratch/me"}
+    assert expand("~/h.sqlite", "history.path", env) == "/home/me/h.sqlite"
+    assert expand("${SCRATCH}/x/$SCRATCH", "k", env) == "/scratch/me/x//scratch/me"
+    assert expand("~root", "k", env) == pwd.getpwnam("root").pw_dir
+    assert expand("a~b/$$", "k", env) == "a~b/$$"  # no name after $: left as written
+    with pytest.raises(PathError, match=r"^history.path: '\$NOPE/h' names .* \$NOPE, not set"):
+        expand("$NOPE/h", "history.path", env)
+    with pytest.raises(PathError, match=r"^k: '~nosuchuser_cb/s' names the home of user"):
+        expand("~nosuchuser_cb/s", "k", env)

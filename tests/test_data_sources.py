@@ -8,6 +8,7 @@ No training here: the sources are asked for batches directly (loader processes i
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import json
 import os
@@ -193,7 +194,8 @@ def test_the_train_stage_gets_how_to_read_the_data_outside_its_run_slice():
         "staging": {"dir": "$TMPDIR/cb"},
     }
     assert cb.stage_params("data_settings", cb.data_settings(run, resolved))
-    assert storage.data_files("files") == ["files", "index.json", "meta.json"]
+    assert storage.data_files("files") == ["index.npz", "meta.json"]
+    assert storage.data_files("extracted") == ["files", "index.npz", "meta.json"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,19 +278,37 @@ def folder_archive(path: Path, n: int = 36, broken: int = 1, seed: int = 0) -> P
     return path
 
 
-def extracted(tmp_path: Path, **params) -> Path:
+def as_tar_gz(archive: Path) -> Path:
+    """The zip's members as a .tar.gz (whose images preprocessing extracts)."""
+    import tarfile
+
+    path = archive.with_name("pics.tar.gz")
+    with zipfile.ZipFile(archive) as zf, tarfile.open(path, "w:gz") as tar:
+        for info in zf.infolist():
+            member = tarfile.TarInfo(info.filename)
+            member.size = info.file_size
+            tar.addfile(member, io.BytesIO(zf.read(info)))
+    return path
+
+
+def extracted(tmp_path: Path, kind: str = "zip", **params) -> Path:
+    """An image folder stored as files, preprocessed: the zip read in place (``zip``), or the
+    same images in a ``.tar.gz``, extracted (``tar.gz``)."""
     from clusterbench import preprocess
     from clusterbench.download import file_digests
 
     raw = tmp_path / "raw"
-    raw.mkdir()
+    raw.mkdir(parents=True)
     archive = folder_archive(raw / "pics.zip")
+    if kind == "tar.gz":
+        archive = as_tar_gz(archive)
     digest = file_digests(archive)["sha256"]
     manifest = raw / "MANIFEST.json"
-    manifest.write_text(json.dumps({"dataset": "pics", "files": {"pics.zip": {"sha256": digest}}}))
+    entry = {"sha256": digest, "path": str(archive), "stored": "in place"}
+    manifest.write_text(json.dumps({"dataset": "pics", "files": {archive.name: entry}}))
     settings = {
         "format": "image-folder",
-        "files": ["pics.zip"],
+        "files": [archive.name],
         "val_fraction": 0.2,
         "test_fraction": 0.2,
         "split_seed": 0,
@@ -300,20 +320,37 @@ def extracted(tmp_path: Path, **params) -> Path:
     return tmp_path / "data"
 
 
-def test_preprocess_extracts_an_image_folder_with_an_index_of_checksums(tmp_path):
-    data = extracted(tmp_path, image_size=[16, 16])
+def test_preprocess_indexes_a_zip_in_place_and_extracts_a_tar_gz_with_checksums(tmp_path):
+    from clusterbench.data.folder import Sources, read_index
+    from clusterbench.data.index import copy_path
+
+    data = extracted(tmp_path / "zip", image_size=[16, 16])
     meta = json.loads((data / "meta.json").read_text())
-    index = json.loads((data / "index.json").read_text())["files"]
+    index = read_index(data, meta)
     assert meta["storage"] == "files" and meta["channels"] == 3 and meta["native_size"] is None
     assert meta["counts"] == {"train": 23, "val": 7, "test": 7}
-    assert sorted(set(index["split"])) == ["test", "train", "val"]
-    assert not list(data.glob(".files.partial*"))
-    for path, size, digest in zip(index["path"], index["size"], index["sha256"], strict=True):
-        file = data / path
-        assert file.stat().st_size == size
-        assert __import__("hashlib").sha256(file.read_bytes()).hexdigest() == digest
-    assert "top/c0/broken0.jpg" in index["member"]
-    assert meta["files"]["index.json"]["size"] == (data / "index.json").stat().st_size
+    assert sorted(set(index.columns["split"].tolist())) == [0, 1, 2]
+    assert sorted(p.name for p in data.iterdir()) == ["index.npz", "meta.json"]  # no copy
+    assert meta["files"]["index.npz"]["size"] == (data / "index.npz").stat().st_size
+    assert meta["source"]["kind"] == "archive" and meta["added"]["copies"] == 0
+    sources = Sources(data, index)
+    with zipfile.ZipFile(tmp_path / "zip" / "raw" / "pics.zip") as zf:
+        for row, name in enumerate(index.names()):
+            assert bytes(sources.read(row)) == zf.read(name)  # the member, at its offset
+    assert "top/c0/broken0.jpg" in index.names()
+
+    data = extracted(tmp_path / "tgz", kind="tar.gz", image_size=[16, 16])
+    meta = json.loads((data / "meta.json").read_text())
+    index = read_index(data, meta)
+    assert meta["counts"] == {"train": 23, "val": 7, "test": 7}  # the same split
+    assert not list(data.glob(".files.partial*")) and meta["source"]["kind"] == "copy"
+    files = sorted(p for p in (data / "files").rglob("*") if p.is_file())
+    assert len(files) == len(index) == 37 and meta["added"]["copies"] == meta["bytes"]
+    for row in range(len(index)):
+        copy = data / copy_path(row, index.name(row))
+        assert copy.stat().st_size == index.columns["size"][row]
+        digest = hashlib.sha256(copy.read_bytes()).digest()
+        assert digest == index.columns["sha256"][row].tobytes()
 
 
 def test_a_streamed_image_folder_is_decoded_at_the_input_size_and_resumes_exactly(tmp_path):
@@ -335,10 +372,11 @@ def test_a_streamed_image_folder_is_decoded_at_the_input_size_and_resumes_exactl
 
 
 def test_a_bad_image_names_its_file_or_is_skipped_and_counted(tmp_path):
+    from clusterbench.data.index import SPLITS, read
+
     data = extracted(tmp_path, image_size=[16, 16])
-    split = json.loads((data / "index.json").read_text())["files"]
-    broken = split["member"].index("top/c0/broken0.jpg")
-    where = split["split"][broken]
+    index = read(data / "index.npz")
+    where = SPLITS[int(index.columns["split"][index.names().index("top/c0/broken0.jpg")])]
     run = data_run(workers=1, augment="none")
     for setting in ("fail", "skip"):
         source = open_source(data, {**run, "on_bad_file": setting}, reading("stream"), CPU)
@@ -347,7 +385,7 @@ def test_a_bad_image_names_its_file_or_is_skipped_and_counted(tmp_path):
             lambda s=source: list(s.val_batches(0, 1)),
         ]
         if setting == "fail":
-            with pytest.raises(DataError, match=r"0000036\.jpg \(archive member top/c0/broken0"):
+            with pytest.raises(DataError, match=r"pics\.zip \(member top/c0/broken0\.jpg\)"):
                 for one in passes:
                     one()
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
@@ -414,6 +413,8 @@ def params(cache: Path, **extra) -> str:
 
 
 def test_main_digits_offline_default(tmp_path):
+    """A file:// source is read where it is: verified, never copied (not into the cache, not
+    beside the manifest); the manifest records where it is."""
     cache, out = tmp_path / "cache", tmp_path / "raw" / "digits"
     rc = download.main(
         ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
@@ -423,19 +424,38 @@ def test_main_digits_offline_default(tmp_path):
     f = DIGITS.files[0]
     assert manifest == {
         "dataset": "digits",
-        "files": {f.name: {"sha256": f.sha256, "size": f.size, "url": f.url}},
+        "files": {
+            f.name: {
+                "sha256": f.sha256,
+                "size": f.size,
+                "url": f.url,
+                "path": str(DIGITS_PATH),
+                "stored": "in place",
+            }
+        },
     }
-    placed, cached = out / f.name, cache / "digits" / f.name
-    assert placed.read_bytes() == DIGITS_PATH.read_bytes()
-    assert os.stat(placed).st_ino != os.stat(cached).st_ino  # a copy, never a hard link
-    assert leftovers(out) == ["MANIFEST.json", f.name]
+    assert leftovers(out) == ["MANIFEST.json"] and not cache.exists()
 
-    # a second run reuses the cache and replaces its own outputs cleanly
+    # a second run replaces its own outputs cleanly; a copy an older version placed is removed
+    (out / f.name).write_bytes(DIGITS_PATH.read_bytes())
     rc = download.main(
         ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
     )
     assert rc == 0
-    assert leftovers(out) == ["MANIFEST.json", f.name]
+    assert leftovers(out) == ["MANIFEST.json"]
+
+
+def test_a_damaged_file_source_is_refused_naming_it(tmp_path, capsys):
+    source = tmp_path / "src" / "digits.csv.gz"
+    source.parent.mkdir()
+    source.write_bytes(DIGITS_PATH.read_bytes()[:-10] + b"0123456789")
+    out = tmp_path / "raw"
+    extra = {"source": {"files": {"digits.csv.gz": {"url": source.as_uri()}}}}
+    argv = ["--dataset", "digits", "--params", params(tmp_path / "c", **extra)]
+    assert download.main([*argv, "--out", f"{out}/MANIFEST.json"]) == 1
+    err = capsys.readouterr().err
+    assert f"sha256 mismatch for {source.as_uri()}: expected {DIGITS.files[0].sha256}" in err
+    assert leftovers(out) == [] and source.read_bytes()[-10:] == b"0123456789"  # untouched
 
 
 def test_main_over_http_mirror(server, tmp_path):
@@ -455,8 +475,11 @@ def test_main_over_http_mirror(server, tmp_path):
     )
     assert rc == 0
     manifest = json.loads((out / "MANIFEST.json").read_text())
-    assert manifest["files"]["digits.csv.gz"]["url"] == server.url("mirror/digits.csv.gz")
-    assert (out / "digits.csv.gz").read_bytes() == data
+    entry = manifest["files"]["digits.csv.gz"]
+    assert entry["url"] == server.url("mirror/digits.csv.gz") and entry["stored"] == "cache"
+    cached = cache / "digits" / "digits.csv.gz"
+    assert entry["path"] == str(cached) and cached.read_bytes() == data
+    assert leftovers(out) == ["MANIFEST.json"]  # stored once, in the cache
     assert [r.range for r in server.requests] == [None, None, f"bytes={len(data) // 2}-"]
 
 
@@ -511,22 +534,42 @@ def test_main_rejects_bad_input_before_any_request(server, tmp_path, capsys):
     assert capsys.readouterr().err.count("download: error: ") == 3
 
 
-def test_damage_to_the_cache_never_reaches_a_placed_file(tmp_path):
+def test_damage_to_the_cache_is_found_and_the_file_fetched_again(server, tmp_path):
+    """The manifest points at the one copy, in the cache: damage to it is found against the
+    manifest's sha256 (the workflow's check at every invocation), and the download then
+    fetches the file again instead of using it."""
+    from clusterbench.core import integrity
+
+    url = server.add("m/digits.csv.gz", DIGITS_PATH.read_bytes())
     cache, out = tmp_path / "cache", tmp_path / "raw"
-    argv = ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
+    extra = {"source": {"mirror": url.rsplit("/", 1)[0]}}
+    argv = ["--dataset", "digits", "--params", params(cache, **extra)]
+    argv += ["--out", f"{out}/MANIFEST.json"]
     assert download.main(argv) == 0
     cached = cache / "digits" / "digits.csv.gz"
+    assert integrity.recorded_problems(out / "MANIFEST.json", "files", strict=True) == []
     with open(cached, "r+b") as fh:  # damaged in place, as a disk or a user might
         fh.write(b"XXXX")
-    assert (out / "digits.csv.gz").read_bytes() == DIGITS_PATH.read_bytes()
+    assert integrity.recorded_problems(out / "MANIFEST.json", "files", strict=True) == [
+        f"{cached} differs from what was written (sha256)"
+    ]
+    requests = len(server.requests)
     assert download.main(argv) == 0  # the damaged cache copy is fetched again, not used
-    assert cached.read_bytes() == DIGITS_PATH.read_bytes()
+    assert cached.read_bytes() == DIGITS_PATH.read_bytes() and len(server.requests) > requests
+    assert integrity.recorded_problems(out / "MANIFEST.json", "files", strict=True) == []
 
 
-def test_cache_dir_from_environment(tmp_path, monkeypatch):
+def mirrored(server) -> dict:
+    """Params taking digits from a mirror on loopback (so that it goes into the cache)."""
+    url = server.add("mirror-digits/digits.csv.gz", DIGITS_PATH.read_bytes())
+    return {"source": {"mirror": url.rsplit("/", 1)[0]}}
+
+
+def test_cache_dir_from_environment(server, tmp_path, monkeypatch):
     monkeypatch.setenv("CLUSTERBENCH_CACHE", str(tmp_path / "env-cache"))
     out = tmp_path / "raw"
-    rc = download.main(["--dataset", "digits", "--params", "{}", "--out", f"{out}/MANIFEST.json"])
+    where = json.dumps(mirrored(server))
+    rc = download.main(["--dataset", "digits", "--params", where, "--out", f"{out}/MANIFEST.json"])
     assert rc == 0
     assert (tmp_path / "env-cache" / "datasets" / "digits" / "digits.csv.gz").is_file()
 
@@ -554,7 +597,7 @@ def test_script_entry_point(tmp_path):
     assert "%|" not in proc.stderr  # no progress bar when stderr is not a terminal
 
 
-def test_main_flags_override_params(tmp_path: Path):
+def test_main_flags_override_params(server, tmp_path: Path):
     """The workflow passes retries/cache as flags (no rerun trigger); they win over --params."""
     out = tmp_path / "out"
     flag_cache = tmp_path / "flag-cache"
@@ -563,7 +606,7 @@ def test_main_flags_override_params(tmp_path: Path):
             "--dataset",
             "digits",
             "--params",
-            params(tmp_path / "param-cache"),
+            params(tmp_path / "param-cache", **mirrored(server)),
             "--cache-dir",
             str(flag_cache),
             "--retries",
@@ -577,14 +620,13 @@ def test_main_flags_override_params(tmp_path: Path):
     assert not (tmp_path / "param-cache").exists()
 
 
-def test_main_reads_settings_from_environment(tmp_path: Path, monkeypatch):
+def test_main_reads_settings_from_environment(server, tmp_path: Path, monkeypatch):
     """The workflow passes download settings in $CLUSTERBENCH_DOWNLOAD (not a rerun trigger)."""
     env_cache = tmp_path / "env-cache"
     monkeypatch.setenv(download.SETTINGS_ENV, json.dumps({"cache_dir": str(env_cache)}))
     out = tmp_path / "out"
-    rc = download.main(
-        ["--dataset", "digits", "--params", params(tmp_path / "p"), "--out", f"{out}/MANIFEST.json"]
-    )
+    where = params(tmp_path / "p", **mirrored(server))
+    rc = download.main(["--dataset", "digits", "--params", where, "--out", f"{out}/MANIFEST.json"])
     assert rc == 0
     assert (env_cache / "digits" / "digits.csv.gz").is_file()
     monkeypatch.setenv(download.SETTINGS_ENV, "[1]")
@@ -608,17 +650,19 @@ def test_a_malformed_url_fails_at_once_without_retries(payload, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["proc", "file"])
-def test_a_cache_that_cannot_be_made_is_a_bad_setting_not_a_traceback(tmp_path, capsys, where):
-    """As root, os.access grants /proc; making the folder is what fails (exit 2, named)."""
+def test_a_cache_that_cannot_be_made_is_a_bad_setting_not_a_traceback(
+    server, tmp_path, capsys, where
+):
+    """As root, os.access grants /proc; making the folder is what fails (exit 2, named). (A
+    file:// source needs no cache: it is read where it is.)"""
     if where == "file":
         (tmp_path / "file").write_text("x")
         cache = tmp_path / "file" / "cache"
     else:
         cache = Path("/proc/nope")
     out = tmp_path / "raw" / "digits"
-    rc = download.main(
-        ["--dataset", "digits", "--params", params(cache), "--out", f"{out}/MANIFEST.json"]
-    )
+    where = params(cache, **mirrored(server))
+    rc = download.main(["--dataset", "digits", "--params", where, "--out", f"{out}/MANIFEST.json"])
     err = capsys.readouterr().err
     assert rc == 2, err
     assert f"download: error: the download cache {cache}/digits cannot be created: " in err

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from clusterbench import evaluate
 from clusterbench.config import EXIT_BAD_SETTINGS
 from clusterbench.evaluate import main
 from clusterbench.models import build_model
@@ -72,10 +73,13 @@ def random_model(seed: int = 0) -> torch.nn.Module:
 
 
 def run_eval(data_dir: Path, model: Path, out_dir: Path, params: str = PARAMS) -> int:
-    return main(
+    """The stage on these files; a refusal raised as the stage meets it (``main`` prints it
+    alone: test_a_refusal_is_one_line_naming_the_fix)."""
+    args = evaluate.parse_args(
         ["--data-dir", str(data_dir), "--model", str(model), "--params", params]
         + ["--out-dir", str(out_dir)]
     )
+    return evaluate.evaluate(args, evaluate.parse_params(params))
 
 
 def reference_predictions(net, data_dir: Path, split: str = "test"):
@@ -334,8 +338,16 @@ def test_weights_do_not_match_arch(data_dir: Path, tmp_path: Path):
         },
         path,
     )
-    with pytest.raises(ValueError, match="weights do not match arch"):
+    with pytest.raises(ValueError, match="its weights do not fit the network model 'resnet'"):
         run_eval(data_dir, path, tmp_path / "eval")
+    # the stage itself: one line, the command that trains the run again, no traceback
+    assert (
+        main(
+            ["--data-dir", str(data_dir), "--model", str(path), "--params", PARAMS]
+            + ["--out-dir", str(tmp_path / "eval")]
+        )
+        == 1
+    )
 
 
 def test_checkpoint_without_arch(data_dir: Path, tmp_path: Path):
@@ -358,7 +370,8 @@ def test_checkpoint_without_arch(data_dir: Path, tmp_path: Path):
 )
 def test_bad_params(data_dir: Path, tmp_path: Path, params: str, message: str, capsys):
     model = save_model(tmp_path / "model.pt", random_model())
-    assert run_eval(data_dir, model, tmp_path / "eval", params) == EXIT_BAD_SETTINGS
+    argv = ["--data-dir", str(data_dir), "--model", str(model), "--params", params]
+    assert main([*argv, "--out-dir", str(tmp_path / "eval")]) == EXIT_BAD_SETTINGS
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "eval").exists()
 

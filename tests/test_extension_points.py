@@ -82,7 +82,7 @@ class SoloRuntime(Runtime):
     def sync_batchnorm(self, device):
         raise NotImplementedError
 
-    def wrap(self, model, optimizer, bn, compression="none"):
+    def wrap(self, model, optimizer, bn, compression="none", timed=False):
         return model, DistributedOptimizer(optimizer)
 
 

@@ -470,3 +470,46 @@ def test_the_report_draws_the_history_page(fake_tree: dict, tmp_path: Path):
     # without a history (a comparison, an older workflow): no page
     assert run_report(fake_tree, tmp_path / "plain") == 0
     assert not (tmp_path / "plain" / "figures" / "history.png").exists()
+
+
+def test_the_cli_on_a_directory_says_it_is_one_and_names_the_file_to_give(tmp_path: Path, capsys):
+    store.append(tmp_path / "history.sqlite", [entry()], {})
+    assert cli.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a directory, not a history store" in err, err
+    assert "(it holds history.sqlite)" in err and "no such file" not in err, err
+
+
+def drawn_range(series: pd.DataFrame) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The x range the history page gives one panel of ``series`` (store rows)."""
+    from types import SimpleNamespace
+
+    import matplotlib
+    import seaborn as sns
+
+    matplotlib.use("Agg")
+    from clusterbench.report.pages import history as page
+    from matplotlib.dates import num2date
+    from matplotlib.figure import Figure
+
+    series = series.assign(current=True)
+    pts = regression.points(series)
+    pts = pts.assign(when=pd.to_datetime(pts["date"], utc=True, format="ISO8601"))
+    runs = series.assign(date=pd.to_datetime(series["date"], utc=True, format="ISO8601"))
+    ax = Figure().subplots()
+    ctx = SimpleNamespace(book=SimpleNamespace(sns=sns))
+    page.panel(ctx, ax, ("vm", "2 workers, 1 node", "digits / small_cnn"), pts, runs)
+    low, high = ax.get_xlim()
+    return pd.Timestamp(num2date(low)), pd.Timestamp(num2date(high))
+
+
+def test_the_history_page_dates_fit_the_points_also_for_a_single_one():
+    """One point (a series' first workflow run) drew a date axis from 2025 to 2029: matplotlib's
+    default range for a single date. The page's range is the points' span, with a margin."""
+    series = synthetic_series(1000.0)
+    point = pd.Timestamp("2026-01-01T10:00:00+00:00")
+    low, high = drawn_range(series.iloc[:1])
+    assert low < point < high and high - low <= pd.Timedelta(hours=4), (low, high)
+    low, high = drawn_range(series)  # 2026-01-01 .. 2026-01-08: the week and a margin
+    assert pd.Timestamp("2025-12-31", tz="UTC") < low < point
+    assert pd.Timestamp("2026-01-08T10:00:00+00:00") < high < pd.Timestamp("2026-01-10", tz="UTC")

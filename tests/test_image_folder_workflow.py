@@ -1,5 +1,6 @@
 """An image folder streamed through the whole workflow, at tiny sizes: a few dozen PNG and JPEG
-files with a corrupt one, extracted by preprocessing, decoded per batch by the loader,
+files with a corrupt one in a zip, indexed by preprocessing (read where they are, at their
+offsets in the zip), decoded per batch by the loader,
 evaluated, reported; staged to a node-local directory (copied by the first run, verified and
 reused by the second); a corrupt file under on_bad_file: fail stops the workflow naming it;
 a staging directory that cannot be written stops the run before training, naming it; how the
@@ -42,8 +43,10 @@ def pics_config(tmp_path: Path, archive: Path, runs: list[dict], staging: str | 
 
 
 def split_of(work: Path, member: str) -> str:
-    index = json.loads((work / "results" / "data" / "pics" / "index.json").read_text())["files"]
-    return index["split"][index["member"].index(member)]
+    from clusterbench.data.index import SPLITS, read
+
+    index = read(work / "results" / "data" / "pics" / "index.npz")
+    return SPLITS[int(index.columns["split"][index.names().index(member)])]
 
 
 @pytest.mark.slow
@@ -60,6 +63,10 @@ def test_an_image_folder_streams_through_the_workflow_staged_and_skipping_a_bad_
     res = work / "results"
     meta = json.loads((res / "data" / "pics" / "meta.json").read_text())
     assert meta["storage"] == "files" and not list((res / "data" / "pics").glob("*.npy"))
+    # the zip is read where it is: no copy in results/raw, none extracted, none in the cache
+    assert sorted(p.name for p in (res / "data" / "pics").iterdir()) == ["index.npz", "meta.json"]
+    assert sorted(p.name for p in (res / "raw" / "pics").iterdir()) == ["MANIFEST.json"]
+    assert not (tmp_path / "cache" / "pics").exists()
     where = split_of(work, "top/c0/broken0.jpg")
     infos = {
         r["name"]: json.loads((res / "runs" / r["name"] / "run.json").read_text()) for r in runs
@@ -72,8 +79,9 @@ def test_an_image_folder_streams_through_the_workflow_staged_and_skipping_a_bad_
         assert data["staging"]["dir"].startswith(str(local))
     actions = sorted(info["data"]["staging"]["nodes"][0]["action"] for info in infos.values())
     assert actions == ["copied", "verified"]  # the second run checked the first run's copy
-    # the images, index.json and meta.json, copied once
-    size = meta["bytes"] + meta["files"]["index.json"]["size"]
+    # the archive (its members are read at their offsets in the copy), index.npz and meta.json,
+    # copied once
+    size = archive.stat().st_size + meta["files"]["index.npz"]["size"]
     size += (res / "data" / "pics" / "meta.json").stat().st_size
     assert sorted(i["data"]["staging"]["bytes"] for i in infos.values()) == [0, size]
     evaluation = json.loads((res / "eval" / "pics-a" / "metrics.json").read_text())

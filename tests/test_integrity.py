@@ -152,6 +152,7 @@ def test_set_aside_without_hard_links_renames(tmp_path, monkeypatch):
 
 RAW = "results/raw/digits"
 DIGITS = DATASETS["digits"].files[0]
+DIGITS_PATH = Path(DIGITS.url.removeprefix("file://"))
 
 
 def results_state(workdir: Path) -> dict[str, tuple[int, int, str]]:
@@ -175,11 +176,26 @@ def run_local(workdir: Path, *extra: str, check: bool = True):
 
 
 @pytest.fixture(scope="module")
-def short_run(tmp_path_factory) -> Path:
-    """A short real run of the whole workflow on digits (one 1-worker run of 1 epoch)."""
+def mirror():
+    """A real HTTP server on loopback serving digits: its download goes into the cache."""
+    from test_download import FaultServer
+
+    srv = FaultServer()
+    srv.thread.start()
+    srv.add("mirror/digits.csv.gz", DIGITS_PATH.read_bytes())
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, mirror) -> Path:
+    """A short real run of the whole workflow on digits (one 1-worker run of 1 epoch), digits
+    downloaded from a mirror on loopback: its one copy is in the download cache."""
     workdir = tmp_path_factory.mktemp("integrity")
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
+    cfg["datasets"]["digits"] = {"mirror": mirror.url("mirror/")}
     cfg["run_defaults"]["epochs"] = 1
     cfg["runs"] = [{"name": "integrity-1w", "dataset": "digits", "workers": 1}]
     write_config(workdir, cfg)
@@ -203,12 +219,17 @@ def corrupt(path: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", [delete, corrupt], ids=["deleted", "corrupted"])
-def test_a_missing_or_damaged_raw_file_makes_the_download_run_again(short_run: Path, damage):
-    raw_file = short_run / RAW / DIGITS.name
+def test_a_missing_or_damaged_cache_file_makes_the_download_run_again(short_run: Path, damage):
+    """results/raw holds the manifest alone; the one copy is the cache's, and damage to it is
+    found at every invocation and repaired by downloading again."""
+    cached = short_run / "cache" / "digits" / DIGITS.name
     manifest = short_run / RAW / "MANIFEST.json"
+    assert sorted(p.name for p in (short_run / RAW).iterdir() if "damaged" not in p.name) == [
+        "MANIFEST.json"
+    ]  # no second copy
     earlier = {p: p.read_bytes() for p in integrity.set_aside_copies(manifest)}
     recorded = manifest.read_bytes()
-    said = f"{RAW}/{damage(raw_file)} (checked against {RAW}/MANIFEST.json)"
+    said = f"{cached.parent}/{damage(cached)} (checked against {RAW}/MANIFEST.json)"
 
     # a dry run changes nothing on disk, says what a real run will do, and plans the download
     before = results_state(short_run)
@@ -227,12 +248,42 @@ def test_a_missing_or_damaged_raw_file_makes_the_download_run_again(short_run: P
     assert f"{said}: set {RAW}/MANIFEST.json aside as {RAW}/{aside[0].name}" in out, out
     assert aside[0].read_bytes() == recorded  # kept, as it was
     assert all(p.read_bytes() == data for p, data in earlier.items())  # earlier ones too
-    assert sha256_of(raw_file) == DIGITS.sha256  # intact again
+    assert sha256_of(cached) == DIGITS.sha256  # intact again
     assert json.loads(manifest.read_text())["files"][DIGITS.name]["sha256"] == DIGITS.sha256
     after = results_state(short_run)
     for stage in ("data/digits/meta.json", "runs/integrity-1w/model.pt", "report/report.pdf"):
         assert after[f"results/{stage}"][1] > before[f"results/{stage}"][1], stage  # reran
     assert "Nothing to be done" in run_local(short_run, "--dry-run").stdout
+
+
+@pytest.mark.slow
+def test_a_damaged_file_source_read_in_place_is_named_and_nothing_is_lost(
+    short_run: Path, tmp_path: Path
+):
+    """A file:// source is read where it is, not copied: when it is damaged, the workflow
+    notices at the next invocation, and the download (which cannot repair a source) stops
+    naming it; the results stay as they were."""
+    source = tmp_path / "digits.csv.gz"
+    source.write_bytes(DIGITS_PATH.read_bytes())
+    workdir = copy_of(short_run, tmp_path / "work")
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    cfg["run_defaults"]["epochs"] = 1
+    cfg["runs"] = [{"name": "integrity-1w", "dataset": "digits", "workers": 1}]
+    cfg["datasets"]["digits"] = {"urls": {DIGITS.name: source.as_uri()}}
+    write_config(workdir, cfg)
+    run_local(workdir)  # the new source: downloaded (verified in place) and run
+    entry = json.loads((workdir / RAW / "MANIFEST.json").read_text())["files"][DIGITS.name]
+    assert entry["path"] == str(source) and entry["stored"] == "in place"
+    said = f"{tmp_path}/{corrupt(source)} (checked against {RAW}/MANIFEST.json)"
+    model = workdir / "results" / "runs" / "integrity-1w" / "model.pt"
+    kept = model.read_bytes()
+    failed = run_local(workdir, check=False)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode != 0 and said in out, out
+    log = (workdir / "results" / "logs" / "download" / "digits.log").read_text()
+    assert f"sha256 mismatch for {source.as_uri()}" in log, log
+    assert model.read_bytes() == kept  # nothing after the download ran
 
 
 # ------------------------------------------------------------ damaged outputs of a run (issue 19)

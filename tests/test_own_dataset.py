@@ -203,7 +203,7 @@ FILE = {"url": "http://127.0.0.1:1/data.npz", "sha256": "a" * 64}
         ({"format": "npz", "files": [FILE, FILE]}, r"datasets\.mine\.files: format npz takes 1"),
         (
             {"format": "npz", "files": [FILE], "image_size": [8, 8]},
-            r"datasets\.mine\.image_size: only image-folder datasets are resized",
+            r"datasets\.mine\.image_size: only image-folder and imagenet datasets are resized",
         ),
         (
             {"format": "image-folder", "files": [FILE]},

@@ -401,23 +401,23 @@ def test_a_dataset_stored_as_files_is_its_folder_and_index_checked_against_meta(
     cfg = config()
     cfg["datasets"]["digits"]["storage"] = "files"  # as clusterbench.config.storage decides
     folder = layout.data_dir("digits")
-    want = [f"{folder}/files", f"{folder}/index.json", f"{folder}/meta.json"]
+    want = [f"{folder}/index.npz", f"{folder}/meta.json"]  # read in place: no files/
     assert pipeline(FakeAdapter(None), cfg).run_data(wc(run="a")) == want
-    (in_tmp / folder / "files").mkdir(parents=True)
-    index, meta = in_tmp / folder / "index.json", in_tmp / folder / "meta.json"
+    (in_tmp / folder).mkdir(parents=True)
+    index, meta = in_tmp / folder / "index.npz", in_tmp / folder / "meta.json"
     index.write_text("{}")
     meta.write_text(
-        json.dumps({"storage": "files", "files": {"index.json": integrity.record(index)}})
+        json.dumps({"storage": "files", "files": {"index.npz": integrity.record(index)}})
     )
     pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))  # intact
     index.write_text("{ }x")
-    with pytest.raises(Stopped, match=rf"^{folder}/index.json has 4 bytes, 2 were written"):
+    with pytest.raises(Stopped, match=rf"^{folder}/index.npz has 4 bytes, 2 were written"):
         pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))
     adapter = FakeAdapter("local")
     adapter.forced_rules = {"preprocess_files"}  # its own rule makes it again
     pipeline(adapter, cfg).arrays_intact(wc(dataset="digits"))
     meta.unlink()
-    with pytest.raises(Stopped, match=rf"^{folder}/meta.json is missing: index.json beside it"):
+    with pytest.raises(Stopped, match=rf"^{folder}/meta.json is missing: index.npz beside it"):
         pipeline(FakeAdapter("local"), cfg).arrays_intact(wc(dataset="digits"))
 
 

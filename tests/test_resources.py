@@ -315,3 +315,45 @@ def test_qsub_asks_the_sites_gpu_complex_for_the_gpus_per_node(tmp_path: Path) -
     assert plain["sge_resources"] == "h_vmem=INFINITY,tmem=1000M"
     # Slurm asks for them its own way, whatever the SGE complex is
     assert option(sbatch_line(train_resources(run)), "--gpus-per-node") == "2"
+
+
+def test_the_gpu_request_is_sized_by_how_the_complex_counts(monkeypatch) -> None:
+    """SGE multiplies a per-slot (`consumable YES`) complex by the slots on each host: a
+    4-rank, 4-GPU node asked 4 x 4 = 16 and was skipped. The request is G per job or host for
+    a `JOB` or `HOST` complex, G / slots per node for a per-slot one (a whole number for an INT
+    complex, checked before any job), as the cell's `qconf -sc` says."""
+    from clusterbench.launch.schedulers import sge
+
+    cell = {
+        "gpu": sge.Complex("gpu", "gpu", "INT", "YES", "JOB"),
+        "gpu_host": sge.Complex("gpu_host", "gh", "INT", "YES", "HOST"),
+        "gpu_slot": sge.Complex("gpu_slot", "gs", "INT", "YES", "YES"),
+        "gpu_share": sge.Complex("gpu_share", "gsh", "DOUBLE", "YES", "YES"),
+    }
+    monkeypatch.setattr(sge, "cell_complexes", lambda: cell)
+
+    def asked(complex_name: str, **keys) -> str:
+        run = run_config(gpus_per_node=4, sge_gpu_complex=complex_name, **keys)
+        return train_resources(run)["sge_resources"].split(",")[-1]
+
+    assert asked("gpu", workers=4) == "gpu=4"  # once per job
+    assert asked("gpu_host", workers=8, nodes=2) == "gpu_host=4"  # once per host
+    assert asked("gpu_slot", workers=4) == "gpu_slot=1"  # 4 slots on the node: 1 each
+    assert asked("gs", workers=8, nodes=2) == "gs=1"  # by its shortcut too
+    assert asked("gpu_slot", workers=2) == "gpu_slot=2"  # 2 ranks, 2 GPUs each
+    assert asked("gpu_share", workers=1, cpus_per_worker=8) == "gpu_share=0.5"
+    assert asked("nowhere", workers=4) == "nowhere=4"  # no such complex: the pre-flight says
+    run = run_config(gpus_per_node=4, sge_gpu_complex="gpu")
+    assert train_resources(run)["sge_export_env"] is True  # qsub -V
+
+    def problem(complex_name: str, **keys) -> str | None:
+        run = run_config(gpus_per_node=4, sge_gpu_complex=complex_name, **keys)
+        threads = train_resources(run)["threads"]
+        return sge.sizing_problem(run, {"threads": threads}, cell.get(complex_name))
+
+    assert problem("gpu_slot", workers=4) is None and problem("gpu", workers=4) is None
+    assert "cannot reserve GPUs on each of its 2 nodes" in problem("gpu", workers=8, nodes=2)
+    assert "cannot be asked as a whole number per slot for its 8 slot(s)" in problem(
+        "gpu_slot", workers=1, cpus_per_worker=8
+    )
+    assert "do not spread evenly over 2 nodes" in problem("gpu_slot", workers=3, nodes=2)

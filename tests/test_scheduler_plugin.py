@@ -138,8 +138,8 @@ def test_the_copys_registry_and_resources_know_the_toy(checkout):
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     # helpers (_base, _slurm_*) are no schedulers; the toy is asked first (its priority)
-    assert seen["registry"] == ["local", "sge", "slurm", "toy"]
-    assert seen["order"] == ["toy", "slurm", "sge", "local"]
+    assert seen["registry"] == ["local", "sge", "slurm", "ssh", "toy"]
+    assert seen["order"] == ["toy", "slurm", "sge", "ssh", "local"]
     assert seen["detected"] == "toy"
     assert {"toy_ranks", "toy_cpus", "tasks", "sge_pe"} <= set(seen["keys"])
     assert seen["resources"]["toy_ranks"] == 2 and seen["resources"]["toy_cpus"] == 6

@@ -635,3 +635,27 @@ def test_the_launchers_usage_lines_name_every_option():
     options = set(re.findall(r"--[a-z][a-z-]*", build_parser().format_usage())) - {"--help"}
     assert {"--min-np", "--max-np", "--lock"} <= options
     assert sorted(opt for opt in options if opt not in usage) == []
+
+
+def test_the_gpus_sge_granted_are_read_from_its_resource_map_variable(monkeypatch) -> None:
+    """Ranks used `local_rank % device_count`, not the GPUs SGE granted. A grid engine with
+    resource maps exports the granted ids as SGE_HGR_<complex>; the launcher's host gets them
+    as its GPU list, which every rank is pinned from (one rank included)."""
+    from clusterbench.launch.schedulers import sge
+
+    assert sge.granted_gpus({"SGE_HGR_gpu": "2 5"}) == ("2", "5")
+    assert sge.granted_gpus({"SGE_HGR_gpu": "gpu1,gpu3"}) == ("1", "3")
+    assert sge.granted_gpus({"SGE_HGR_cuda": "GPU-8f2e MIG-a1"}) == ("GPU-8f2e", "MIG-a1")
+    two = {"SGE_HGR_fpga": "0", "SGE_HGR_GPUs": "4"}  # several maps: the one named for GPUs
+    assert sge.granted_gpus(two) == ("4",)
+    assert sge.granted_gpus({"SGE_HGR_a": "0", "SGE_HGR_b": "1"}) is None
+    assert sge.granted_gpus({"CUDA_VISIBLE_DEVICES": "0"}) is None
+    monkeypatch.setattr(sge.socket, "gethostname", lambda: "node2.cluster")
+    alloc = Allocation("sge", (Host("node1", 2), Host("node2", 2)))
+    granted = sge.with_grant(alloc, ("2", "5"))
+    assert [h.gpus for h in granted.hosts] == [None, ("2", "5")]
+    scheduler = SgeScheduler()
+    assert scheduler.rank_device(granted.hosts[1], 1, 2, None) == "5"
+    assert scheduler.rank_device(granted.hosts[1], 0, 1, ("5", "7")) == "5"  # narrowed
+    assert SgeScheduler.pins_single
+    assert sge.with_grant(alloc, None) is alloc

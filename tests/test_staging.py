@@ -11,6 +11,7 @@ import json
 import mmap
 import multiprocessing
 import os
+import pwd
 import shutil
 import time
 from pathlib import Path
@@ -206,9 +207,13 @@ def test_too_little_free_space_stops_naming_the_path_and_the_bytes(data, tmp_pat
     assert "are needed" in json.loads(note.read_text())["message"]
 
 
-def test_an_unset_variable_is_named():
-    with pytest.raises(StagingError, match=r"NOT_SET_HERE.*not set there"):
+def test_an_unset_variable_or_an_unknown_user_is_named_with_the_node():
+    with pytest.raises(StagingError, match=r"staging.dir: .*\$NOT_SET_HERE, not set on node n1"):
         expand_dir("$NOT_SET_HERE/cb", "n1")
+    # `~nosuchuser/stage` staged into ./~nosuchuser/stage/ before
+    with pytest.raises(StagingError, match=r"user 'nosuchuser_cb', who does not exist on node n1"):
+        expand_dir("~nosuchuser_cb/stage", "n1")
+    assert expand_dir("~root/stage", "n1") == Path(pwd.getpwnam("root").pw_dir) / "stage"
 
 
 def rank(data: str, base: str, started: float, out: str) -> None:

@@ -90,14 +90,14 @@ def test_a_file_that_is_no_utf8_text_is_named_with_its_line(tmp_path):
     assert bytes(text.tokens([tmp_path / "a.txt"])) == "caf\u00e9\n".encode()
 
 
-def stage_dataset(tmp_path: Path, name: str, entry: dict) -> Path:
+def stage_dataset(tmp_path: Path, name: str, entry: dict, **run_keys) -> Path:
     """Download and preprocess dataset ``name`` (its config entry) as the workflow's rules
-    would; returns the preprocessed data dir."""
+    would (its config with one run of ``run_keys``); returns the preprocessed data dir."""
     model = "torchvision.resnet18" if entry["format"] == "synthetic" else "gpt-tiny"
     cfg = cb.validate(
         {
             "datasets": {name: entry},
-            "runs": [{"name": "a", "dataset": name, "model": model}],
+            "runs": [{"name": "a", "dataset": name, "model": model, **run_keys}],
             "report": {"title": "t"},
         }
     )
@@ -193,6 +193,41 @@ def test_synthetic_data_takes_the_models_input_size_unless_it_has_its_own(tmp_pa
     assert data.input_shape == [256]
 
 
+def test_synthetic_data_that_cannot_fit_in_the_nodes_memory_stops_the_run_before_it_is_made(
+    tmp_path,
+):
+    """`shape: [3, 8192, 8192]` with 600 samples made PyTorch try to allocate 84 GB
+    (`DefaultCPUAllocator: can't allocate memory`). A CPU run whose ranks' copies exceed what
+    the job may use (the node's memory, or its cgroup limit) stops at its start, before
+    generating anything, naming the dataset, the samples, the shape and the sizes. (Its config
+    was accepted: the GPU run it was staged for has its data on the GPU; a CPU run's is checked
+    against its mem_mb before any job, tests/bad_configs/synthetic-*-beyond-mem-mb.yaml.)"""
+    from clusterbench.data.loading import node_memory
+
+    limit, _ = node_memory()
+    shape = [3, 1024, 1024]
+    samples = int(1.5 * limit / (3 * 2**20) / 0.9) + 1  # train + val: 90 %
+    entry = {"format": "synthetic", "classes": 3, "samples": samples, "shape": shape, **SPLIT}
+    out = stage_dataset(tmp_path, "huge", entry, gpus_per_node=1, workers=1)
+    cfg = {"runs": [{"name": "a", "dataset": "digits"}], "report": {"title": "t"}}
+    run = cb.train_slice(cb.validate(cfg)["runs"][0])
+    run.update(dataset="huge", model="small_cnn", workers=1, epochs=1)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "--data-dir", str(out)]
+        + ["--run", json.dumps(run), "--out-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    err = proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    held = samples - round(0.1 * samples)  # all but the test split
+    assert f"synthetic: {held} training and validation samples x shape {shape}" in err, err
+    assert "this job may use (the node's memory): it cannot fit" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------- evaluate
 
 
@@ -226,7 +261,7 @@ def test_a_language_models_evaluation_is_per_token(tmp_path):
 BAD_MODELS = {  # badnet.py -> what the one error line says
     "import": (
         "import nowhere_to_be_found\n",
-        r"cannot import module 'badnet' \(ModuleNotFoundError: No module named 'nowhere_to",
+        r"importing module 'badnet' failed \(ModuleNotFoundError: No module named 'nowhere_to",
     ),
     "call": (
         "def build(n, s):\n    raise RuntimeError('needs a GPU')\n",
@@ -235,7 +270,7 @@ BAD_MODELS = {  # badnet.py -> what the one error line says
     "shape": (
         "from torch import nn\n\n\ndef build(n, s):\n"
         "    return nn.Sequential(nn.Flatten(), nn.Linear(64, n + 1))\n",
-        r"gives output shape \[2, 5\], expected \[2, 4\]",
+        r"gives output shape \[2, 5\] in evaluation mode, expected \[2, 4\]",
     ),
 }
 

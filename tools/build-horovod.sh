@@ -5,14 +5,22 @@
 # GPU horovod is built for the CPU: Gloo only.)
 #
 # Horovod 0.28.1 (newest release) does not build against torch >= 2.1 as shipped: both of its
-# CMakeLists.txt pin CMAKE_CXX_STANDARD 14 while torch's headers need C++17. We patch that in a
-# copy of the sdist and build a wheel once; the wheel is cached outside any environment, keyed by
-# the horovod, torch and python versions (and NCCL or not), so the next set-up takes seconds.
+# CMakeLists.txt pin CMAKE_CXX_STANDARD 14 while torch's headers need C++17. And its process
+# sets' Gloo contexts (the global process set's included: every collective runs on one) ignore
+# HOROVOD_GLOO_IFACE: GlooContext::InitializeForProcessSet makes its device from the new
+# context's own, empty, interface name, so Gloo binds to whatever the host's name resolves to
+# (127.0.1.1 on a Debian host whose /etc/hosts says so): ranks on two machines then cannot reach
+# each other, or talk over another network than the one chosen. We patch both in a copy of the
+# sdist and build a wheel once; the wheel is cached outside any environment, keyed by the
+# horovod, torch and python versions, the patches (PATCH_LEVEL) and NCCL or not, so the next
+# set-up takes seconds.
 # Used by tools/setup.sh (the venv) and workflow/envs/clusterbench.post-deploy.sh (conda).
 set -euo pipefail
 
 py=${PYTHON:-python3}
 HOROVOD_VERSION=${HOROVOD_VERSION:-$("$py" "$(dirname "${BASH_SOURCE[0]}")/deps.py" pin horovod)}
+# 1: C++17 (and the CPU-only build's CUDA test); 2: + the process sets' Gloo interface
+PATCH_LEVEL=2
 CACHE=${CLUSTERBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clusterbench}
 WHEELS="$CACHE/wheels"
 bindir=$(dirname "$("$py" -c 'import sys; print(sys.executable)')")
@@ -38,17 +46,21 @@ if [ -n "$has_gpu" ] && command -v nvcc >/dev/null 2>&1; then
 fi
 # the build of torch too (2.13.0+cpu and 2.13.0+cu130 are other libraries to link against)
 torch_build=$("$py" -c 'import torch; print(torch.__version__.replace("+", "-"))')
-key="horovod-$HOROVOD_VERSION-torch$torch_build-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
+key="horovod-$HOROVOD_VERSION-p$PATCH_LEVEL-torch$torch_build-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
 wheel_dir="$WHEELS/$key"
 
-# installed, and built against this very torch (horovod/metadata.json records the torch it was
-# built with: a horovod built for 2.13.0+cpu must not stay beside 2.13.0+cu130)
-if "$py" - "$HOROVOD_VERSION" <<'PY' 2>/dev/null
+# installed, built against this very torch (horovod/metadata.json records the torch it was
+# built with: a horovod built for 2.13.0+cpu must not stay beside 2.13.0+cu130) and with these
+# patches (clusterbench-patch, written beside it when the wheel is installed)
+if "$py" - "$HOROVOD_VERSION" "$PATCH_LEVEL" <<'PY' 2>/dev/null
 import json, os, sys
 import horovod, horovod.torch, torch
-with open(os.path.join(os.path.dirname(horovod.__file__), "metadata.json")) as fh:
+here = os.path.dirname(horovod.__file__)
+with open(os.path.join(here, "metadata.json")) as fh:
     built_for = json.load(fh).get("pytorch")
-sys.exit(horovod.__version__ != sys.argv[1] or built_for != torch.__version__)
+with open(os.path.join(here, "clusterbench-patch")) as fh:
+    patched = fh.read().strip()
+sys.exit(horovod.__version__ != sys.argv[1] or built_for != torch.__version__ or patched != sys.argv[2])
 PY
 then
     say "horovod $HOROVOD_VERSION with PyTorch already installed"
@@ -64,6 +76,10 @@ else
             grep -q 'CMAKE_CXX_STANDARD 14' "$f" || { echo "unexpected $f: no C++14 pin to patch" >&2; exit 1; }
             sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$f"
         done
+        f="$src/horovod/common/gloo/gloo_context.cc"
+        sed -i '/^void GlooContext::InitializeForProcessSet/,/device_attr.iface = gloo_iface_;/ s/^  device_attr.iface = gloo_iface_;/  gloo_iface_ = global_context.gloo_iface_;\n  device_attr.iface = gloo_iface_;/' "$f"
+        [ "$(grep -c 'gloo_iface_ = global_context.gloo_iface_;' "$f")" = 1 ] \
+            || { echo "unexpected $f: no process-set Gloo device to patch" >&2; exit 1; }
         if [ -z "$gpu_ops" ]; then
             # Without a GPU: PyTorch's CUDA build would make horovod compile its CUDA ops (it asks
             # torch.version.cuda and finds nvcc); a CPU build of horovod is what is wanted.
@@ -103,6 +119,7 @@ else
     fi
     pip install -q "cloudpickle" "psutil" "pyyaml" "packaging"   # horovod's own dependencies
     pip install -q --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+    echo "$PATCH_LEVEL" >"$("$py" -c 'import horovod, os; print(os.path.dirname(horovod.__file__))')/clusterbench-patch"
 fi
 
 check=$("$bindir/horovodrun" --check-build)

@@ -19,12 +19,18 @@ class Figure:
     value: float | None = None
     detail: str = ""
     rows: list[str] = dataclasses.field(default_factory=list)
+    #: The goal is a most (seconds added), not a least (a ratio).
+    at_most: bool = False
 
     @property
     def met(self) -> str:
         if self.value is None or self.goal is None:
             return "n/a"
-        return "yes" if self.value >= self.goal else "no"
+        return (
+            "yes"
+            if (self.value <= self.goal if self.at_most else self.value >= self.goal)
+            else "no"
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "met": self.met}

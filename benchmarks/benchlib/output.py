@@ -48,7 +48,7 @@ def print_tables(
     print(f"{'figure':<28} {'value':>8} {'goal':>8} {'met':<4} detail")
     for f in figures:
         value = "-" if f.value is None else f"{f.value:.{3 if f.value < 100 else 0}f}"
-        goal = "-" if f.goal is None else f">= {f.goal:g}"
+        goal = "-" if f.goal is None else f"{'<=' if f.at_most else '>='} {f.goal:g}"
         print(f"{f.name:<28} {value:>8} {goal:>8} {f.met:<4} {f.detail}")
         print(f"{'':<28} {'':>8} {'':>8} {'':<4} {f.what}")
 

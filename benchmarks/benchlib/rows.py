@@ -274,9 +274,11 @@ class Runner:
         summarise(row, self.args.warmup_epochs)
         if "tokens_per_second" in row.epochs[0]:  # a language model's
             unit = "tokens/s"
-        else:
+        elif row.images_per_second is not None or "bytes_per_second" in row.epochs[0]:
             unit = "images/s" if row.images_per_second is not None else "bytes/s"
-        key = unit.replace("/s", "_per_second")
+        else:
+            unit = "s"  # a measurement in seconds (an indexing, a dry run)
+        key = unit.replace("/s", "_per_second") if unit != "s" else "seconds"
         per_epoch = " ".join(f"{r[key]:.0f}" for r in row.epochs)
         print(
             f"{row.median(key):.0f} {unit} (per epoch: {per_epoch}; wall {wall:.0f} s)",

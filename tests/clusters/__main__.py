@@ -1,10 +1,11 @@
 """Command line for the test clusters (run from the repository root).
 
-    python -m tests.clusters install [slurm] [sge]     # apt-get install what is missing (root)
+    python -m tests.clusters install [slurm] [sge] [ssh]  # apt-get install what is missing (root)
     python -m tests.clusters slurm up --dir DIR        # start a dev cluster in DIR, print env
     python -m tests.clusters slurm env --dir DIR       # print its environment (export lines)
     python -m tests.clusters slurm down --dir DIR      # stop it (by pid file), delete DIR
     python -m tests.clusters sge up|env|down --dir DIR
+    python -m tests.clusters ssh up|env|down --dir DIR  # two namespaces, an sshd in each
 
 ``eval "$(python -m tests.clusters slurm env --dir DIR)"`` points sbatch/sacct/... at it.
 """
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_install = sub.add_parser("install", help="install the Debian packages the clusters need")
     p_install.add_argument(
-        "kinds", nargs="*", metavar="{slurm,sge}", help="which clusters (default: all)"
+        "kinds", nargs="*", metavar="{slurm,sge,ssh}", help="which clusters (default: all)"
     )
     for kind in CLUSTERS:
         p = sub.add_parser(kind, help=f"start/stop a standalone {kind} dev cluster")

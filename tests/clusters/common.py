@@ -25,7 +25,10 @@ from typing import Any
 
 SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
 SGE_PACKAGES = ("gridengine-master", "gridengine-exec", "gridengine-client")
-PACKAGES = {"slurm": SLURM_PACKAGES, "sge": SGE_PACKAGES}
+#: The ssh test hosts (tests/clusters/ssh.py): Debian's sshd (the client, openssh-client, comes
+#: with it).
+SSH_PACKAGES = ("openssh-server",)
+PACKAGES = {"slurm": SLURM_PACKAGES, "sge": SGE_PACKAGES, "ssh": SSH_PACKAGES}
 
 STATE_FILE = "state.json"
 

@@ -6,9 +6,10 @@ execd spool under ``<base>/spool``, and free ports (``SGE_QMASTER_PORT``, ``SGE_
 It runs ``sge_qmaster`` and one ``sge_execd``; queue ``all.q`` on ``@allhosts`` with parallel
 environments ``smp`` ($pe_slots) and ``mpi`` ($fill_up, control_slaves, so ``qrsh -inherit``
 works); complexes ``tmem``/``tscratch`` (always requested by Snakemake's SGE plugin) with values
-on the global exec host, and a site's GPU complex, ``gpu`` (a per-job consumable, 2 on the exec
-host: :attr:`SgeCell.gpu_complex`, for a run's ``sge_gpu_complex``); 1 s scheduling and
-accounting flush so tests do not wait.
+on the global exec host, and a site's GPU complex of each kind a site may have, for a run's
+``sge_gpu_complex``: ``gpu`` (a per-job consumable, :attr:`SgeCell.gpu_complex`) and
+``gpu_slot`` (a per-slot one, counted per slot of a job: :attr:`SgeCell.gpu_slot_complex`),
+2 of each on the exec host; 1 s scheduling and accounting flush so tests do not wait.
 
 Clients need ``SGE_ROOT``, ``SGE_CELL``, ``SGE_QMASTER_PORT`` and ``SGE_EXECD_PORT``
 (:attr:`SgeCell.env`); the Debian wrappers in /usr/bin honour them.
@@ -33,6 +34,7 @@ EXTRA_COMPLEXES = {
     "tmem": ("tmem", "MEMORY", "NO"),
     "tscratch": ("tscratch", "MEMORY", "NO"),
     "gpu": ("gpu", "INT", "JOB"),
+    "gpu_slot": ("gpu_slot", "INT", "YES"),
 }
 
 
@@ -47,6 +49,7 @@ class SgeCell(Cluster):
     queue = "all.q"
     parallel_environments = ("smp", "mpi")
     gpu_complex = "gpu"  # the GPU complex of the cell (no device behind it: SGE only counts)
+    gpu_slot_complex = "gpu_slot"  # the same GPUs as a per-slot complex
 
     def __init__(self, base: str | os.PathLike[str], *, slots: int = 4, gpus: int = 2):
         super().__init__(base)
@@ -237,7 +240,8 @@ class SgeCell(Cluster):
             {
                 "hostname": host,
                 "load_scaling": "NONE",
-                "complex_values": f"slots={self.slots},{self.gpu_complex}={self.gpus}",
+                "complex_values": f"slots={self.slots},{self.gpu_complex}={self.gpus},"
+                f"{self.gpu_slot_complex}={self.gpus}",
                 "user_lists": "NONE",
                 "xuser_lists": "NONE",
                 "projects": "NONE",

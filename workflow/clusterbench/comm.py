@@ -303,6 +303,26 @@ def write_outputs(out_dir: Path, content: dict[str, Any]) -> None:
     write_json(out_dir / "comm.json", content)
 
 
+def check_memory(settings: Mapping[str, Any], local_ranks: int, device: Any) -> None:
+    """Stop before allocating buffers this node (its memory, or the job's cgroup limit) or the
+    GPU cannot hold: each rank's allgather input and output, up to twice ``comm.max_bytes``."""
+    from clusterbench.data import DataError, loading
+
+    size = settings["max_bytes"]
+    try:
+        loading.check_fits(
+            f"comm.max_bytes {size} ({loading.gib(size)}): the buffers of a message of that "
+            "size, an allgather's input and output,",
+            2 * size,
+            local_ranks,
+            loading.node_memory(),
+            loading.gpu_memory(device),
+            remedy="lower comm.max_bytes",
+        )
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
     """Start the backend, measure on every rank, rank 0 writes the outputs."""
     from clusterbench import backends
@@ -318,6 +338,7 @@ def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
                 f"{rt.size} process(es): launch with clusterbench-launch --np WORKERS"
             )
         device = setup_device(settings, rt.local_rank, rt.local_size)
+        check_memory(settings, rt.local_size, device)
         facts = rt.allgather_object(
             rank_provenance(rt.rank, rt.local_rank, device), name="comm.provenance"
         )
@@ -332,11 +353,17 @@ def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
             prov = run_provenance(facts)
             extra = {
                 "hosts": [h["node"] for h in prov["hosts"]],
+                # the network interface the collectives ran over, on each host
+                "interfaces": {h["node"]: h.get("iface") for h in prov["hosts"]},
                 "seconds": time.perf_counter() - start,
                 "provenance": prov,
             }
             write_outputs(out_dir, result(settings, rt, library, rows, extra))
-            print(f"comm: {len(rows)} rows in {extra['seconds']:.1f} s -> {out_dir}", flush=True)
+            over = ", ".join(f"{h} over {i}" for h, i in extra["interfaces"].items())
+            print(
+                f"comm: {len(rows)} rows in {extra['seconds']:.1f} s ({over}) -> {out_dir}",
+                flush=True,
+            )
     except BaseException:
         rt.shutdown()  # the other ranks' pending collectives then fail instead of hanging
         raise

@@ -42,6 +42,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from clusterbench.config import (
     schema_default,
 )
 from clusterbench.core.atomic import atomic_open
+from clusterbench.core.paths import PathError, expand
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
 #: added since (absent in an older run.json) count as their default, which such a run had.
@@ -370,6 +372,7 @@ def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) 
     from clusterbench.report.inputs import ReportParams, load_comm
 
     loaded = load_all(dirs)
+    warmup_problems(loaded.data, warmup)
     found = [frame for frame in loaded.comm if not frame.empty]
     comm = pd.concat(found, ignore_index=True) if found else load_comm([])
     sites = list(dict.fromkeys(r.site for r in loaded.runs))
@@ -405,6 +408,55 @@ def compare(dirs: Sequence[Path], output: Path, title: str | None, warmup: int) 
     return 0
 
 
+def warmup_problems(data: Sequence[Any], warmup: int) -> None:
+    """``--warmup-epochs`` that leaves a run no timed epoch: a :class:`CompareError` when it
+    leaves none to any run (every figure would be empty), a warning naming the runs when it
+    leaves none to some (their figures are empty, the report says why)."""
+    epochs = {run.name: len(run.epochs) for run in data}
+    short = sorted(name for name, n in epochs.items() if n <= warmup)
+    if not short:
+        return
+    low, high = min(epochs.values()), max(epochs.values())
+    had = f"{low}" if low == high else f"{low} to {high}"
+    if len(short) == len(epochs):
+        raise CompareError(
+            f"--warmup-epochs {warmup} leaves no timed epoch: the runs have {had} epoch(s); "
+            f"give --warmup-epochs below {high}"
+        )
+    print(
+        f"clusterbench-compare: warning: --warmup-epochs {warmup} leaves {len(short)} run(s) "
+        f"no timed epoch (their times are left empty): {', '.join(short)}",
+        file=sys.stderr,
+    )
+
+
+def output_problem(output: Path) -> str | None:
+    """Why the PDF ``output`` (and the CSV files beside it) cannot be written, checked before
+    any work: a folder in its place, or a folder that cannot be made or written (a read-only
+    file system). Makes and removes a temporary file in the nearest existing folder; nothing
+    is left behind. None when it can be written."""
+    import tempfile
+
+    output = Path(os.path.abspath(output))
+    if output.is_dir():
+        return f"-o {output}: a directory; give the PDF file to write (e.g. {output}/compare.pdf)"
+    existing = output.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"-o {output}: {existing} is a file, not a folder"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".clusterbench-check-", dir=existing)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        made = "written" if existing == output.parent else "created"
+        return f"-o {output}: its folder cannot be {made} ({existing}: {exc.strerror or exc})"
+    if output.exists() and not os.access(output, os.W_OK):
+        return f"-o {output}: exists and cannot be written by this user"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="clusterbench-compare", description=__doc__.split("\n\n")[0]
@@ -422,10 +474,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.dirs) < 2:
         parser.error("give at least two results trees to compare")
+    if args.warmup_epochs < 0:
+        parser.error(f"--warmup-epochs must be 0 or more, got {args.warmup_epochs}")
+    try:  # a ~user or $VARIABLE the shell left as it was (quoted, or no such user)
+        args.output = Path(expand(str(args.output), "-o"))
+    except PathError as exc:
+        parser.error(str(exc))
+    problem = output_problem(args.output)
+    if problem:
+        parser.error(problem)
     try:
         return compare(args.dirs, args.output, args.title, args.warmup_epochs)
     except CompareError as exc:
         print(f"clusterbench-compare: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the outputs could not be written after all (the disk filled)
+        print(
+            f"clusterbench-compare: error: writing {exc.filename or args.output}: "
+            f"{exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -1,14 +1,20 @@
-"""Stage 1: fetch a dataset's files into the shared cache, verify them, place them by the manifest.
+"""Stage 1: make a dataset's files available once, verified, and record where they are.
 
-Files are fetched into ``<cache>/<dataset>/<file>``: the body goes to ``<file>.part``, an
-interrupted transfer is resumed with an HTTP ``Range`` request, and only a file whose size and
-pinned digests match is renamed to its final name. A verified cached file is reused without any
-network access. Connection errors, 5xx answers and truncated bodies are retried with exponential
-back-off; a 4xx answer or a checksum mismatch fails at once.
+* **A ``file://`` URL is read where it is:** verified against its pinned digests, never copied.
+* **Anything else is fetched into the shared cache**, ``<cache>/<dataset>/<file>``: the body
+  goes to ``<file>.part``, an interrupted transfer is resumed with an HTTP ``Range`` request,
+  and only a file whose size and pinned digests match is renamed to its final name. A verified
+  cached file is reused without any network access. Connection errors, 5xx answers and
+  truncated bodies are retried with exponential back-off; a 4xx answer or a checksum mismatch
+  fails at once.
+* **A dataset read in place** (``datasets.<name>.path``) has no file to fetch: its folder is
+  recorded.
 
-``main`` fetches every file first, then copies them next to ``MANIFEST.json`` (never a hard link:
-damage to the shared cache must not reach every checkout's raw files at once) and writes the
-manifest last, so a failed run leaves no manifest and no unverified file behind.
+``MANIFEST.json`` (written last, so a failed run leaves none) records each file's sha256, size,
+URL and ``path``: where the later stages read it (the ``file://`` source itself, or the cache
+entry), and ``stored`` (``in place`` or ``cache``). ``results/raw/<dataset>/`` holds nothing
+else: no second copy. The workflow checks each recorded file against its sha256 at every
+invocation (:mod:`clusterbench.pipeline.checks`; a damaged cache entry is fetched again).
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ from clusterbench.config.datasets import (
     get_dataset,
     resolve_urls,
 )
-from clusterbench.core.atomic import atomic_path, write_json
+from clusterbench.core.atomic import write_json
 from clusterbench.core.params import json_object
+from clusterbench.core.paths import PathError, expand
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,8 @@ class DownloadParams:
     source: Mapping[str, Any] = field(default_factory=dict)
     #: A declared dataset's files (``datasets.<name>.files`` with their names), else None.
     declared: tuple[Mapping[str, Any], ...] | None = None
+    #: A dataset read in place: its folder (``datasets.<name>.path``), else None.
+    path: str | None = None
 
 
 # --------------------------------------------------------------------------- verification
@@ -330,10 +339,7 @@ def _http_download(url: str, part: Path, expected_size: int | None, policy: Retr
 
 
 def _copy_local(url: str, part: Path) -> None:
-    parts = urlsplit(url)
-    if parts.netloc not in ("", "localhost"):
-        raise DownloadError(f"cannot fetch {url}: file URLs must be local", url)
-    src = Path(urllib.request.url2pathname(parts.path))
+    src = local_path(url)
     try:
         shutil.copyfile(src, part)
     except OSError as exc:
@@ -412,7 +418,7 @@ def parse_params(text: str) -> DownloadParams:
 
 
 #: ``--params`` keys saying where a dataset's files come from (the rest are settings).
-SOURCE_KEYS = ("source", "declared")
+SOURCE_KEYS = ("source", "declared", "path")
 
 
 def params_from_mapping(raw: Mapping[str, Any]) -> DownloadParams:
@@ -427,25 +433,57 @@ def params_from_mapping(raw: Mapping[str, Any]) -> DownloadParams:
         policy=RetryPolicy.from_settings(settings),
         source=where["source"],
         declared=None if declared is None else tuple(declared),
+        path=where.get("path"),
     )
 
 
-def _place(src: Path, dest: Path) -> None:
-    """Put a copy of ``src`` at ``dest`` (never a hard link: damage to the shared cache must not
-    reach every checkout's raw files at once; the copy is verified against the manifest)."""
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
+def local_path(url: str) -> Path:
+    """The file a ``file://`` URL names (absolute)."""
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise DownloadError(f"cannot fetch {url}: file URLs must be local", url)
+    return Path(os.path.abspath(urllib.request.url2pathname(parts.path)))
 
 
-def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[str, Any]:
-    """Fetch every file of dataset ``name``, place them next to ``manifest``, write it last."""
-    if params.declared is not None:
-        spec = declared_spec(name, params.declared)
-        urls = {f.name: str(f.url) for f in spec.files}
-    else:
-        spec = get_dataset(name)
-        urls = resolve_urls(name, params.source)
-    cache = Path(params.cache_dir).expanduser() if params.cache_dir else default_cache_dir()
+def in_place(spec: FileSpec, url: str) -> Path:
+    """The file of a ``file://`` URL, verified against ``spec`` where it is (never copied)."""
+    path = local_path(url)
+    try:
+        mismatch = verify(path, spec)
+    except OSError as exc:
+        raise DownloadError(f"cannot read {url}: {exc.strerror or exc}", url) from None
+    if mismatch is not None:
+        what, expected, actual = mismatch
+        raise ChecksumError(f"{what} mismatch for {url}: expected {expected}, got {actual}", url)
+    log.info("reading %s where it is (verified, not copied)", path)
+    return path
+
+
+def record_folder(name: str, manifest: Path, folder: str) -> dict[str, Any]:
+    """The manifest of a dataset read in place: its folder, no file."""
+    key = f"datasets.{name}.path"
+    try:
+        path = Path(os.path.abspath(expand(folder, key)))
+    except PathError as exc:  # a user or variable this host lacks
+        raise ConfigError(str(exc)) from None
+    if not path.is_dir():
+        raise ConfigError(f"{key}: {path} is not a directory")
+    content = {"dataset": name, "path": str(path), "files": {}}
+    write_json(manifest, content)
+    return content
+
+
+def cache_of(name: str, params: DownloadParams) -> Path:
+    """The dataset's folder of the download cache, made."""
+    try:
+        cache = (
+            Path(expand(params.cache_dir, "download.cache_dir"))
+            if params.cache_dir
+            else default_cache_dir()
+        )
+    except PathError as exc:  # a user or variable this host lacks
+        raise ConfigError(str(exc)) from None
+    cache = Path(os.path.abspath(cache))
     try:
         (cache / name).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -458,22 +496,51 @@ def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[
             f"the download cache {cache / name} cannot be created: {exc.strerror or exc}; "
             f"set {setting} to a folder you can write"
         ) from None
+    return cache / name
+
+
+def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[str, Any]:
+    """Make every file of dataset ``name`` available (read in place, or in the cache), and
+    write ``manifest`` last (module docstring)."""
     manifest = Path(manifest)
     manifest.unlink(missing_ok=True)
-    cached = {}
+    if params.path is not None:
+        return record_folder(name, manifest, params.path)
+    if params.declared is not None:
+        spec = declared_spec(name, params.declared)
+        urls = {f.name: str(f.url) for f in spec.files}
+    else:
+        spec = get_dataset(name)
+        urls = resolve_urls(name, params.source)
+    remote = [f for f in spec.files if urlsplit(urls[f.name]).scheme != "file"]
+    cache = cache_of(name, params) if remote else None
+    found = {}
     for f in spec.files:
+        url = urls[f.name]
         try:
-            cached[f.name] = fetch(f, urls[f.name], cache / name / f.name, params.policy)
+            if cache is None or f not in remote:
+                found[f.name] = (in_place(f, url), "in place")
+            else:
+                found[f.name] = (fetch(f, url, cache / f.name, params.policy), "cache")
         except ChecksumError as exc:
-            hint = bundled_file_hint(spec, f, urls[f.name])
+            hint = bundled_file_hint(spec, f, url)
             raise ChecksumError(f"{exc}\n{hint}" if hint else str(exc), exc.url) from None
-    for file_name, path in cached.items():
-        _place(path, manifest.parent / file_name)
+    for f in spec.files:  # an earlier version's copy beside the manifest: no second copy
+        old = manifest.parent / f.name
+        if old.is_file() and not old.is_symlink() and old != found[f.name][0]:
+            old.unlink()
     content = {
         "dataset": name,
         "files": {
-            f.name: {"sha256": f.sha256, "size": cached[f.name].stat().st_size, "url": urls[f.name]}
+            f.name: {
+                "sha256": f.sha256,
+                "size": path.stat().st_size,
+                "url": urls[f.name],
+                "path": str(path),
+                "stored": stored,
+            }
             for f in spec.files
+            for path, stored in [found[f.name]]
         },
     }
     write_json(manifest, content)

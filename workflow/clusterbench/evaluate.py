@@ -41,7 +41,6 @@ from clusterbench.core import integrity
 from clusterbench.core.atomic import atomic_open, write_json
 from clusterbench.core.integrity import forcerun_command
 from clusterbench.core.params import read_json_object
-from clusterbench.data import DataError
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
 
@@ -207,14 +206,35 @@ def check_compatible(ckpt: dict[str, Any], meta: dict[str, Any], model_path: Pat
 
 
 def build(ckpt: dict[str, Any], model_path: Path):
-    """Rebuild the network from ``arch`` and load its weights (strictly)."""
-    from clusterbench.models import build_model
+    """Rebuild the network from ``arch`` and load its weights (strictly). Your own model's
+    module edited since the training (its code digest, or weights of another network) is
+    named with the command that trains the run again."""
+    from clusterbench.models import ModelError, build_model
+    from clusterbench.models.custom import code_digest
 
+    retrain = f"train the run again: {forcerun_command(model_path)}"
+    name = ckpt["arch"]["model"]
+    trained = ckpt.get("model_code")
+    try:
+        now = code_digest(name) if trained else None
+    except ModelError as exc:
+        raise ValueError(f"{model_path}: {exc}") from None
+    if trained and now != trained:
+        raise ValueError(
+            f"{model_path} was trained with other code of model {name!r}: its module was "
+            f"edited since, and these weights would meet the new code; {retrain}"
+        )
     try:
         model = build_model(**ckpt["arch"])
         model.load_state_dict(ckpt["state_dict"], strict=True)
     except (RuntimeError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{model_path}: weights do not match arch {ckpt['arch']}: {exc}") from None
+        reason = " ".join(str(exc).split())
+        if len(reason) > 400:
+            reason = reason[:400] + " ..."
+        raise ValueError(
+            f"{model_path}: its weights do not fit the network model {name!r} builds now (was "
+            f"the model's code changed since the training?): {reason}; {retrain}"
+        ) from None
     return model
 
 
@@ -416,7 +436,8 @@ def evaluate_tokens(
     return metrics
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The stage's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="results/data/NAME")
     parser.add_argument("--model", type=Path, required=True, help="results/runs/RUN/model.pt")
@@ -424,12 +445,28 @@ def main(argv: list[str] | None = None) -> int:
         "--params", required=True, help='{"batch_size": int, "split": "test"|"val"}'
     )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/eval/RUN")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """The stage: each refusal (a damaged or unusable model file, data that does not fit it,
+    your own model's code edited since the training) one line on stderr, exit status 1; bad
+    ``--params``: exit status 2."""
+    args = parse_args(argv)
     try:
         params = parse_params(args.params)
     except ConfigError as exc:
         return bad_settings("evaluate", exc)
+    try:
+        return evaluate(args, params)
+    except (ValueError, FileNotFoundError) as exc:  # ModelError, DataError, a damaged file
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def evaluate(args: argparse.Namespace, params: EvalParams) -> int:
+    """Evaluate the model of ``args`` (``main``'s) with ``params``; each refusal raised with
+    its whole message."""
     ckpt = load_model_file(args.model)
     if is_language_model(ckpt):
         metrics = evaluate_tokens(args.data_dir, ckpt, args.model, params, args.out_dir)
@@ -439,11 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({metrics['tokens']:,} tokens): loss {loss}, token accuracy {metrics['accuracy']:.4f}"
         )
         return 0
-    try:
-        meta, batches = split_of(args.data_dir, params, ckpt)
-    except DataError as exc:
-        print(f"evaluate: error: {exc}", file=sys.stderr)
-        return 1
+    meta, batches = split_of(args.data_dir, params, ckpt)
     check_compatible(ckpt, meta, args.model)
     model = build(ckpt, args.model)
 
@@ -452,9 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         y_true, y_pred, loss_sum = predict(model, batches, ckpt["mean"], ckpt["std"], device)
-    except DataError as exc:
-        print(f"evaluate: error: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        from clusterbench.training.network import user_code_error
+
+        told = user_code_error(ckpt["arch"]["model"], exc, "was evaluated")
+        if told is None:
+            raise
+        raise ValueError(told) from None
     run = args.model.absolute().parent.name
     skipped = getattr(batches, "skipped", None)
     extra = {} if skipped is None else {"skipped_files": len(skipped)}

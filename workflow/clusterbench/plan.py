@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench.launch.schedulers import SCHEDULERS, Scheduler
+from clusterbench.launch.schedulers import AllocationError, Scheduler, executors, of_executor
 
 #: The environment variable naming the executor a dry run plans for (read by rules/common.smk).
 EXECUTOR_VAR = "CLUSTERBENCH_EXECUTOR"
@@ -180,14 +180,19 @@ class Plan:
         return sum(job.gpu_hours for job in self.jobs)
 
 
-def scheduler_of(executor: str) -> type[Scheduler]:
-    """The scheduler Snakemake's ``executor`` submits to."""
-    if executor not in SCHEDULERS:
+def scheduler_of(executor: str, env: Mapping[str, str] | None = None) -> type[Scheduler]:
+    """The scheduler Snakemake's ``executor`` submits to (or, where ``CLUSTERBENCH_SCHEDULER``
+    names one that executor runs, that one: ``ssh`` under ``local``)."""
+    try:
+        found = of_executor(executor, os.environ if env is None else env)
+    except AllocationError as exc:
+        raise PlanError(str(exc)) from None
+    if found is None:
         raise PlanError(
             f"no plan for the {executor!r} executor: clusterbench knows the schedulers of "
-            f"{', '.join(SCHEDULERS)} ({EXECUTOR_VAR}, or the profile's `executor:`)"
+            f"{', '.join(executors())} ({EXECUTOR_VAR}, or the profile's `executor:`)"
         )
-    return SCHEDULERS[executor]
+    return found
 
 
 def train_job(job: DryRunJob, scheduler: type[Scheduler]) -> TrainJob:
@@ -240,11 +245,13 @@ def make_plan(dry_run: DryRun, executor: str, train_rule: str = "train") -> Plan
     )
 
 
-def format_plan(plan: Plan, executor: str) -> str:
+def format_plan(plan: Plan, executor: str, scheduler: str | None = None) -> str:
     """The plan as text: one line per training job, the totals, the jobs per rule, the skips."""
     width = max([len("run"), *(len(job.run) for job in plan.jobs)])
     lines = [
-        f"clusterbench plan ({executor} executor): every training job to run, as the "
+        f"clusterbench plan ({executor} executor"
+        + (f", {scheduler} scheduler" if scheduler and scheduler != executor else "")
+        + "): every training job to run, as the "
         "scheduler will be asked for it",
         f"  {'run':<{width}}  nodes  ranks  CPUs  GPUs  runtime",
     ]
@@ -367,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clusterbench plan: error: {exc}", file=sys.stderr)
         return 1
     print()
-    print(format_plan(plan, executor))
+    print(format_plan(plan, executor, scheduler_of(executor).name))
     return 0
 
 

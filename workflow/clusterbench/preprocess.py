@@ -14,15 +14,16 @@ Text (``format: text``, :func:`preprocess_text`) is cut into windows of ``seq_le
 tokens: ``{split}_x.npy`` holds the inputs, ``{split}_y.npy`` the next-token targets, both uint8
 ``(N, seq_len)``. Synthetic data (``synthetic``, ``synthetic-text``, :func:`describe_synthetic`)
 is generated where it trains: ``meta.json`` alone describes it (no array is written).
-An image folder with ``storage: files`` (one a run streams: :mod:`clusterbench.config.storage`)
-is not decoded: its images are extracted into ``files/`` with an ``index.json`` of their
-checksums, classes and splits (:mod:`clusterbench.data.extract`), for the loader to decode per
-batch.
+An image folder with ``storage: files`` (one a run streams, or one read in place:
+:mod:`clusterbench.config.storage`) is not decoded: an ``index.npz`` says where each image's bytes
+are (in place; a ``.tar.gz``'s extracted into ``files/``), its class and split
+(:mod:`clusterbench.data.indexing`), for the loader to decode per batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -104,7 +105,14 @@ def load_manifest(
     paths: dict[str, Path] = {}
     sha256: dict[str, str] = {}
     for name in file_names:
-        entry, file_path = entries[name], path.parent / name
+        entry = entries[name]
+        # where the download left it: the file:// source read in place, or the cache entry
+        # (an older manifest: beside it)
+        file_path = (
+            Path(entry["path"])
+            if isinstance(entry, dict) and entry.get("path")
+            else path.parent / name
+        )
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise PreprocessError(f"manifest {path}: entry for {name} has no sha256")
         again = (
@@ -121,6 +129,40 @@ def load_manifest(
             )
         paths[name], sha256[name] = file_path, actual
     return paths, sha256
+
+
+def manifest_source(manifest: Path) -> dict[str, Any]:
+    """Where the download left a dataset's files, as ``meta.json`` records it for the report
+    (``source``): ``kind`` (``download``: in the cache; ``in place``: a ``file://`` source or a
+    folder), ``where`` (the first file's path, or the folder), its files and their bytes, and
+    ``cached``: the bytes the download cache holds of it (a copy the workflow made)."""
+    try:
+        content = json.loads(Path(manifest).read_text(encoding="utf-8"))
+        entries = content.get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if content.get("path"):
+        return {"kind": "in place", "where": content["path"], "files": 0, "bytes": 0, "cached": 0}
+    sizes = {n: int(e.get("size") or 0) for n, e in entries.items() if isinstance(e, dict)}
+    cached = sum(sizes[n] for n, e in entries.items() if e.get("stored") == "cache")
+    first = next(iter(entries.values()), {})
+    return {
+        "kind": "download" if cached else "in place",
+        "where": first.get("path") or first.get("url"),
+        "url": first.get("url"),
+        "files": len(entries),
+        "bytes": sum(sizes.values()),
+        "cached": cached,
+    }
+
+
+def added_bytes(files: dict[str, dict[str, Any]], source: dict[str, Any]) -> dict[str, int]:
+    """``meta.json``'s ``added``: the bytes this dataset's steps wrote on the shared file
+    system (the arrays, the download cache's copy)."""
+    return {
+        "arrays": int(sum(int(r["size"]) for r in files.values())),
+        "cache": int(source.get("cached", 0)),
+    }
 
 
 # --------------------------------------------------------------------------- decoding
@@ -151,19 +193,15 @@ def check_builtin(decoded: Decoded, spec: DatasetSpec) -> None:
 
 
 def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]:
-    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted).
+    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted):
+    :func:`clusterbench.data.order.split_indices`, a :class:`PreprocessError` where a split
+    would be empty."""
+    from clusterbench.data.order import split_indices as seeded
 
-    Each subset holds ``round(fraction * n)`` (as ``clusterbench.config.split_sizes`` counts)."""
-    order = np.random.default_rng(seed).permutation(n)
-    sizes = [round(f * n) for f in fractions]
-    bounds = np.cumsum([0, *sizes])
-    parts = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    parts.append(order[bounds[-1] :])
-    if any(len(p) == 0 for p in parts):
-        raise PreprocessError(
-            f"{n} examples are too few for fractions {fractions}: a split would be empty"
-        )
-    return [np.sort(p) for p in parts]
+    try:
+        return seeded(n, fractions, seed)
+    except ValueError as exc:
+        raise PreprocessError(str(exc)) from None
 
 
 def check_split_sizes(dataset: str, decoded: Decoded, params: dict[str, Any]) -> None:
@@ -237,28 +275,23 @@ def decode(dataset: str, manifest: Path, params: dict[str, Any]) -> tuple[Decode
 def preprocess_files(
     dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
 ) -> dict[str, Any]:
-    """``storage: files`` (an image folder a run streams): the archive's images extracted,
-    split as the arrays would be, ``index.json`` and then ``meta.json`` written
-    (:mod:`clusterbench.data.extract`); return meta."""
-    from clusterbench.data import extract
+    """``storage: files`` (an image folder a run streams, or one read in place): its images
+    listed where they are (a ``.tar.gz``'s extracted), split as the arrays would be, and
+    ``index.npz`` and then ``meta.json`` written (:mod:`clusterbench.data.indexing`); return
+    meta."""
+    from clusterbench.data import indexing
 
-    (name,) = params["files"]
-    files, sha256 = load_manifest(manifest, dataset, (name,))
-    try:
-        found = extract.unpack(files[name], out_dir)
-    except formats.FormatError as exc:
-        raise PreprocessError(f"dataset {dataset!r} (image-folder): {exc}") from None
-    problems = split_size_problems(dataset, params, len(found), None)
-    if problems:
-        raise ConfigError("; ".join(problems))
-    test, val, train = split_indices(
-        len(found), [params["test_fraction"], params["val_fraction"]], params["split_seed"]
+    content = read_json_object(
+        manifest, "manifest of the download stage", error=PreprocessError, missing=PreprocessError
     )
-    splits = {"train": train, "val": val, "test": test}
+    names = () if content.get("path") else tuple(params["files"])
+    files, sha256 = load_manifest(manifest, dataset, names)
+    fmt = params["format"]
     try:
-        return extract.finish(out_dir, dataset, found, splits, params, sha256)
+        listing, source = indexing.listing_of(dataset, content, files, fmt, out_dir)
+        return indexing.finish(out_dir, dataset, listing, params, source, sha256)
     except formats.FormatError as exc:
-        raise PreprocessError(f"dataset {dataset!r} (image-folder): {exc}") from None
+        raise PreprocessError(f"dataset {dataset!r} ({fmt}): {exc}") from None
 
 
 def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) -> dict[str, Any]:
@@ -267,6 +300,7 @@ def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) ->
     params = parse_params(params_json)
     out_dir = Path(out_dir)
     (out_dir / "meta.json").unlink(missing_ok=True)  # stale marker must not outlive new arrays
+    (out_dir / "index.npz").unlink(missing_ok=True)  # nor an index the new one replaces
     if params.get("storage") == "files":
         return preprocess_files(dataset, Path(manifest), params, out_dir)
     fmt = params.get("format")
@@ -307,6 +341,8 @@ def preprocess_images(
         "test_fraction": split.test_fraction,
         "source_sha256": sha256,
     }
+    meta["source"] = manifest_source(manifest)
+    meta["added"] = added_bytes(meta["files"], meta["source"])
     write_json(out_dir / "meta.json", meta)
     return meta
 
@@ -366,6 +402,8 @@ def preprocess_text(
         "test_fraction": params["test_fraction"],
         "source_sha256": sha256,
     }
+    meta["source"] = manifest_source(manifest)
+    meta["added"] = added_bytes(meta["files"], meta["source"])
     write_json(out_dir / "meta.json", meta)
     return meta
 

@@ -43,6 +43,8 @@ from clusterbench.data.source import Reading, check
 from clusterbench.models import ModelError
 from clusterbench.training import checkpoints
 from clusterbench.training.device import check_device, cpu_threads, node_name
+from clusterbench.training.network import user_code_error
+from clusterbench.training.steps import NonFiniteLossError
 
 
 def validate_run(run: str | dict[str, Any]) -> dict[str, Any]:
@@ -192,4 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except ModelError as exc:  # the model cannot be built as asked: the cause, no traceback
         return bad_settings("train", ConfigError(str(exc)))
+    except NonFiniteLossError as exc:  # its message says where and what to do: alone
+        print(f"train: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as exc:
+        told = user_code_error(run["model"], exc)
+        if told is None:
+            raise
+        return bad_settings("train", ConfigError(told))
     return 0

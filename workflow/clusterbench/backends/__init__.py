@@ -295,6 +295,7 @@ class Runtime(ABC):
         grad_compression: str = "none",
         timed: bool = False,
         grad_allreduce: str = "buckets",
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         """``(module to call in training, optimiser to step)`` for data-parallel training.
 
@@ -306,6 +307,9 @@ class Runtime(ABC):
         :meth:`DistributedOptimizer.gradients_ready` must tell when backward's compute ended
         where the backend communicates during backward. ``grad_allreduce`` (from
         :meth:`choose_grad_allreduce`): ``one`` buffer after backward or ``buckets`` during it.
+        ``unused``: some trainable parameters get no gradient in a step
+        (:data:`clusterbench.models.custom.UNUSED`): a backend that waits for every gradient
+        must be told (DDP's ``find_unused_parameters``).
         """
 
     def aggregator(self, model: nn.Module, bn: str) -> RunningStatsAggregator | None:

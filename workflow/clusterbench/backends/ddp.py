@@ -280,6 +280,7 @@ class TorchRuntime(Runtime):
         grad_compression: str = "none",
         timed: bool = False,
         grad_allreduce: str = "buckets",
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         hook = compress_hook(grad_compression)
         module, state = model, None
@@ -296,6 +297,10 @@ class TorchRuntime(Runtime):
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
                 bucket_cap_mb=cap,
+                # parameters a step leaves without a gradient: DDP would wait for them forever
+                # ("Expected to have finished reduction"); it finds them after every forward,
+                # a walk of the autograd graph (README, "Your own model")
+                find_unused_parameters=unused,
             )
             aggregator = self.aggregator(model, bn)
             # timed: backward's compute ends where the last bucket starts

@@ -269,7 +269,10 @@ class HorovodRuntime(ElasticRuntime):
         grad_compression: str = "none",
         timed: bool = False,
         grad_allreduce: str = "one",
+        unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
+        # a parameter without a gradient is allreduced as zeros (its buffer's part; a bucket
+        # that misses one is sent at the step): nothing waits for it, ``unused`` changes nothing
         previous = _WRAPPED.pop(optimizer, None)
         if previous is not None:  # wrapped again (an elastic reset): its hooks go
             previous.buckets.detach()

@@ -38,6 +38,7 @@ from clusterbench.config.problems import (
     worker_bounds,
 )
 from clusterbench.config.schema import (
+    CHECK_FILES_LIMIT,
     DATA_SETTINGS_KEYS,
     DOWNLOAD_KEYS,
     LATER_TRAIN_DEFAULTS,
@@ -48,6 +49,7 @@ from clusterbench.config.schema import (
     RESOURCE_KEYS,
     SCHEMA_PATH,
     SPEED_KEYS,
+    TRAIN_DEFAULTS,
     TRAIN_KEYS,
     WORKFLOW_KEYS,
     canonical_json,
@@ -69,6 +71,7 @@ from clusterbench.config.stages import STAGES, stage_params
 from clusterbench.config.validate import main, validate
 
 __all__ = [
+    "CHECK_FILES_LIMIT",
     "DATA_SETTINGS_KEYS",
     "DOWNLOAD_KEYS",
     "EXIT_BAD_SETTINGS",
@@ -81,6 +84,7 @@ __all__ = [
     "SCHEMA_PATH",
     "SPEED_KEYS",
     "STAGES",
+    "TRAIN_DEFAULTS",
     "TRAIN_KEYS",
     "WORKFLOW_KEYS",
     "ConfigError",

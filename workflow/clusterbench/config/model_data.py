@@ -27,7 +27,9 @@ DATA = {"classification": "images", "language-model": "token sequences"}
 def dataset_input(name: str, ds: Mapping[str, Any]) -> tuple[str, list[int] | None]:
     """What dataset ``name`` (its resolved config entry) trains: its task and the network's
     input shape, ``[C, H, W]`` or ``[T]``; None where the config does not tell (known once its
-    files are read, or synthetic data that takes the model's)."""
+    files are read, or synthetic data that takes the model's). An image folder resized to its
+    ``image_size`` has a known side, but channels known only once its images are read:
+    ``[None, H, W]``."""
     if name in BUILTIN_DATASETS:
         height, width, channels = BUILTIN_DATASETS[name].image_shape
         return "classification", [channels, height, width]
@@ -35,6 +37,8 @@ def dataset_input(name: str, ds: Mapping[str, Any]) -> tuple[str, list[int] | No
     if fmt not in FORMATS:
         return "classification", None
     task = task_of(fmt)
+    if task == "classification" and "image_size" in ds and "shape" not in ds:
+        return task, [None, *ds["image_size"]]
     key = "seq_len" if task == "language-model" else "shape"
     if key not in ds:
         return task, None
@@ -79,3 +83,22 @@ def run_problems(run: Mapping[str, Any], where: str, datasets: Mapping[str, Any]
         f"{where}.model: {problem} ({where}.dataset: {name!r})"
         for problem in fit_problems(model, task, shape)
     ]
+
+
+def synthetic_input(
+    name: str, ds: Mapping[str, Any] | None, model: str
+) -> tuple[str, list[int]] | None:
+    """The task and input shape of synthetic dataset ``name`` (its resolved entry ``ds``) as
+    ``model`` trains on it (its own shape, else the model's); None for other data, an unknown
+    model or a shape neither gives."""
+    if ds is None or name in BUILTIN_DATASETS or ds.get("format") not in FORMATS:
+        return None
+    if not is_synthetic(ds["format"]):
+        return None
+    try:
+        spec = resolve(model)
+    except ModelError:
+        return None
+    task, given = dataset_input(name, ds)
+    shape = input_shape(task, given, spec)
+    return None if shape is None else (task, shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.config.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.config.lr import schedule_problems
 from clusterbench.config.slices import download_slice
+from clusterbench.core.paths import PathError, expand
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
 
 
@@ -55,7 +56,10 @@ def cache_dir_problems(cache_dir: str | None) -> list[str]:
         return []
     if "\0" in cache_dir:
         return [f"download.cache_dir: {cache_dir!r} holds a NUL character"]
-    path = Path(cache_dir).expanduser()
+    try:
+        path = Path(expand(cache_dir, "download.cache_dir"))
+    except PathError as exc:
+        return [str(exc)]
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -70,6 +74,34 @@ def cache_dir_problems(cache_dir: str | None) -> list[str]:
             f"in {existing}: {exc.strerror or exc})"
         ]
     return []
+
+
+def path_keys(schema: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, str]]:
+    """``(key path, x-path tag)`` of every path key (:mod:`clusterbench.core.paths`) of the
+    top-level ``schema`` (its sections' properties)."""
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{where}.{name}" if where else name
+        if "x-path" in sub:
+            yield path, sub["x-path"]
+        if isinstance(sub.get("properties"), dict):
+            yield from path_keys(sub, path)
+
+
+def path_problems(resolved: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """A problem for each path key tagged ``x-path: here`` (expanded where the config is read)
+    whose value names a user or a variable that does not exist here; a ``node`` one is
+    expanded, and so checked, on each node when the run starts."""
+    problems = []
+    for key, tag in path_keys(schema):
+        value: Any = resolved
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if tag == "here" and isinstance(value, str):
+            try:
+                expand(value, key)
+            except PathError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def split_problems(split: Mapping[str, Any], where: str) -> list[str]:
@@ -131,7 +163,7 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     """Checks across the keys of one resolved dataset entry that the schema cannot express."""
     where = f"datasets.{name}"
     problems = wildcard_problems(name, where) + split_problems(ds, where)
-    declared = [key for key in ("format", "files", "image_size", *FORMAT_KEYS) if key in ds]
+    declared = [key for key in ("format", "files", "path", "image_size", *FORMAT_KEYS) if key in ds]
     if name in BUILTIN_DATASETS:
         if declared:
             problems.append(
@@ -147,9 +179,14 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
             # its size is known: a split below the minimum now (a declared one's: preprocess)
             problems += split_size_problems(name, ds, spec.train_samples, spec.test_samples)
         return problems
-    needs_files = "format" not in ds or 0 not in format_module(ds["format"]).FILES
+    reads_folder = "format" in ds and getattr(format_module(ds["format"]), "PATH", None)
+    needs_files = "format" not in ds or (
+        0 not in format_module(ds["format"]).FILES and "path" not in ds
+    )
     if "format" not in ds or "files" not in ds and needs_files:
         missing = " and ".join(k for k in ("format", "files") if k not in ds)
+        if reads_folder:
+            missing = "files (archives to download) or path (a folder read in place)"
         return problems + [
             f"{where}: {name!r} is not a built-in dataset ({', '.join(BUILTIN_DATASETS)}): "
             f"declare its {missing} (config/README.md, 'Your own dataset')"
@@ -157,17 +194,57 @@ def dataset_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
     for key in ("mirror", "urls"):
         if ds.get(key):
             problems.append(f"{where}.{key}: only for built-in datasets; give files[].url instead")
+    problems += folder_problems(name, ds)
     fmt = format_module(ds["format"])
     if "image_size" in ds and not fmt.RESIZES:
         resized = [name for name, module in FORMATS.modules().items() if module.RESIZES]
         problems.append(f"{where}.image_size: only {' and '.join(resized)} datasets are resized")
     counts = fmt.FILES
-    if len(ds.get("files", ())) not in counts:
+    if "path" not in ds and len(ds.get("files", ())) not in counts:
         problems.append(
             f"{where}.files: format {ds['format']} takes "
             f"{' or '.join(map(str, counts))} file(s), got {len(ds.get('files', ()))}"
         )
     problems += format_key_problems(name, ds)
+    return problems + file_name_problems(name, ds)
+
+
+def folder_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """A dataset read in place (``path``): only a format that reads a folder, not with
+    ``files``, stored as files; a format that must be read so without one."""
+    where = f"datasets.{name}"
+    reads_folder = getattr(format_module(ds["format"]), "PATH", None)
+    if "path" not in ds:
+        if reads_folder == "required":
+            return [
+                f"{where}: format {ds['format']} is read in place: give path, the folder that "
+                "holds its files"
+            ]
+        return []
+    if "files" in ds:
+        return [
+            f"{where}: path and files are both given: a dataset is read in place from its "
+            "folder (path) or from its files (files), not both"
+        ]
+    if not reads_folder:
+        takes = [f for f, module in FORMATS.modules().items() if getattr(module, "PATH", None)]
+        return [
+            f"{where}.path: format {ds['format']} reads files, not a folder; only "
+            f"{' and '.join(takes)} are read from a folder"
+        ]
+    if ds.get("storage") == "arrays":
+        return [
+            f"{where}.storage: arrays, but {ds['path']} is read in place (path): a dataset read "
+            "in place is stored as files (its index; the images are read where they are); "
+            "its runs stream it"
+        ]
+    return []
+
+
+def file_name_problems(name: str, ds: Mapping[str, Any]) -> list[str]:
+    """Each declared file's name: a file name, used once, with a suffix its format takes."""
+    where, fmt = f"datasets.{name}", format_module(ds["format"])
+    problems: list[str] = []
     names: dict[str, int] = {}
     for i, entry in enumerate(ds.get("files", ())):
         try:

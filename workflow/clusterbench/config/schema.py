@@ -107,8 +107,10 @@ NOT_SPEED_KEYS = tuple(k for k, speed in _SPEED_TAGS.items() if not speed)
 RESIDENT_MEMORY_FRACTION = float(_RUN_PROPERTIES["loading"]["x-resident-memory-fraction"])
 
 
+#: Every training key's default (None where it has none: ``name``, ``dataset``).
+TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in TRAIN_KEYS}
 #: What an older run.json that lacks a later key trained with: the key's default.
-LATER_TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in LATER_TRAIN_KEYS}
+LATER_TRAIN_DEFAULTS = {k: TRAIN_DEFAULTS[k] for k in LATER_TRAIN_KEYS}
 
 
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
@@ -121,11 +123,15 @@ RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
 WORKFLOW_KEYS = _tagged(_RUN_SLICES, "workflow")
 
 
+_DATASET_PROPERTIES = _schema_file()["properties"]["datasets"]["additionalProperties"]["properties"]
 _DATASET_SLICES = slices_of(
-    _schema_file()["properties"]["datasets"]["additionalProperties"]["properties"],
-    ("preprocess", "download"),
-    "datasets.<name>",
+    _DATASET_PROPERTIES, ("preprocess", "download", "workflow"), "datasets.<name>"
 )
+
+
+#: ``check: auto`` compares every file of a folder read in place up to this many files, else
+#: its folders only (the schema's ``x-check-files`` of ``check``).
+CHECK_FILES_LIMIT = int(_DATASET_PROPERTIES["check"]["x-check-files"])
 
 
 #: Dataset keys of the preprocess rule's params (``x-slice: preprocess``, see

@@ -105,6 +105,8 @@ def download_slice(dataset_cfg: Mapping[str, Any]) -> dict[str, Any]:
         source["mirror"] = dataset_cfg["mirror"]
     if dataset_cfg.get("urls"):
         source["files"] = {name: {"url": url} for name, url in dataset_cfg["urls"].items()}
+    if dataset_cfg.get("path"):  # read in place: its folder, no file
+        return {"source": source, "path": dataset_cfg["path"]}
     if "format" in dataset_cfg:  # a declared dataset: its files (synthetic data has none)
         return {
             "source": source,

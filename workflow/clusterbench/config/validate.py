@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.config import experiments as expansion
-from clusterbench.config import model_data, storage
+from clusterbench.config import memory, model_data, storage
+from clusterbench.config.effects import no_effect_problems
 from clusterbench.config.errors import ConfigError, bad_settings
 from clusterbench.config.files import load_file
 from clusterbench.config.problems import (
+    allocated_workers,
     cache_dir_problems,
     dataset_problems,
+    path_problems,
     run_problems,
     wildcard_problems,
 )
@@ -49,11 +52,24 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     run_schema = schema["$defs"]["run_settings"]
     defaults = resolved.get("run_defaults", {})
     checked: list[tuple[str, dict[str, Any]]] = []  # (where, run): every run, to check
+    problems: list[str] = []
+    if "name" in defaults:
+        problems.append(
+            "run_defaults.name: a name is each run's own (results/runs/<name>/): give it in "
+            "runs, not in run_defaults"
+        )
     for i, run in enumerate(resolved["runs"]):
         merged = fill_defaults(run_schema, {**defaults, **run})
         merged.update(dict.fromkeys(expansion.ORIGIN_KEYS))
+        if "dataset" not in merged:
+            problems.append(
+                f"runs[{i}].dataset: required: give it here or in run_defaults (merged under "
+                "every run)"
+            )
+            continue
         checked.append((f"runs[{i}]", merged))
-    expanded, problems = expand_experiments(resolved, schema)
+    expanded, found = expand_experiments(resolved, schema)
+    problems += found
     checked += expanded
     resolved["runs"] = [run for _, run in checked]
     if not checked and not problems:
@@ -86,13 +102,29 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             )
         problems += run_problems(run, where, models_seen)
         problems += model_data.run_problems(run, where, resolved["datasets"])
+        problems += memory_problems(run, where, resolved["datasets"])
     for name, ds in resolved["datasets"].items():
         problems += dataset_problems(name, ds)
     problems += storage.resolve(resolved["datasets"], checked, extractable(resolved["datasets"]))
-    problems += cache_dir_problems(resolved["download"]["cache_dir"])
+    builtin = fill_defaults(run_schema, {})
+    problems += no_effect_problems(config, checked, resolved["datasets"], builtin)
+    problems += path_problems(resolved, schema)
+    if not any(p.startswith("download.cache_dir:") for p in problems):
+        problems += cache_dir_problems(resolved["download"]["cache_dir"])
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return resolved
+
+
+def memory_problems(run: Mapping[str, Any], where: str, datasets: Mapping[str, Any]) -> list[str]:
+    """Why ``run``'s synthetic data cannot fit in its job's memory
+    (:func:`clusterbench.config.memory.run_problems`)."""
+    ds = datasets.get(run["dataset"])
+    found = model_data.synthetic_input(run["dataset"], ds, run["model"])
+    if found is None:
+        return []
+    task, shape = found
+    return memory.run_problems(run, where, ds, shape, task, allocated_workers(run))
 
 
 def expand_experiments(

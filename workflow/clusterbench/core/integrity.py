@@ -150,11 +150,12 @@ class DigestCache:
 def problems(
     folder: Path, files: Mapping[str, Mapping[str, Any]], cache: DigestCache | None = None
 ) -> list[str]:
-    """Each file of ``files`` (name -> its record) in ``folder`` that is missing or differs;
+    """Each file of ``files`` (name -> its record) in ``folder`` (or at the record's own
+    ``path``: a download's manifest records where each file is) that is missing or differs;
     ``cache`` remembers the digests of unchanged files."""
     found = []
     for name, expected in sorted(files.items()):
-        path = folder / name
+        path = Path(expected["path"]) if expected.get("path") else folder / name
         if not path.is_file():
             found.append(f"{path} is missing")
             continue

@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -262,7 +263,32 @@ def collect(repo_dir: str | os.PathLike[str] = PACKAGE_DIR) -> dict[str, Any]:
 # Training: every rank's facts, gathered, one entry per host
 
 #: The fields of a host entry in ``run.json``'s ``provenance.hosts`` (plus ``ranks``).
-HOST_FIELDS = ("host", "node", "platform", "cpu_model", "cpu_cores", "gpus", "gpu_driver")
+HOST_FIELDS = (
+    "host",
+    "node",
+    "platform",
+    "cpu_model",
+    "cpu_cores",
+    "gpus",
+    "gpu_driver",
+    "iface",
+)
+
+#: The variables that name the network interface the ranks' libraries open their sockets on
+#: (clusterbench.launch sets all three to the interface it chose for the rank's host).
+IFACE_VARS = ("HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def rank_iface(env: Mapping[str, str] = os.environ) -> str | None:
+    """The network interface this rank's collectives use, as its environment names it
+    (:data:`IFACE_VARS`): the one name they agree on, ``VAR=name`` for each where they differ
+    (set by hand), None when none is set (a rank not started by clusterbench.launch)."""
+    named = {var: env[var] for var in IFACE_VARS if env.get(var)}
+    if not named:
+        return None
+    if len(set(named.values())) == 1:
+        return next(iter(named.values()))
+    return " ".join(f"{var}={name}" for var, name in named.items())
 
 
 def rank_facts(
@@ -272,9 +298,10 @@ def rank_facts(
     repo_dir: str | os.PathLike[str] = PACKAGE_DIR,
 ) -> dict[str, Any]:
     """One rank's facts for :func:`merge_ranks`: its host (:func:`host_facts`), ``node`` (the
-    scheduler's name for it; the host name when None), its package versions and, where
-    ``with_git`` (one rank per node is enough), the git state of the code it runs."""
-    facts = {"rank": rank, **host_facts(), "versions": versions()}
+    scheduler's name for it; the host name when None), the network interface its collectives
+    use (:func:`rank_iface`), its package versions and, where ``with_git`` (one rank per node
+    is enough), the git state of the code it runs."""
+    facts = {"rank": rank, **host_facts(), "versions": versions(), "iface": rank_iface()}
     facts["node"] = node or facts["host"]
     facts["git"] = git_info(repo_dir) if with_git else None
     return facts

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterbench.config.memory import size_text
+
 #: A cgroup memory limit this large is no limit (cgroup v1 writes 2**63 rounded to pages).
 _NO_LIMIT = 1 << 60
 
@@ -37,12 +39,8 @@ class Decision:
         return {"setting": setting, "decision": self.loading, "reason": self.reason}
 
 
-def gib(n: float) -> str:
-    """Bytes as a short text: ``1.4 GiB``, ``312.0 MiB``, ``48.0 KiB``."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
+#: Bytes as a short text (``1.4 GiB``): the config's one formatter.
+gib = size_text
 
 
 def resident_bytes(meta: Mapping[str, Any]) -> int:
@@ -84,6 +82,46 @@ def decide(
     return Decision(
         "resident", f"auto: {held} = {gib(need)} fit in {share} of {gib(limit)} ({where})"
     )
+
+
+def check_fits(
+    what: str,
+    data_bytes: int,
+    local_ranks: int,
+    memory: tuple[int, str],
+    gpu_memory: int | None = None,
+    remedy: str = "lower the samples or the shape, or run fewer ranks per node",
+) -> None:
+    """Stop before allocating data that cannot be held: ``data_bytes`` per rank (``what``:
+    the keys and figures that make it), on the CPU ``local_ranks`` times over this node's
+    ``memory`` (bytes, where it comes from), on a GPU its ``gpu_memory`` bytes. The data alone:
+    the model, the framework and the batches come on top."""
+    from clusterbench.data import DataError
+
+    limit, where = memory
+    if gpu_memory is not None:
+        if data_bytes > gpu_memory:
+            raise DataError(
+                f"{what} is {gib(data_bytes)} per rank, held on its GPU, which has "
+                f"{gib(gpu_memory)}: it cannot fit; {remedy}"
+            )
+        return
+    need = data_bytes * local_ranks
+    if need > limit:
+        raise DataError(
+            f"{what} is {gib(data_bytes)} per rank x {local_ranks} rank(s) on this node = "
+            f"{gib(need)}, more than the {gib(limit)} this job may use ({where}): it cannot "
+            f"fit; {remedy}"
+        )
+
+
+def gpu_memory(device: Any) -> int | None:
+    """The memory of ``device``'s GPU, bytes; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.get_device_properties(device).total_memory
 
 
 def node_memory(root: Path = Path("/")) -> tuple[int, str]:

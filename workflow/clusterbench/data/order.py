@@ -7,6 +7,8 @@ read the same batches from it, whatever the storage.
   (:func:`global_batches`).
 * Shuffling: one permutation per epoch from ``numpy.random.default_rng([seed, epoch])``,
   identical on every rank (:func:`epoch_permutation`).
+* A dataset's splits: seeded disjoint subsets of its samples (:func:`split_indices`), as
+  preprocessing makes them (arrays and image folders alike).
 """
 
 from __future__ import annotations
@@ -42,3 +44,20 @@ def global_batches(n: int, batch_size: int, workers: int) -> list[tuple[int, int
 def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     """The sample order of ``epoch``: reproducible from ``(seed, epoch)``, equal on every rank."""
     return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]:
+    """Seeded disjoint subsets of ``range(n)``: one per fraction, then the rest (all sorted).
+
+    Each subset holds ``round(fraction * n)`` (as ``clusterbench.config.split_sizes`` counts);
+    a :class:`ValueError` where one would be empty."""
+    order = np.random.default_rng(seed).permutation(n)
+    sizes = [round(f * n) for f in fractions]
+    bounds = np.cumsum([0, *sizes])
+    parts = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    parts.append(order[bounds[-1] :])
+    if any(len(p) == 0 for p in parts):
+        raise ValueError(
+            f"{n} examples are too few for fractions {fractions}: a split would be empty"
+        )
+    return [np.sort(p) for p in parts]

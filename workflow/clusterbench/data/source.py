@@ -118,11 +118,6 @@ def decide(meta: Mapping[str, Any], reading: Reading, device: Any) -> loading.De
     """Resident or stream, for this node (:mod:`clusterbench.data.loading`)."""
     storage = storage_of(meta)
     data_bytes = loading.resident_bytes(meta) if storage == "arrays" else 0
-    gpu_memory = None
-    if device.type == "cuda":
-        import torch
-
-        gpu_memory = torch.cuda.get_device_properties(device).total_memory
     return loading.decide(
         reading.settings["loading"],
         storage,
@@ -130,7 +125,7 @@ def decide(meta: Mapping[str, Any], reading: Reading, device: Any) -> loading.De
         reading.local_ranks,
         loading.node_memory(),
         RESIDENT_MEMORY_FRACTION,
-        gpu_memory,
+        loading.gpu_memory(device),
     )
 
 
@@ -150,6 +145,7 @@ def open_source(data_dir: Path, run: Mapping[str, Any], reading: Reading, device
         "loader_workers": workers,
     }
     if decision.loading == "resident":
+        check_resident(meta, run, reading, device)
         from clusterbench.data.arrays import load_training
         from clusterbench.data.resident import ResidentImages
 
@@ -172,6 +168,7 @@ def resident_tokens_or_synthetic(
     """A text's token windows, or synthetic images or tokens: resident whatever ``loading``
     says (a text's bytes are small; synthetic data is generated on the device)."""
     storage = storage_of(meta)
+    check_resident(meta, run, reading, device)
     if storage == "synthetic":
         source = synthetic_source(meta, run, device)
         why = "synthetic data is generated on the training device"
@@ -188,6 +185,34 @@ def resident_tokens_or_synthetic(
         **({"staging": reading.staging} if reading.staging else {}),
     }
     return source
+
+
+def check_resident(
+    meta: Mapping[str, Any], run: Mapping[str, Any], reading: Reading, device: Any
+) -> None:
+    """Stop before holding data that cannot fit in this node's memory (its ranks' copies) or
+    the GPU's (:func:`clusterbench.data.loading.check_fits`): synthetic data, a text's token
+    windows, arrays held resident by ``loading: resident``."""
+    from clusterbench.config.memory import sample_bytes
+
+    counts = meta["counts"]
+    held = int(counts["train"]) + int(counts["val"])
+    name = f"the data of run {run.get('name')!r} (dataset {meta.get('dataset')!r}"
+    if storage_of(meta) == "synthetic":
+        shape = shape_of(meta, run["model"])
+        task = meta.get("task", "classification")
+        key = "seq_len" if task == "language-model" else "shape"
+        what = f"{name}, synthetic: {held} training and validation samples x {key} {shape}"
+        data_bytes = held * sample_bytes(task, shape)
+    elif is_text(meta):
+        what = f"{name}: {held} token windows of seq_len {meta['seq_len']}"
+        data_bytes = held * 2 * int(meta["seq_len"])
+    else:
+        what = f"{name}, held resident by loading: {reading.settings['loading']}"
+        data_bytes = loading.resident_bytes(meta)
+    memory = loading.node_memory()
+    what += ")"
+    loading.check_fits(what, data_bytes, reading.local_ranks, memory, loading.gpu_memory(device))
 
 
 def synthetic_source(meta: Mapping[str, Any], run: Mapping[str, Any], device: Any) -> Any:
@@ -230,13 +255,14 @@ def streamed_files(
     data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], device: Any, settings: dict
 ) -> Any:
     """An image folder stored as files, decoded per batch at the input size."""
-    from clusterbench.data.folder import FileReader, input_size, read_index
+    from clusterbench.data.folder import FileReader, Sources, input_size, read_index
     from clusterbench.data.stream import StreamedImages
 
     index = read_index(data_dir, meta)
     size = input_size(meta, model_input_size(run), run["model"])
     channels = int(meta["channels"])
-    reader = FileReader(index, size, channels, settings["augment"], run["seed"])
+    sources = Sources(data_dir, index)
+    reader = FileReader(sources, index, size, channels, settings["augment"], run["seed"])
     info = {
         "train_size": meta["counts"]["train"],
         "num_classes": meta["num_classes"],
@@ -245,7 +271,7 @@ def streamed_files(
         "storage": "files",
         "eval_batch": 256,
     }
-    return StreamedImages(reader, info, device, settings, name_bad=index.name)
+    return StreamedImages(reader, info, device, settings, name_bad=sources.describe)
 
 
 def eval_input(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -10,7 +10,11 @@ workflow synced its data to each GPU node's local disk first).
   A lock is released by the kernel when its holder ends, however it ends: no rank waits for
   one that died.
 * **Verified.** Each file is hashed as it is copied and checked against what preprocessing
-  recorded (``meta.json``'s arrays, or an image folder's ``index.json``: sizes and sha256);
+  recorded (``meta.json``'s arrays and index: sizes and sha256). An image folder's images are
+  copied from where its index reads them (a folder or archive read in place, or its extracted
+  copy: :mod:`clusterbench.data.stage_files`), each checked against its recorded sha256 (an
+  extracted copy's) or its recorded size and modification time (read in place), its sha256
+  kept for a later run's verification;
   the copy is written to ``<...>.partial-<pid>`` and renamed into place when complete, with a
   marker (``.staged.json``) recording when it was verified. A large file whose record has the
   sha256 of each of its blocks (:func:`clusterbench.core.integrity.record_with_blocks`) is copied
@@ -51,6 +55,7 @@ from typing import Any
 from clusterbench.config.storage import read_meta, storage_of
 from clusterbench.core import integrity
 from clusterbench.core.atomic import write_json
+from clusterbench.core.paths import PathError, expand
 from clusterbench.data import DataError
 from clusterbench.data.loading import gib
 
@@ -76,25 +81,31 @@ class Staged:
 def expand_dir(setting: str, node: str) -> Path:
     """``staging.dir`` with its environment variables and ``~`` expanded here; a variable this
     node does not set is an error naming it."""
-    expanded = os.path.expanduser(os.path.expandvars(setting))
-    if "$" in expanded:
-        raise StagingError(
-            f"staging.dir {setting!r} is {expanded!r} on node {node}: an environment variable "
-            "it names is not set there"
-        )
+    try:
+        expanded = expand(setting, "staging.dir", where=f"node {node}")
+    except PathError as exc:
+        raise StagingError(str(exc)) from None
     return Path(expanded).absolute()
 
 
 def recorded_files(data_dir: Path, meta: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Every file of the preprocessed ``data_dir`` (relative name -> ``{size, sha256}``), as
-    preprocessing recorded it; ``meta.json``'s own record is taken now."""
+    preprocessing recorded it (an image folder's: its index; the images: :func:`images_of`);
+    ``meta.json``'s own record is taken now."""
     files = dict(meta.get("files") or {})
-    if storage_of(meta) == "files":
-        from clusterbench.data.folder import read_index
-
-        files.update(read_index(data_dir, meta).records())
     files["meta.json"] = integrity.record(data_dir / "meta.json")
     return files
+
+
+def images_of(data_dir: Path, meta: Mapping[str, Any]) -> Any:
+    """An image folder's images to stage (:func:`clusterbench.data.stage_files.plan`), or None
+    for arrays."""
+    if storage_of(meta) != "files":
+        return None
+    from clusterbench.data import stage_files
+    from clusterbench.data.folder import read_index
+
+    return stage_files.plan(data_dir, read_index(data_dir, meta))
 
 
 def stage(data_dir: Path, setting: str, dataset: str, started: float, node: str) -> Staged:
@@ -105,7 +116,8 @@ def stage(data_dir: Path, setting: str, dataset: str, started: float, node: str)
     meta_path = data_dir / "meta.json"
     meta = read_meta(data_dir)
     files = recorded_files(data_dir, meta)
-    need = sum(int(r["size"]) for r in files.values())
+    images = images_of(data_dir, meta)
+    need = sum(int(r["size"]) for r in files.values()) + (images.need if images else 0)
     target = base / f"{dataset}-{integrity.sha256_of(meta_path)[:16]}"
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -117,7 +129,7 @@ def stage(data_dir: Path, setting: str, dataset: str, started: float, node: str)
         ) from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        action = under_lock(data_dir, target, files, need, started, node)
+        action = under_lock(data_dir, target, files, need, started, node, images)
     facts = {
         "node": node,
         "dir": str(target),
@@ -135,8 +147,11 @@ def under_lock(
     need: int,
     started: float,
     node: str,
+    images: Any = None,
 ) -> str:
     """The work of the rank holding the node's lock: what it did (copied, verified, reused)."""
+    from clusterbench.data import stage_files
+
     note = _read(target.with_name(target.name + ".failed.json"))
     if note is not None and note.get("time", 0) >= started:
         raise StagingError(f"{note['message']} (another rank of node {node} tried first)")
@@ -145,12 +160,14 @@ def under_lock(
         if marker.get("verified", 0) >= started and not size_problems(target, files):
             return "reused"  # verified by a rank of this run, after this one started
         found = verify(target, files)
+        if images is not None and not found:
+            found = stage_files.verify(images, target, marker.get("images") or {}, threads())
         if not found:
             write_json(target / MARKER, {**marker, "verified": time.time()})
             return "verified"
         print(f"train: the copy at {target} is damaged ({found[0]}): copying it again")
     try:
-        copy_all(data_dir, target, files, need, node)
+        copy_all(data_dir, target, files, need, node, images)
     except (OSError, DataError) as exc:
         message = str(exc) if isinstance(exc, DataError) else f"staging to {target}: {exc}"
         try:
@@ -166,7 +183,12 @@ def under_lock(
 
 
 def copy_all(
-    data_dir: Path, target: Path, files: dict[str, dict[str, Any]], need: int, node: str
+    data_dir: Path,
+    target: Path,
+    files: dict[str, dict[str, Any]],
+    need: int,
+    node: str,
+    images: Any = None,
 ) -> None:
     """Copy ``files`` of ``data_dir`` to ``target`` (hashed as copied, checked against their
     records), through a partial folder renamed into place; the space is checked first."""
@@ -192,7 +214,14 @@ def copy_all(
             ]
             for job in jobs:
                 job.result()
-        write_json(partial / MARKER, {"files": files, "verified": time.time(), "bytes": need})
+        kept = None
+        if images is not None:
+            from clusterbench.data import stage_files
+
+            kept = stage_files.copy(images, partial, threads(), copy_hashing)
+            write_json(partial / stage_files.ROOTS, images.places)
+        marker = {"files": files, "verified": time.time(), "bytes": need, "images": kept}
+        write_json(partial / MARKER, marker)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

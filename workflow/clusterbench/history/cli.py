@@ -21,12 +21,12 @@ regression (for a cron job); 2 when the store cannot be read.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from clusterbench.core.paths import PathError, expand
 from clusterbench.history import regression, store
 
 #: The config file whose history.path is the default store (relative to the working directory).
@@ -45,7 +45,10 @@ def default_path(config_file: Path = CONFIG_FILE) -> Path:
             raise store.HistoryError(f"{config_file}: {exc}") from None
         if isinstance(settings, dict) and isinstance(settings.get("path"), str):
             path = settings["path"]
-    return Path(os.path.expandvars(os.path.expanduser(path)))
+    try:
+        return Path(expand(path, "history.path"))
+    except PathError as exc:
+        raise store.HistoryError(f"{config_file}: {exc}") from None
 
 
 def status_text(row) -> str:
@@ -131,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")
     try:
-        path = args.path or default_path()
+        path = Path(expand(str(args.path), "PATH")) if args.path else default_path()
         lines, flagged = report(path, args.last)
-    except store.HistoryError as exc:
+    except (store.HistoryError, PathError) as exc:
         print(f"clusterbench-history: error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterbench.core.paths import expand
+
 #: The schema this module writes and reads.
 SCHEMA_VERSION = 1
 
@@ -439,6 +441,13 @@ def open_for_reading(path: Path) -> sqlite3.Connection:
     that may not write the file's directory cannot open a WAL file's shared memory: it reads
     the file as it was last checkpointed (SQLite's ``immutable``; every append ends with one)."""
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.sqlite"))
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise HistoryError(
+            f"history store {path}: a directory, not a history store: give the store's file, "
+            f"the SQLite file history.path names (e.g. {path / 'history.sqlite'}){hint}"
+        )
     if not path.is_file():
         raise HistoryError(f"history store {path}: no such file (history.path)")
     uri = f"{path.resolve().as_uri()}?mode=ro"
@@ -498,7 +507,7 @@ def workflow_path(setting: str, in_workdir: Callable[[str], str]) -> str:
     """``history.path`` as the workflow uses it: ``~`` and ``$VARIABLES`` expanded; a relative
     path lies under the working directory (``in_workdir``: and a module's prefix, as every file
     clusterbench writes)."""
-    path = os.path.expandvars(os.path.expanduser(setting))
+    path = expand(setting, "history.path")
     return path if os.path.isabs(path) else in_workdir(path)
 
 

@@ -1,6 +1,6 @@
 """What a fixed-size launch (:mod:`.fixed`) and an elastic one (:mod:`.elastic`) share: this
-machine's network interfaces, a free port, and the environment every rank gets beside Horovod's
-own variables."""
+machine's network interfaces and its route to an address, a free port, and the environment every
+rank gets beside Horovod's own variables."""
 
 from __future__ import annotations
 
@@ -24,6 +24,18 @@ def local_ifaces() -> dict[str, list[str]]:
     }
 
 
+def route_source(address: str) -> str | None:
+    """The address of this machine the kernel sends from to ``address`` (the interface that
+    routes there); None when there is no route. A UDP socket's ``connect`` asks the routing
+    table and sends nothing."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((address, 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return None
+
+
 def free_port(address: str) -> int:
     """A TCP port that is free on this machine's ``address`` now (for rank 0's TCPStore)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -38,8 +50,14 @@ def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice)
         schedulers.SCHEDULER_VAR: scheduler.name,
         # the cluster's name for the results (the config's `site` wins: the workflow sets it)
         schedulers.SITE_VAR: os.environ.get(schedulers.SITE_VAR) or scheduler.site(),
-        "GLOO_SOCKET_IFNAME": iface.iface,  # torch.distributed's gloo (Horovod's is set apart)
+        # the interface of every library that opens sockets between the ranks: torch's gloo
+        # and NCCL here (Horovod's Gloo gets HOROVOD_GLOO_IFACE from its runner); a scheduler
+        # whose hosts name their interfaces differently sets each rank's own (ssh)
+        "GLOO_SOCKET_IFNAME": iface.iface,
+        "NCCL_SOCKET_IFNAME": iface.iface,
     }
+    if args.iface:  # asked for: the same name on every host (a scheduler whose hosts choose
+        extra["CLUSTERBENCH_IFACE"] = args.iface  # their own reads it there: ssh)
     if args.log_level:
         extra["HOROVOD_LOG_LEVEL"] = args.log_level
     if args.timeout:

@@ -35,7 +35,7 @@ from typing import Any
 
 from clusterbench.core import preemption
 from clusterbench.launch import schedulers
-from clusterbench.launch.common import local_ifaces, rank_env
+from clusterbench.launch.common import local_ifaces, rank_env, route_source
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
 from clusterbench.launch.runner import RankResult, RankRunner, failure_message
 from clusterbench.launch.schedulers import (
@@ -160,7 +160,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
     addresses = scheduler.addresses(alloc)
     host_name = socket.gethostname()
     ifaces = local_ifaces()
-    iface = choose_iface(addresses, ifaces, host_name, resolve(host_name), args.iface)
+    iface = choose_iface(addresses, ifaces, host_name, resolve(host_name), args.iface, route_source)
     scheduler.bind(alloc, args.max_np, f"cb-{uuid.uuid4().hex[:8]}", local_nodes(addresses, ifaces))
     inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))
     return ElasticPlan(

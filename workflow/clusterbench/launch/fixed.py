@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from clusterbench.core import preemption
 from clusterbench.launch import schedulers
-from clusterbench.launch.common import free_port, local_ifaces, rank_env
+from clusterbench.launch.common import free_port, local_ifaces, rank_env, route_source
 from clusterbench.launch.placement import IfaceChoice, choose_iface, horovod_hosts, local_nodes
 from clusterbench.launch.runner import RankRunner, failure_message
 from clusterbench.launch.schedulers import Allocation, Scheduler, resolve, split_devices
@@ -48,7 +48,7 @@ class Plan:
     @property
     def how(self) -> str:
         """How the ranks start, for the log."""
-        return "one local process" if self.args.np == 1 else self.starter.how
+        return "one local process" if self.starter is not self.scheduler else self.starter.how
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
@@ -58,7 +58,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     scheduler = schedulers.select(args.scheduler, env)()
     alloc = scheduler.allocation(env)
     addresses = scheduler.addresses(alloc)
-    hosts = horovod_hosts(alloc, args.np)
+    hosts = horovod_hosts(alloc, args.np, scheduler.spread)
     slots = get_host_assignments(parse_hosts(hosts), args.np)
 
     used = {s.hostname for s in slots}
@@ -70,12 +70,14 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         host_name,
         resolve(host_name),
         args.iface,
+        route_source,
     )
     here = local_nodes(addresses, ifaces)
 
     # A single rank runs right here as a local process: no step of its own (and a one-slot SGE
-    # job's PE need not allow qrsh -inherit), and it keeps the GPUs its environment already has.
-    single = args.np == 1
+    # job's PE need not allow qrsh -inherit), and it keeps the GPUs its environment already has
+    # (where the scheduler's hosts are elsewhere, as ssh's may be, it runs on its host).
+    single = args.np == 1 and scheduler.single_rank_here(slots[0].hostname, here)
     starter = LocalScheduler() if single else scheduler
     starter.bind(alloc, args.np, f"cb-{uuid.uuid4().hex[:8]}", here)
 
@@ -83,8 +85,11 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     by_name = {h.name: h for h in alloc.hosts}
     devices: dict[int, str | None] = {}
     for s in slots:
-        device = starter.rank_device(by_name[s.hostname], s.local_rank, s.local_size, inherited)
-        devices[s.rank] = None if single else device
+        host = by_name[s.hostname]
+        device = starter.rank_device(host, s.local_rank, s.local_size, inherited)
+        # one rank keeps the GPUs its environment has, unless the scheduler grants some
+        keep = single and (host.gpus is None or not scheduler.pins_single)
+        devices[s.rank] = None if keep else device
 
     extra = rank_env(args, scheduler, iface)
     # torch.distributed's rendezvous: a TCPStore served by rank 0, on rank 0's node address.

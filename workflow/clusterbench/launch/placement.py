@@ -10,7 +10,7 @@ The schedulers (:mod:`clusterbench.launch.schedulers`) read the allocation; a la
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterbench.launch.schedulers import Allocation, AllocationError, spread_ranks
@@ -19,12 +19,17 @@ from clusterbench.launch.schedulers import Allocation, AllocationError, spread_r
 # ranks on hosts
 
 
-def horovod_hosts(allocation: Allocation, np: int) -> str:
-    """Horovod's ``host:slots,...`` string for ``np`` ranks of ``allocation``."""
+def horovod_hosts(
+    allocation: Allocation,
+    np: int,
+    spread: Callable[[Sequence[tuple[str, int]], int], list[tuple[str, int]]] = spread_ranks,
+) -> str:
+    """Horovod's ``host:slots,...`` string for ``np`` ranks of ``allocation``, spread over its
+    hosts by ``spread`` (the scheduler's: one per host first, or every slot in order)."""
     for h in allocation.hosts:
         if ":" in h.name or "," in h.name:
             raise AllocationError(f"host name {h.name!r} contains ':' or ','")
-    used = spread_ranks([(h.name, h.slots) for h in allocation.hosts], np)
+    used = spread([(h.name, h.slots) for h in allocation.hosts], np)
     return ",".join(f"{h}:{n}" for h, n in used)
 
 
@@ -60,12 +65,18 @@ def choose_iface(
     host_name: str,
     host_address: str | None,
     requested: str | None = None,
+    route: Callable[[str], str | None] | None = None,
 ) -> IfaceChoice:
-    """The interface Gloo binds to and the rendezvous address on it.
+    """The interface Gloo (Horovod's and torch's) and NCCL bind to, and the rendezvous address
+    on it.
 
     ``requested`` (``--iface``/``CLUSTERBENCH_IFACE``) wins. Otherwise the loopback interface
-    when every node's address is on this machine, else the interface carrying the address
-    ``host_name`` resolves to (``host_address``).
+    when every node's address is on this machine; else the interface that routes to the other
+    nodes: ``route(address)`` is the address of this machine the kernel sends from to
+    ``address`` (:func:`clusterbench.launch.common.route_source`), asked for each node that is
+    not on this machine, in order; the first node's interface is taken (the reason names any
+    node reached through another). Without a route (unresolved nodes, or no ``route``), the
+    interface carrying the address ``host_name`` resolves to (``host_address``).
 
     :param node_addresses: node name -> its resolved IPv4 address (None: unresolved)
     :param local_ifaces: interface -> its IPv4 addresses (this machine)
@@ -94,6 +105,9 @@ def choose_iface(
         return IfaceChoice(loop, addr, f"every node address is on this machine ({where})")
 
     where = ", ".join(f"{n}={a or 'unresolved'}" for n, a in remote.items())
+    routed = _routed_iface(remote, local_ips, route)
+    if routed is not None:
+        return routed
     if host_address and not _is_loopback(host_address) and host_address in local_ips:
         iface = local_ips[host_address]
         return IfaceChoice(
@@ -107,3 +121,30 @@ def choose_iface(
         f"host's name {host_name!r} resolves to {host_address or 'nothing'}, "
         "which no non-loopback interface carries; pass --iface or set CLUSTERBENCH_IFACE"
     )
+
+
+def _routed_iface(
+    remote: Mapping[str, str | None],
+    local_ips: Mapping[str, str],
+    route: Callable[[str], str | None] | None,
+) -> IfaceChoice | None:
+    """The interface the route to the first routable node of ``remote`` leaves through (see
+    :func:`choose_iface`); None when no node has a route from a non-loopback interface."""
+    if route is None:
+        return None
+    sources = {}
+    for node, address in remote.items():
+        source = route(address) if address else None
+        if source and not _is_loopback(source) and source in local_ips:
+            sources[node] = (address, source, local_ips[source])
+    if not sources:
+        return None
+    node, (address, source, iface) = next(iter(sources.items()))
+    reason = (
+        f"nodes {', '.join(f'{n}={a}' for n, (a, _, _) in sources.items())} are not on this "
+        f"machine; the route to {node} ({address}) leaves through {iface} ({source})"
+    )
+    others = {n: i for n, (_, _, i) in sources.items() if i != iface}
+    if others:
+        reason += "; NOTE: " + ", ".join(f"{n} is reached through {i}" for n, i in others.items())
+    return IfaceChoice(iface, source, reason)

@@ -54,6 +54,9 @@ class ModelSpec:
     None: any. ``channels``: the image channels it takes (None: any); ``min_size``: the
     smallest image side it takes. ``context``: the longest sequence a language model takes
     (its learned positions), also the length of data that has none of its own.
+    ``sides``: why the network cannot take images of ``height`` x ``width`` (None: it can),
+    beyond ``min_size`` (a vision transformer's square side, a multiple of its patch): pure,
+    checked before any job where the data's size is known, and again when it is built.
     """
 
     name: str
@@ -65,6 +68,7 @@ class ModelSpec:
     channels: int | None = None
     min_size: int = 1
     context: int | None = None
+    sides: Callable[[int, int], str | None] | None = None
 
 
 #: Why a run key or model name asking for pretrained weights is refused.
@@ -155,13 +159,15 @@ def fit_problems(model: str, task: str, input_shape: Sequence[int] | None) -> li
         return []
     channels, *sides = input_shape
     found = []
-    if spec.channels is not None and channels != spec.channels:
+    if spec.channels is not None and channels is not None and channels != spec.channels:
         found.append(f"{model!r} takes {spec.channels}-channel images, the data has {channels}")
     if min(sides) < spec.min_size:
         found.append(
             f"{model!r} takes images of at least {spec.min_size}x{spec.min_size} pixels, the "
             f"data's are {sides[0]}x{sides[1]}"
         )
+    elif spec.sides is not None and (why := spec.sides(*sides)):
+        found.append(f"{model!r} {why}")
     return found
 
 

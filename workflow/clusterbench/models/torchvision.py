@@ -168,6 +168,18 @@ def resolve(name: str) -> ModelSpec | None:
         description=f"torchvision {short}, randomly initialised",
         channels=3,
         min_size=smallest,
+        sides=(lambda h, w: patch_problem(short, h, w)) if short.startswith("vit_") else None,
+    )
+
+
+def patch_problem(name: str, height: int, width: int) -> str | None:
+    """Why vision transformer ``name`` (``vit_b_16``) cannot take images of ``height`` x
+    ``width``: it is built for square images whose side is a multiple of its patch."""
+    patch = int(name.rsplit("_", 1)[1])
+    if height == width and height % patch == 0:
+        return None
+    return (
+        f"takes square images whose side is a multiple of its patch ({patch}), got {height}x{width}"
     )
 
 
@@ -193,12 +205,9 @@ def build(name: str, num_classes: int, input_shape: Sequence[int]) -> Any:
     channels, height, width = input_shape
     kwargs: dict[str, Any] = {"num_classes": num_classes}
     if name.startswith("vit_"):
-        patch = int(name.rsplit("_", 1)[1])
-        if height != width or height % patch:
-            raise ModelError(
-                f"model torchvision.{name}: takes square images whose side is a multiple of its "
-                f"patch ({patch}), got {height}x{width}"
-            )
+        problem = patch_problem(name, height, width)
+        if problem:
+            raise ModelError(f"model torchvision.{name}: {problem}")
         kwargs["image_size"] = height
     elif name == "maxvit_t":
         kwargs["input_size"] = (height, width)

@@ -29,6 +29,7 @@ RULES = (
     "download",
     "preprocess",
     "preprocess_files",
+    "preprocess_extracted",
     "train",
     "comm",
     "evaluate",

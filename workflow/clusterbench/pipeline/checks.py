@@ -9,9 +9,11 @@ not read again):
 
 - at every invocation, while the job graph is built, each used dataset: its raw files against
   the download's ``MANIFEST.json`` (:meth:`Checks.raw_files`: a damaged one makes the download
-  run again) and its arrays against preprocess's ``meta.json`` (:meth:`Checks.arrays`: damage,
-  or arrays whose record is missing, stop the workflow with the command that makes them
-  again);
+  run again), its arrays or index against preprocess's ``meta.json`` (:meth:`Checks.arrays`:
+  damage, or files whose record is missing, stop the workflow with the command that makes them
+  again), and the folder or archives a dataset reads in place against its index
+  (:meth:`Checks.in_place`: a folder that is missing or unreadable stops the workflow; one that
+  changed since it was indexed makes the indexing run again);
 - once Snakemake has decided which jobs run, every existing output of the train and evaluate
   steps that a planned job reads and no planned job makes again, against the ``checksums.json``
   beside it (:meth:`Checks.consumed`): damage, or a missing record, stops the workflow with the
@@ -24,11 +26,16 @@ checked: they are made again. The stages check their inputs again before use.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from clusterbench.core import integrity
+from clusterbench.core.paths import PathError, expand
+from clusterbench.data import changes as source_changes
+from clusterbench.data import index as images_index
 from clusterbench.pipeline import layout
 from clusterbench.pipeline.adapter import Adapter, PlannedJob
 
@@ -46,10 +53,15 @@ class Checks:
         adapter: Adapter,
         digests: Path | None = DIGESTS,
         storages: Mapping[str, str] | None = None,
+        in_place: Mapping[str, Mapping[str, Any]] | None = None,
+        check_files_limit: int = 200_000,
     ):
         self.runs, self.adapter, self._digests = list(runs), adapter, digests
         #: Each dataset's storage (``arrays`` unless named): which files preprocess records.
         self.storages = dict(storages or {})
+        #: The datasets read in place: their ``path``, ``format`` and ``check``.
+        self.in_place_sources = {k: dict(v) for k, v in (in_place or {}).items()}
+        self.check_files_limit = check_files_limit
         self._cache: integrity.DigestCache | None = None
         self._checked: set[tuple[str, str]] = set()
 
@@ -77,9 +89,11 @@ class Checks:
         stored = self.storages.get(dataset, "arrays")
         files = [self.adapter.in_workdir(path) for path in layout.stored_files(dataset, stored)]
         marker = files[-1]  # meta.json, written last
-        rule = {"files": "preprocess_files", "synthetic": "preprocess_synthetic"}.get(
-            stored, "preprocess"
-        )
+        rule = {
+            "files": "preprocess_files",
+            "extracted": "preprocess_extracted",
+            "synthetic": "preprocess_synthetic",
+        }.get(stored, "preprocess")
         if self.adapter.forced(rule, files):
             return
         try:
@@ -95,6 +109,51 @@ class Checks:
                 f"{problems} (checked against {marker}). Nothing was run or deleted. "
                 f"Make it again with: {integrity.remake_command(marker)}"
             )
+
+    def in_place(self, dataset: str) -> None:
+        """A dataset read in place (``path``): a folder that is missing, no folder, unreadable
+        (or, for ImageNet, lacks one of its files) stops the workflow before any job; one that
+        changed since it was indexed (:mod:`clusterbench.data.changes`) makes the indexing
+        (the preprocess step) and everything after it run again, as a damaged raw file makes
+        the download: a real run forces it and warns naming what changed; a dry run warns and
+        plans it. Not when the indexing is forced anyway."""
+        source = self.in_place_sources.get(dataset)
+        if source is None or not self._once("in place", dataset):
+            return
+        try:
+            folder = Path(expand(source["path"], f"datasets.{dataset}.path"))
+        except PathError as exc:  # a user or variable this host lacks
+            self.adapter.stop(str(exc))
+            return
+        problem = folder_problem(dataset, folder, source["format"])
+        if problem:
+            self.adapter.stop(problem)
+        stored = self.storages.get(dataset, "files")
+        files = [self.adapter.in_workdir(path) for path in layout.stored_files(dataset, stored)]
+        meta, index = Path(files[-1]), Path(files[-2])
+        if not (meta.exists() and index.exists()) or self.adapter.forced("preprocess_files", files):
+            return
+        try:
+            found = source_changes.compare(index, source["check"], self.check_files_limit)
+        except images_index.IndexError_:
+            return  # a damaged index: Checks.arrays names it
+        if found:
+            said = f"datasets.{dataset}: {folder} changed since it was indexed: {found.text()}"
+            self._index_again(meta, said)
+
+    def _index_again(self, meta: Path, said: str) -> None:
+        executor = self.adapter.executor()
+        executing = executor is not None and executor != "touch"
+        real_run = executing and executor != "dryrun"
+        if executing and not self.adapter.force(str(meta)) and real_run:
+            self.adapter.stop(f"{said}. Index it again with: {integrity.remake_command(meta)}")
+        if not real_run:
+            self.adapter.warn(
+                f"{said}. A real run indexes it again (the preprocess step) and runs what "
+                "follows; this run changes nothing"
+            )
+            return
+        self.adapter.warn(f"{said}. It is indexed again, and what follows runs again")
 
     def raw_files(self, dataset: str) -> None:
         """A raw file of ``dataset`` that its ``MANIFEST.json`` (the download's output)
@@ -231,3 +290,25 @@ def recorded(marker: Path) -> dict | None:
         return None
     files = content.get("files") if isinstance(content, dict) else None
     return files if isinstance(files, dict) else None
+
+
+def folder_problem(dataset: str, folder: Path, fmt: str) -> str | None:
+    """What is wrong with the folder a dataset reads in place, or None: missing, not a
+    folder, unreadable; for ImageNet, one of its files missing."""
+    where = f"datasets.{dataset}.path: {folder}"
+    if not folder.exists():
+        return f"{where} does not exist"
+    if not folder.is_dir():
+        return f"{where} is not a directory"
+    try:
+        with os.scandir(folder) as entries:
+            next(entries, None)
+    except OSError as exc:
+        return f"{where} cannot be read ({exc.strerror or exc})"
+    if fmt == "imagenet":
+        from clusterbench.formats.imagenet import missing
+
+        lacking = missing(folder)
+        if lacking:
+            return f"{where} lacks ImageNet's {', '.join(lacking)}"
+    return None

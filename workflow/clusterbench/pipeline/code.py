@@ -9,6 +9,11 @@ stamp ``.snakemake/clusterbench/code/<name>.sha256`` in the working directory, a
 changed. The stamp then takes the newest file's modification time: an edit makes it newer than
 the stage's outputs and of another content, and so reruns the stage exactly as the files
 themselves did as inputs; restoring a file with its old time (and content) makes nothing stale.
+
+Your own model's module is code too: its files (the module's own and its packages'
+``__init__.py``, found without importing them: :func:`clusterbench.models.custom.module_files`)
+are the stamp ``model-<module>.sha256``, an input of the train jobs of the runs that train it
+(:func:`model_stamp`). Modules it imports in turn are not (as a stage's shared modules are not).
 """
 
 from __future__ import annotations
@@ -38,8 +43,18 @@ Digest = Callable[[Path], str]
 
 
 def stamp_text(files: Iterable[Path], root: Path, sha256: Digest = integrity.sha256_of) -> str:
-    """A line per file: its sha256 and its path under ``root``."""
-    return "".join(f"{sha256(Path(p))}  {Path(p).relative_to(root)}\n" for p in files)
+    """A line per file: its sha256 and its path under ``root`` (absolute, outside it: your own
+    model's module)."""
+    return "".join(f"{sha256(Path(p))}  {shown(Path(p), root)}\n" for p in files)
+
+
+def shown(path: Path, root: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def model_stamp(model: str) -> Path:
+    """Where the code stamp of your own model ``package.module:callable`` is: one per module."""
+    return STAMPS / f"model-{model.partition(':')[0]}.sha256"
 
 
 def write_stamp(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import config as cbconfig
+from clusterbench.config import storage
 from clusterbench.pipeline import code, comm_jobs, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
@@ -48,18 +49,33 @@ class Pipeline:
         self.runs: dict[str, dict[str, Any]] = {run["name"]: run for run in cfg["runs"]}
         self.datasets = sorted({run["dataset"] for run in cfg["runs"]})
         self.plan = RunPlan(
-            self.runs, cfg["environment_defaults"], cfg["environments"], adapter, env
+            self.runs,
+            cfg["environment_defaults"],
+            cfg["environments"],
+            adapter,
+            env,
+            staging=cfg["staging"]["dir"],
         )
         #: The datasets generated where they train (format synthetic, synthetic-text): their
         #: preprocessing writes meta.json alone (storage ``synthetic``).
         self.synthetic = [
             d for d in self.datasets if cbconfig.synthetic_dataset(cfg["datasets"][d])
         ]
+        #: How each dataset is stored (clusterbench.config.storage: arrays, files read where
+        #: they are, files extracted, synthetic): which files its preprocessing writes.
         self.storages = {
-            d: "synthetic" if d in self.synthetic else cfg["datasets"][d]["storage"]
+            d: "synthetic" if d in self.synthetic else storage.stored_as(cfg["datasets"][d])
             for d in self.datasets
         }
-        self.checks = Checks(self.runs, adapter, digests, self.storages)
+        in_place = {
+            d: {"path": ds["path"], "format": ds["format"], "check": ds.get("check", "auto")}
+            for d in self.datasets
+            for ds in [cfg["datasets"][d]]
+            if ds.get("path")
+        }
+        self.checks = Checks(
+            self.runs, adapter, digests, self.storages, in_place, cbconfig.CHECK_FILES_LIMIT
+        )
         self._resources: dict[str, dict[str, Any]] = {}
         #: The comm jobs by name (:mod:`clusterbench.pipeline.comm_jobs`: one per multi-worker
         #: environment and backend of the runs; none with ``comm.enabled: false``).
@@ -68,6 +84,8 @@ class Pipeline:
         self._before_jobs_done = False
         self._job_checks: list[tuple[str, Callable[[], str | None]]] = []
         self._stamps: dict[str, str] = {}
+        #: Your own models' code stamps, by model (written now, by the main process).
+        self.model_stamps = {model: self.model_code(model) for model in self.own_models()}
 
     # ------------------------------------------------------------------- parse time
     def environment(self, python: str = sys.executable) -> dict[str, str]:
@@ -120,6 +138,26 @@ class Pipeline:
             self._stamps[name] = str(stamp)
         return self._stamps[name]
 
+    def own_models(self) -> list[str]:
+        """The config's own models (``package.module:callable``), each once."""
+        from clusterbench.models import custom
+
+        return sorted({r["model"] for r in self.runs.values() if custom.resolve(r["model"])})
+
+    def model_code(self, model: str) -> str | None:
+        """The code stamp of your own ``model``'s module (:func:`code.model_stamp`): an input
+        of the train jobs of its runs, so that editing the module retrains them, as a stage's
+        code stamp (:meth:`stage_code`). None where the module has no file (built in)."""
+        from clusterbench.models.custom import module_files
+
+        files = module_files(model)
+        if not files:
+            return None
+        stamp = code.model_stamp(model)
+        if self.adapter.is_main_process:
+            code.write_stamp(stamp, files, self.checkout, self.checks.cache.sha256)
+        return str(stamp)
+
     # ------------------------------------------------------------------- runs
     def run_of(self, wildcards: Any) -> dict[str, Any]:
         return self.runs[wildcards.run]
@@ -140,13 +178,16 @@ class Pipeline:
         return [] if run is None else self.data_files(run["dataset"])
 
     def known_run(self, wildcards: Any) -> list[str]:
-        """Input function of the train rule: nothing for a run of the config. For another name
-        (the ``run`` wildcard matches any file name: an alternation of every name made
-        Snakemake's graph quadratic in the runs), a file nothing makes, which Snakemake
-        reports as the job's missing input."""
-        if wildcards.run in self.runs:
-            return []
-        return [f"(no run {wildcards.run!r} in the config)"]
+        """Input function of the train rule: for a run of the config, its own model's code
+        stamp (:meth:`model_code`; nothing for a built-in model). For another name (the
+        ``run`` wildcard matches any file name: an alternation of every name made Snakemake's
+        graph quadratic in the runs), a file nothing makes, which Snakemake reports as the
+        job's missing input."""
+        run = self.runs.get(wildcards.run)
+        if run is None:
+            return [f"(no run {wildcards.run!r} in the config)"]
+        stamp = self.model_stamps.get(run["model"])
+        return [] if stamp is None else [stamp]
 
     def data_files(self, dataset: str) -> list[str]:
         """Every file of the preprocessed ``dataset``, as its storage has it."""
@@ -195,6 +236,11 @@ class Pipeline:
             *self.comm_files("results/benchmarks/comm/{name}.tsv", runs),
         ]
 
+    def dataset_records(self, runs: list[str]) -> list[str]:
+        """The ``meta.json`` of each dataset ``runs`` train on (the report's data page)."""
+        datasets = sorted({self.runs[run]["dataset"] for run in runs})
+        return [layout.stored_files(d, self.storages[d])[-1] for d in datasets]
+
     # ------------------------------------------------------------------- comm jobs
     def comm_of(self, wildcards: Any) -> CommJob:
         """The comm job ``wildcards.comm`` (the rule's wildcard allows these names only)."""
@@ -236,6 +282,14 @@ class Pipeline:
     def arrays_intact(self, wildcards: Any) -> list[str]:
         """Input function of the preprocess rule; it adds no file: see :meth:`Checks.arrays`
         (Snakemake calls it whenever a job reads the dataset, planned to run or not)."""
+        self.checks.arrays(wildcards.dataset)
+        return []
+
+    def files_intact(self, wildcards: Any) -> list[str]:
+        """Input function of the preprocess rules of image folders stored as files; it adds no
+        file: a folder read in place that is missing, unreadable or changed
+        (:meth:`Checks.in_place`), then the index against its record (:meth:`Checks.arrays`)."""
+        self.checks.in_place(wildcards.dataset)
         self.checks.arrays(wildcards.dataset)
         return []
 

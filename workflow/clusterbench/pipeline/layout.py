@@ -7,7 +7,12 @@ from clusterbench.config import storage
 
 #: The files ``meta.json`` records for each storage (an image folder's ``files/`` is a folder:
 #: its index records each image).
-RECORDED = {"arrays": storage.ARRAY_FILES, "files": ("index.json",), "synthetic": ()}
+RECORDED = {
+    "arrays": storage.ARRAY_FILES,
+    "files": (storage.INDEX,),
+    "extracted": (storage.INDEX,),
+    "synthetic": (),
+}
 
 
 def manifest(dataset: str) -> str:

@@ -24,8 +24,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from clusterbench.launch.schedulers import SCHEDULERS
-from clusterbench.pipeline import preflight
+from clusterbench.launch.schedulers import AllocationError, Scheduler, executors, of_executor
+from clusterbench.pipeline import layout, preflight
 from clusterbench.pipeline.adapter import Adapter
 
 #: The executors that run nothing: a dry run plans, ``--touch`` marks outputs done.
@@ -42,8 +42,11 @@ class RunPlan:
         environments: Mapping[str, Any],
         adapter: Adapter,
         env: Mapping[str, str] = os.environ,
+        staging: str | None = None,
     ) -> None:
         self.runs, self.adapter, self.env = runs, adapter, env
+        #: The config's ``staging.dir`` (the pre-flight's hosts check names it).
+        self.staging = staging
         self._defaults, self._environments = environment_defaults, environments
         self._reasons: dict[str, str] | None = None
         #: Why the executor's scheduler could not be asked (a real run), else None.
@@ -58,12 +61,20 @@ class RunPlan:
         if name is not None and name not in PLANNING:
             return name, False
         planned = self.env.get("CLUSTERBENCH_EXECUTOR") or "local"
-        if planned not in SCHEDULERS:
+        if planned not in executors():
             self.adapter.stop(
                 f"environment variable CLUSTERBENCH_EXECUTOR={planned!r}: expected one of "
-                f"{', '.join(SCHEDULERS)} (the executor a dry run plans for)"
+                f"{', '.join(executors())} (the executor a dry run plans for)"
             )
         return planned, True
+
+    def scheduler(self, executor: str) -> type[Scheduler] | None:
+        """The scheduler behind ``executor`` (``CLUSTERBENCH_SCHEDULER`` may name one that
+        executor runs: ``ssh`` under ``local``); a wrong one stops the workflow."""
+        try:
+            return of_executor(executor, self.env)
+        except AllocationError as exc:
+            self.adapter.stop(str(exc))
 
     def unavailable(self) -> dict[str, str]:
         """Run -> why it cannot run under this executor (see the module's docstring), decided
@@ -74,7 +85,7 @@ class RunPlan:
         if not self.adapter.is_main_process:
             return {}
         executor, planning = self.executor()
-        scheduler = SCHEDULERS.get(executor)
+        scheduler = self.scheduler(executor)
         if scheduler is None or scheduler.cluster:  # jobs parse the config again elsewhere
             self.refuse_submit_host_cores()
         context = preflight.PreflightContext(
@@ -83,6 +94,12 @@ class RunPlan:
             # a dry run's --cores is 1 whatever the profile says: plan with the machine's
             cores=None if planning else (self.adapter.cores() or 1),
             executor_settings=self.adapter.executor_settings(),
+            data_dirs={
+                name: os.path.abspath(self.adapter.in_workdir(layout.data_dir(run["dataset"])))
+                for name, run in self.runs.items()
+            },
+            staging=self.staging,
+            env=self.env,
         )
         reasons: dict[str, str] = {}
         try:
@@ -162,8 +179,10 @@ class RunPlan:
             return []
         if self.unreachable is not None:
             executor, _ = self.executor()
+            scheduler = self.scheduler(executor)
+            name = executor if scheduler is None else scheduler.name
             return [
-                f"{self.unreachable}\n(the {executor} scheduler decides whether a run can run "
+                f"{self.unreachable}\n(the {name} scheduler decides whether a run can run "
                 f"there; {len(trained)} training job(s) are to be submitted: "
                 f"{', '.join(map(repr, trained[:5]))}{', ...' if len(trained) > 5 else ''})"
             ]

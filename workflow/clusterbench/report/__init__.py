@@ -89,6 +89,7 @@ from clusterbench.report.inputs import (
     expand_benchmark_args,
     load_benchmarks,
     load_comm,
+    load_datasets,
     load_history,
     load_run,
     parse_params,
@@ -176,9 +177,12 @@ def write_outputs(
     skipped: Sequence[dict[str, Any]] = (),
     history: pd.DataFrame | None = None,
     comm: pd.DataFrame | None = None,
+    datasets: Sequence[dict[str, Any]] = (),
 ) -> int:
     """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count.
-    ``comm``: the comm stage's rows (:func:`~clusterbench.report.inputs.load_comm`)."""
+    ``comm``: the comm stage's rows (:func:`~clusterbench.report.inputs.load_comm`);
+    ``datasets``: the runs' datasets' records (:func:`~clusterbench.report.inputs.
+    load_datasets`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,6 +200,7 @@ def write_outputs(
         )
         if comm is not None:
             ctx.comm = comm
+        ctx.datasets = list(datasets)
         write_tables(out_dir, {"scaling_model": ctx.scaling_model})
         pages = build(ctx)
         footer = footer_text(params, prov)
@@ -248,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="the comm stage's results (results/comm/NAME/comm.json)",
     )
+    parser.add_argument(
+        "--datasets",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="JSON",
+        help="the runs' preprocessed datasets (results/data/NAME/meta.json)",
+    )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     parser.add_argument(
         "--skipped",
@@ -270,10 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = load_benchmarks(bench_files)
     history = load_history(args.history)
     comm = load_comm(args.comm)
+    datasets = load_datasets(args.datasets)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
     n_pages = write_outputs(
-        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history, comm
+        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history, comm, datasets
     )
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "

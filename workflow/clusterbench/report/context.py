@@ -34,6 +34,8 @@ class Context:
     history: pd.DataFrame | None = None  # the history of these runs' series (None: none)
     # the comm stage's rows: one per job, operation and size (inputs.COMM_COLUMNS)
     comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMM_COLUMNS)))
+    # each dataset's preprocessed meta.json (inputs.load_datasets), with its own size
+    datasets: Sequence[dict[str, Any]] = ()
     book: Book = field(init=False)  # the style: new pages, the runs' colours and order
 
     def __post_init__(self) -> None:

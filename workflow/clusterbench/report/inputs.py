@@ -15,6 +15,7 @@ from clusterbench.config import (
     ConfigError,
     stage_params,
 )
+from clusterbench.core.params import read_json_object
 from clusterbench.records import comm as comm_records
 from clusterbench.records import runs
 from clusterbench.report import step_times
@@ -176,6 +177,19 @@ COMM_COLUMNS = comm_records.READ_COLUMNS
 def read_comm(path: Path) -> pd.DataFrame:
     """One comm job's ``comm.json`` (:func:`clusterbench.records.comm.read_comm`) as a table."""
     return pd.DataFrame(comm_records.read_comm(path), columns=list(COMM_COLUMNS))
+
+
+def load_datasets(paths: list[Path]) -> list[dict[str, Any]]:
+    """Each preprocessed dataset's ``meta.json`` (results/data/NAME/meta.json), with
+    ``meta_bytes``, its own size, and ``dir_bytes``, what its folder holds in all (what the
+    preprocess step wrote on the shared file system)."""
+    found = []
+    for path in paths:
+        meta = read_json_object(Path(path), "preprocessed dataset's record")
+        folder = Path(path).parent
+        written = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        found.append({**meta, "meta_bytes": Path(path).stat().st_size, "dir_bytes": written})
+    return found
 
 
 def load_comm(paths: list[Path]) -> pd.DataFrame:

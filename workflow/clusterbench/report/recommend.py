@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from clusterbench.core import stats
-from clusterbench.report.tables import EFFECTIVE_KEYS, SETTING_KEYS
+from clusterbench.report.tables import EFFECTIVE_KEYS, SETTING_KEYS, with_settings
 from clusterbench.report.text import fmt_duration, fmt_pct, plural
 
 #: What a configuration is (runs.csv columns; ``grad_compression`` "none" where absent): the
@@ -90,7 +90,7 @@ def workload_of(runs_df: pd.DataFrame) -> pd.Series:
 def with_config(runs_df: pd.DataFrame) -> pd.DataFrame:
     """``runs_df`` with ``workload``, ``grad_compression`` ("none" where the runs do not have
     it) and ``ranks_per_node``."""
-    df = runs_df.copy()
+    df = with_settings(runs_df).copy()
     if "grad_compression" not in df:
         df["grad_compression"] = "none"
     df["grad_compression"] = df["grad_compression"].fillna("none").astype(str)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS
+from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS, TRAIN_DEFAULTS
 from clusterbench.config.experiments import format_value
 from clusterbench.core import provenance
 from clusterbench.records.runs import memory_format, throughput_columns
@@ -231,7 +231,7 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     fastest is the baseline (``baseline_candidates`` says how many qualified). A run without such
     a run, or without a timed epoch, gets no speed-up (NaN): no other run is borrowed.
     """
-    df = df.copy()
+    df = with_settings(df)
     df["baseline_run"] = pd.Series([None] * len(df), index=df.index, dtype=object)
     df["baseline_candidates"] = 0
     df["speedup"] = np.nan
@@ -248,6 +248,20 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[timed, "baseline_candidates"] = len(base)
         df.loc[timed, "speedup"] = speedup[timed]
         df.loc[timed, "efficiency"] = speedup[timed] / group.loc[timed, "workers"]
+    return df
+
+
+def with_settings(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a column for every speed setting the comparisons group runs by
+    (:data:`SETTING_KEYS`): one a table lacks (a runs.csv of an older version, a table made by
+    hand) holds the setting's default, as :func:`runs_table` writes it."""
+    missing = [k for k in SETTING_KEYS if k not in df]
+    if not missing:
+        return df
+    df = df.copy()
+    for key in missing:
+        default = TRAIN_DEFAULTS[key]
+        df[key] = default if isinstance(default, bool) else str(default)
     return df
 
 
@@ -585,6 +599,7 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
     """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
     configuration and backend: the fastest timed run of that backend, its throughput, and the
     ratio to the reference backend (horovod if present, else the first by name)."""
+    runs_df = with_settings(runs_df)
     timed = runs_df[np.isfinite(runs_df["images_per_second"])]
     rows = []
     for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):

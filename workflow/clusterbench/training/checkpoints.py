@@ -11,9 +11,11 @@ the training and its own content::
 so damage (a truncated file, flipped bits: torch.load reads both without complaint in the
 tensors) is detected by hashing the file before it is used.
 
-* :func:`newest_valid` finds the newest checkpoint that is intact and was made for this slice;
-  it says in the log why it passed over any other one (damaged, another slice, an older
-  layout), and never deletes them.
+* :func:`newest_valid` finds the newest checkpoint that is intact and was made for this slice
+  and for the network the run builds now (:func:`model_problem`: the same weights' names and
+  shapes, and your own model's code unchanged); it says in the log why it passed over any
+  other one (damaged, another slice, another network, an older layout), and never deletes
+  them.
 * The writer keeps the newest ``checkpoints.keep`` of the run's slice (:func:`prune`), and
   removes all of them only once the run has finished and ``model.pt`` is written
   (:func:`remove_all`).
@@ -159,13 +161,45 @@ def differing_keys(ckpt: Any, run: Mapping[str, Any]) -> str:
     return f"differs in {', '.join(keys)}" if keys else "same settings"
 
 
-def newest_valid(
-    out_dir: Path, run: Mapping[str, Any], log: Callable[[str], None] = print
-) -> tuple[Position, dict[str, Any]] | None:
-    """The newest intact checkpoint of ``run``'s training slice in ``out_dir``, or None.
+def model_problem(ckpt: Mapping[str, Any], model: Any, code: str | None) -> str | None:
+    """Why a checkpoint's weights are not for ``model`` as the run builds it now (None: they
+    are): other weights' names or shapes, or (your own model: ``code``, the digest of its
+    module's files, :func:`clusterbench.models.custom.code_digest`) other code. A checkpoint
+    written before the digest was kept has none and is judged by its weights alone."""
+    saved, mine = ckpt.get("model") or {}, model.state_dict()
+    if set(saved) != set(mine):
+        extra, lacks = sorted(set(saved) - set(mine)), sorted(set(mine) - set(saved))
+        return "made for another network (the model's code changed since?): " + "; ".join(
+            f"{what} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+            for what, names in (("it has", extra), ("it lacks", lacks))
+            if names
+        )
+    shapes = [k for k in mine if tuple(saved[k].shape) != tuple(mine[k].shape)]
+    if shapes:
+        key = shapes[0]
+        return (
+            f"made for another network (the model's code changed since?): {key} is "
+            f"{list(saved[key].shape)} there, {list(mine[key].shape)} now"
+            + (f", and {len(shapes) - 1} more" if len(shapes) > 1 else "")
+        )
+    if code is not None and ckpt.get("model_code") not in (None, code):
+        return "made with other code of the model's module (edited since)"
+    return None
 
-    Logs, and passes over, every newer damaged one, the checkpoints of other training slices
-    (naming the keys that differ) and files of an older layout; deletes nothing.
+
+def newest_valid(
+    out_dir: Path,
+    run: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    fits: Callable[[dict[str, Any]], str | None] = lambda ckpt: None,
+) -> tuple[Position, dict[str, Any]] | None:
+    """The newest intact checkpoint of ``run``'s training slice in ``out_dir`` that ``fits``
+    (why a checkpoint is not for the network built now, None when it is: :func:`model_problem`),
+    or None.
+
+    Logs, and passes over, every newer damaged one, one that does not fit, the checkpoints of
+    other training slices (naming the keys that differ) and files of an older layout; deletes
+    nothing.
     """
     import torch
 
@@ -186,7 +220,12 @@ def newest_valid(
                 log(f"train: ignoring {other}: written by an older clusterbench (no slice hash)")
     for position, path in reversed(checkpoint_paths(mine)):
         try:
-            return position, load(path, run)
+            ckpt = load(path, run)
         except DamagedCheckpoint as exc:
             log(f"train: skipping checkpoint {path} ({position.describe()}): {exc}")
+            continue
+        problem = fits(ckpt)
+        if problem is None:
+            return position, ckpt
+        log(f"train: skipping checkpoint {path} ({position.describe()}): {problem}")
     return None

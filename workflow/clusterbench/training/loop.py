@@ -33,9 +33,11 @@ from typing import Any, Protocol
 from clusterbench.backends import Runtime
 from clusterbench.core import preemption
 from clusterbench.core.atomic import atomic_path
+from clusterbench.models.custom import code_digest
 from clusterbench.training import checkpoints, memory_format, step_times
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
 from clusterbench.training.memory_format import torch_format
+from clusterbench.training.network import build, same_network, unused_note
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
 from clusterbench.training.record import (
     epoch_line,
@@ -79,12 +81,14 @@ class Session(Protocol):
 
 class FixedSession:
     """A run whose world keeps its size: the state is a plain object, made equal on every rank
-    by broadcasts at the start; an epoch is one stretch of steps."""
+    by broadcasts at the start (once every rank is known to have built the same network: a
+    model whose ``build`` differs between ranks is named, not met as a broadcast of mismatched
+    shapes); an epoch is one stretch of steps."""
 
     commit_every = None
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, rt: Runtime, model: str = "") -> None:
+        self.rt, self.model = rt, model
 
     def prepare(
         self, values: dict[str, Any], saved_ranks: list[dict[str, Any]] | None
@@ -98,6 +102,7 @@ class FixedSession:
 
     def start(self, state: Any, saved_ranks: list[dict[str, Any]] | None) -> Partial | None:
         rt = self.rt
+        same_network(rt, state.model, self.model)
         rt.broadcast_state(state.model, state.optimizer)
         keys = ("epoch", "place", "records", "train_seconds", "resets")
         values = rt.broadcast_object({k: getattr(state, k) for k in keys}, name="train.state")
@@ -133,32 +138,10 @@ def make_session(rt: Runtime, run: dict[str, Any], settings: dict[str, Any]) -> 
                 f"run.workers={run['workers']} but the {rt.name} backend has {rt.size} "
                 "process(es): launch with clusterbench-launch --np WORKERS"
             )
-        return FixedSession(rt)
+        return FixedSession(rt, run["model"])
     from clusterbench.training.elastic import ElasticSession
 
     return ElasticSession(rt, run, settings["elastic_commit_steps"])
-
-
-def build(
-    rt: Runtime, run: dict[str, Any], data: Any, device: Any, memory_format: str
-) -> tuple[dict, Any, Any]:
-    """The run's architecture description, model (seeded: equal on every rank; in
-    ``memory_format``) and SGD."""
-    import torch
-
-    from clusterbench.models import architecture, build_model
-
-    arch = architecture(run["model"], data.num_classes, data.input_shape)
-    torch.manual_seed(run["seed"])
-    model = rt.prepare_model(build_model(**arch), run["bn"], device).to(device)
-    model = model.to(memory_format=torch_format(memory_format))
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=run["lr"],
-        momentum=run["momentum"],
-        weight_decay=run["weight_decay"],
-    )
-    return arch, model, optimizer
 
 
 def fit(
@@ -184,8 +167,13 @@ def fit(
     device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     data = make_data(device)
     layout = memory_format.choose(run, device_type, data.task)
-    arch, model, optimizer = build(rt, run, data, device, layout[0])
-    found = checkpoints.newest_valid(out_dir, run) if rt.rank == 0 else None
+    arch, model, optimizer, unused = build(rt, run, data, device, layout[0])
+    code = code_digest(run["model"])
+    found = None
+    if rt.rank == 0:
+        found = checkpoints.newest_valid(
+            out_dir, run, fits=lambda ckpt: checkpoints.model_problem(ckpt, model, code)
+        )
     ckpt = found[1] if found else None
     if found is not None:
         model.load_state_dict(ckpt["model"])
@@ -198,6 +186,9 @@ def fit(
     trainer.partial = session.start(state, saved_ranks)
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
+    trainer.unused, trainer.code = unused, code
+    if unused and rt.rank == 0:
+        print(unused_note(run, unused, rt.name), flush=True)
     return session.run(trainer.body, state)
 
 
@@ -224,6 +215,8 @@ class Trainer:
         self.dump_dir: Path | None = None
         self.max_steps: int | None = None
         self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
+        self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
+        self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
         self.time_steps = step_times.enabled()
         self.grad_allreduce = ("none", "")  # how the gradients are allreduced, and why
         self.grad_buffers: int | None = None  # in how many buffers (None: not known)
@@ -235,7 +228,9 @@ class Trainer:
             return None
         if self._outputs is None:
             resumed = self.resumed or bool(state.records)
-            self._outputs = Outputs(self.out_dir, self.run, state.records, resumed, self.keep)
+            self._outputs = Outputs(
+                self.out_dir, self.run, state.records, resumed, self.keep, self.code
+            )
         return self._outputs
 
     def body(self, state: Any) -> dict[str, Any]:
@@ -244,13 +239,16 @@ class Trainer:
         compression = self.run.get("grad_compression") or "none"
         asked = self.run.get("grad_allreduce") or "auto"
         self.grad_allreduce = rt.choose_grad_allreduce(asked, state.model, self.device.type)
+        mode = self.grad_allreduce[0]
         net, optimizer = rt.wrap(
             state.model,
             state.optimizer,
             self.run["bn"],
             compression,
             timed=self.time_steps,
-            grad_allreduce=self.grad_allreduce[0],
+            # only when they matter: a backend plugin written before them still takes the call
+            **({"grad_allreduce": mode} if mode != "none" else {}),
+            **({"unused": True} if self.unused else {}),
         )
         self.grad_buffers = optimizer.buffers
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
@@ -401,6 +399,8 @@ class Trainer:
                 "grad_allreduce": self.grad_allreduce[0],
                 "grad_allreduce_reason": self.grad_allreduce[1],
                 "grad_buffers": self.grad_buffers,
+                # trainable parameters a step leaves without a gradient (your own model's)
+                "unused_parameters": list(self.unused),
             },
             "step_work": step_work_record(
                 state.model, self.data, self.run, rt.size, self.max_steps
@@ -416,6 +416,8 @@ class Trainer:
             "arch": self.arch,
             "state_dict": cpu_state(state.model),
             **self.data.normalisation,
+            # your own model's code digest: the evaluation builds the same code, or says so
+            **({"model_code": self.code} if self.code else {}),
         }
         out.finish(summary, model_file)
         for line in throughput["lines"] if throughput else []:

@@ -30,13 +30,16 @@ def choose(run: Mapping[str, Any], device_type: str, task: str) -> tuple[str, st
     from clusterbench.models import resolve
 
     asked = run["channels_last"]
+    spec = resolve(run["model"])
+    if task != "classification" or spec.task != "classification":
+        # no image tensor to lay out: whatever was asked, nothing is channels-last (the config
+        # check refuses a run's own channels_last here: clusterbench.config.effects)
+        setting = "auto" if asked == "auto" else f"channels_last: {str(asked).lower()}"
+        return CONTIGUOUS, f"{setting}: the inputs are no images"
     if asked is True:
         return CHANNELS_LAST, "channels_last: true"
     if asked is False:
         return CONTIGUOUS, "channels_last: false"
-    spec = resolve(run["model"])
-    if task != "classification" or spec.task != "classification":
-        return CONTIGUOUS, "auto: the inputs are no images"
     if not spec.convolutional:
         return CONTIGUOUS, f"auto: {run['model']} is not a convolutional model"
     return CHANNELS_LAST, f"auto: a convolutional model ({run['model']}) on {device_type}"

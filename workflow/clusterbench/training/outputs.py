@@ -46,16 +46,24 @@ def cpu_state(model: Any) -> dict[str, Any]:
 
 class Outputs:
     """Rank 0's writer (module docstring). ``records`` are the metrics the run starts from
-    (a checkpoint's, or none), ``resumed`` whether it continues from a checkpoint."""
+    (a checkpoint's, or none), ``resumed`` whether it continues from a checkpoint, ``code``
+    your own model's code digest (kept with each checkpoint; None: a built-in model)."""
 
     def __init__(
-        self, out_dir: Path, run: Mapping[str, Any], records: list[dict], resumed: bool, keep: int
+        self,
+        out_dir: Path,
+        run: Mapping[str, Any],
+        records: list[dict],
+        resumed: bool,
+        keep: int,
+        code: str | None = None,
     ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.out_dir, self.run = Path(out_dir), dict(run)
         self.ckpt_dir = checkpoints.slice_dir(out_dir, run)
         self.keep = keep  # checkpoints.keep
+        self.code = code
         (self.out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = self.out_dir / TB_PARTIAL, self.out_dir / "tensorboard"
         if not resumed:
@@ -80,6 +88,7 @@ class Outputs:
                 "optimizer": state.optimizer.state_dict(),
                 "epoch": position.epoch,
                 "config": self.run,
+                "model_code": self.code,
                 "metrics": list(state.records),
                 "train_seconds": state.train_seconds,
                 "place": state.place.as_dict(),

@@ -12,6 +12,10 @@ schedulers. Adding a scheduler is adding its module here; nothing else is edited
 first, ties by name): the first whose ``detect(env)`` is true is the one the launcher runs in
 (``local`` detects always: it comes last).
 
+A scheduler that is no Snakemake executor of its own (``ssh``: the local executor runs its jobs)
+says which executor runs them (``executor``); the workflow takes it when
+``CLUSTERBENCH_SCHEDULER`` names it (:func:`of_executor`), as the jobs' launchers do.
+
 Standard library only (the Snakefile imports it, and with it every scheduler module).
 """
 
@@ -32,6 +36,7 @@ from clusterbench.launch.schedulers._base import (
     PreflightContext,
     PreflightError,
     Scheduler,
+    fill_ranks,
     node_devices,
     parse_hosts_file,
     rank_device,
@@ -87,10 +92,10 @@ def detect(env: Mapping[str, str]) -> type[Scheduler]:
     return next(cls for cls in SCHEDULERS.values() if cls.detect(env))
 
 
-def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
-    """``--scheduler`` (or ``CLUSTERBENCH_SCHEDULER``; its deprecated old name
-    ``CLUSTERBENCH_LAUNCHER`` is still read, with a warning) if given and not ``auto``, else
-    :func:`detect`."""
+def requested_name(requested: str | None, env: Mapping[str, str]) -> str:
+    """The scheduler ``--scheduler`` (``requested``) or ``CLUSTERBENCH_SCHEDULER`` names (its
+    deprecated old name ``CLUSTERBENCH_LAUNCHER`` is still read, with a warning), lower case;
+    ``auto`` when none does. An error naming an unknown one."""
     old = env.get(OLD_SCHEDULER_VAR)
     if old and not requested and not env.get(SCHEDULER_VAR):
         log.warning(
@@ -101,12 +106,45 @@ def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
             old,
         )
     name = (requested or env.get(SCHEDULER_VAR) or old or "auto").strip().lower()
-    if name == "auto":
-        return detect(env)
-    if name not in SCHEDULERS:
+    if name != "auto" and name not in SCHEDULERS:
         choices = ("auto", *SCHEDULERS)
         raise AllocationError(unknown_message("scheduler", name, choices))
-    return SCHEDULERS[name]
+    return name
+
+
+def select(requested: str | None, env: Mapping[str, str]) -> type[Scheduler]:
+    """``--scheduler`` (or ``CLUSTERBENCH_SCHEDULER``; its deprecated old name
+    ``CLUSTERBENCH_LAUNCHER`` is still read, with a warning) if given and not ``auto``, else
+    :func:`detect`."""
+    name = requested_name(requested, env)
+    return detect(env) if name == "auto" else SCHEDULERS[name]
+
+
+def executors() -> list[str]:
+    """The Snakemake executors clusterbench has a scheduler for (``local``, ``slurm``, ...)."""
+    return list(dict.fromkeys(cls.snakemake_executor() for cls in SCHEDULERS.values()))
+
+
+def of_executor(executor: str, env: Mapping[str, str]) -> type[Scheduler] | None:
+    """The scheduler of a workflow whose jobs Snakemake's ``executor`` runs: the one
+    ``CLUSTERBENCH_SCHEDULER`` names (not ``auto``), which must be one that executor runs
+    (the ssh scheduler's jobs run under the local executor), else the scheduler of the
+    executor's name; None for an executor clusterbench has no scheduler for. The launchers of
+    the jobs inherit the variable: they start their ranks under the same one. An
+    :class:`AllocationError` naming the variable when it names another executor's."""
+    name = requested_name(None, env)
+    if name == "auto":
+        found = SCHEDULERS.get(executor)
+        return found if found is not None and found.snakemake_executor() == executor else None
+    found = SCHEDULERS[name]
+    if found.snakemake_executor() != executor:
+        raise AllocationError(
+            f"environment variable {SCHEDULER_VAR}={name}: the {name} scheduler's jobs run "
+            f"under Snakemake's {found.snakemake_executor()} executor, and this workflow runs "
+            f"under the {executor} executor (use --profile profiles/{name}, or unset "
+            f"{SCHEDULER_VAR})"
+        )
+    return found
 
 
 __all__ = [
@@ -126,7 +164,10 @@ __all__ = [
     "PreflightError",
     "Scheduler",
     "detect",
+    "executors",
+    "fill_ranks",
     "load",
+    "of_executor",
     "node_devices",
     "parse_hosts_file",
     "rank_device",
@@ -134,6 +175,7 @@ __all__ = [
     "require_tools",
     "resolve",
     "run_tool",
+    "requested_name",
     "select",
     "split_devices",
     "spread_ranks",

@@ -34,7 +34,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -119,6 +119,24 @@ def spread_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[s
     return [(h, n) for (h, _), n in zip(capacities, counts, strict=True) if n]
 
 
+def fill_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:
+    """How many of ``np`` ranks each host runs: every slot of the first host, then the next
+    host's, in order (``mpirun -machinefile``'s and ``horovodrun -H``'s by-slot filling).
+    Hosts given 0 are dropped."""
+    total = sum(c for _, c in capacities)
+    if np < 1:
+        raise AllocationError(f"--np must be at least 1, got {np}")
+    if np > total:
+        desc = ", ".join(f"{h}:{c}" for h, c in capacities)
+        raise AllocationError(f"--np {np} is more than the {total} slot(s) of the hosts ({desc})")
+    used, left = [], np
+    for host, cap in capacities:
+        if left and cap:
+            used.append((host, min(cap, left)))
+            left -= used[-1][1]
+    return used
+
+
 #: The environment variable naming a hosts file: the hosts (and slots) a Horovod elastic launch
 #: may use now (:meth:`Scheduler.discover_hosts`), edited while it trains.
 HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
@@ -197,6 +215,15 @@ class PreflightContext:
     cores: int | None = None
     #: The executor plugin's settings (SGE: ``pe``), None when unknown (a dry run).
     executor_settings: Any = None
+    #: Each run's preprocessed data directory, as its train job reads it (an absolute path):
+    #: a scheduler whose hosts share the file system checks they can read it.
+    data_dirs: Mapping[str, str] = field(default_factory=dict)
+    #: The working directory of the workflow (its jobs write their outputs under it).
+    workdir: str = field(default_factory=os.getcwd)
+    #: The config's ``staging.dir`` (None: the ranks read the data where it was preprocessed).
+    staging: str | None = None
+    #: The workflow's environment (the jobs inherit it: the scheduler's settings, its hosts).
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
 # ------------------------------------------------------------------------------------------
@@ -311,6 +338,14 @@ class Scheduler:
     #: Jobs run on other machines (compute nodes), which parse the workflow and its config
     #: again there.
     cluster: ClassVar[bool] = False
+    #: A single rank is pinned to its host's GPU list too (the scheduler's grant, which the
+    #: job's environment does not reflect), not left with the GPUs its environment has.
+    pins_single: ClassVar[bool] = False
+    #: The Snakemake executor that runs this scheduler's jobs; None: the executor of its own
+    #: name. A scheduler that is no executor of its own (ssh: the local executor runs the
+    #: jobs, the launcher starts the ranks elsewhere) is chosen for the workflow by
+    #: ``CLUSTERBENCH_SCHEDULER`` (:func:`~clusterbench.launch.schedulers.of_executor`).
+    executor: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         #: The environment of the local process that starts a rank (None: the launcher's own).
@@ -323,6 +358,11 @@ class Scheduler:
         self.local_hosts: set[str] = set()
         #: Hosts on which a rank failed (:meth:`discover_hosts` leaves them out).
         self.failed_hosts: set[str] = set()
+
+    @classmethod
+    def snakemake_executor(cls) -> str:
+        """The name of the Snakemake executor that runs this scheduler's jobs."""
+        return cls.executor or cls.name
 
     # reading the allocation
 
@@ -376,6 +416,18 @@ class Scheduler:
         return self.rank_device(host, slot_info.local_rank, slot_info.local_size, inherited)
 
     # starting ranks
+
+    def spread(self, capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:
+        """How many of ``np`` ranks each host (``(name, slots)``, in order) runs: one per host
+        first, then each filled in order (:func:`spread_ranks`, Slurm's block distribution)."""
+        return spread_ranks(capacities, np)
+
+    def single_rank_here(self, host: str, local_hosts: set[str]) -> bool:
+        """Whether a launch of a single rank, on ``host``, runs it as a local process of the
+        launcher (``local_hosts``: the hosts whose address is this machine). In an allocation
+        the launcher runs on its first node: a single rank runs right there, with no step of
+        its own."""
+        return True
 
     def bind(self, alloc: Allocation, np: int, tag: str, local_hosts: set[str]) -> None:
         """Get ready to start ``np`` ranks of ``alloc``: ``tag`` names this launch (Slurm step

@@ -16,13 +16,16 @@ module imports only the standard library.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,47 @@ def _read_pe_hostfile(env: Mapping[str, str]) -> Allocation:
     return parse_pe_hostfile(text)
 
 
+#: What a Grid Engine with resource maps (RSMAP: Univa/Altair Grid Engine, Open Cluster
+#: Scheduler) exports with the ids of a map complex granted to the job: ``SGE_HGR_<complex>``.
+GRANT_PREFIX = "SGE_HGR_"
+
+
+def granted_gpus(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The GPU ids SGE granted the job on this host: ``SGE_HGR_<complex>`` (ids separated by
+    spaces or commas; ``gpu3`` is GPU 3, a ``GPU-``/``MIG-`` UUID is kept), the one such
+    variable or the one whose complex's name has ``gpu`` in it; None where there is none (the
+    ranks then share what ``CUDA_VISIBLE_DEVICES`` holds, which a site's prolog or starter may
+    set)."""
+    grants = {k[len(GRANT_PREFIX) :]: v for k, v in env.items() if k.startswith(GRANT_PREFIX)}
+    if len(grants) > 1:
+        grants = {k: v for k, v in grants.items() if "gpu" in k.lower()}
+    if len(grants) != 1:
+        return None
+    (value,) = grants.values()
+    ids = value.replace(",", " ").split()
+    return tuple(i if i.isdigit() or i.startswith(("GPU-", "MIG-")) else _index(i) for i in ids)
+
+
+def _index(gpu_id: str) -> str:
+    """``gpu3`` -> ``3`` (a map's ids named after the device); any other id as it is."""
+    digits = len(gpu_id) - len(gpu_id.rstrip("0123456789"))
+    return gpu_id[-digits:] if digits else gpu_id
+
+
+def with_grant(alloc: Allocation, gpus: tuple[str, ...] | None) -> Allocation:
+    """``alloc`` with the GPUs granted on this host (the master task's; None: none known) as
+    that host's GPU list, which the launcher pins its ranks to (narrowed by an inherited
+    ``CUDA_VISIBLE_DEVICES``). This host: the allocation's host of this machine's name, else
+    its first (the master queue's)."""
+    if gpus is None:
+        return alloc
+    here = socket.gethostname().split(".")[0]
+    names = [h.name for h in alloc.hosts]
+    mine = next((n for n in names if n.split(".")[0] == here), names[0])
+    hosts = tuple(replace(h, gpus=gpus) if h.name == mine else h for h in alloc.hosts)
+    return replace(alloc, hosts=hosts)
+
+
 #: What the remote shell prints before the rank's pid (the scheduler takes it out of the output).
 PID_MARK = "clusterbench-launch: rank pid "
 
@@ -95,7 +139,8 @@ class SgeScheduler(Scheduler):
     how = "qrsh -inherit"
     remote = True
     cluster = True
-    resource_keys = ("threads", "sge_pe", "sge_resources", "sge_priority")
+    pins_single = True  # SGE_HGR_<complex>: a grant CUDA_VISIBLE_DEVICES may not reflect
+    resource_keys = ("threads", "sge_pe", "sge_resources", "sge_priority", "sge_export_env")
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,14 +151,15 @@ class SgeScheduler(Scheduler):
         return bool(env.get("PE_HOSTFILE") and env.get("JOB_ID"))
 
     def allocation(self, env: Mapping[str, str]) -> Allocation:
-        """The hosts and slots of ``$PE_HOSTFILE``."""
+        """The hosts and slots of ``$PE_HOSTFILE``; the GPUs SGE granted the job on this host
+        (the master task's), where the site exports them (:func:`granted_gpus`)."""
         if not env.get("PE_HOSTFILE"):
             raise LaunchError("the sge scheduler needs PE_HOSTFILE (submit with `qsub -pe <pe> N`)")
         if not env.get("JOB_ID"):
             raise LaunchError("the sge scheduler needs JOB_ID in the environment (qrsh -inherit)")
         require_tools("sge", "qrsh")
         self.job_env = env
-        self.alloc = _read_pe_hostfile(env)
+        self.alloc = with_grant(_read_pe_hostfile(env), granted_gpus(env))
         return self.alloc
 
     def site(self) -> str:
@@ -189,10 +235,14 @@ class SgeScheduler(Scheduler):
         resources["threads"] = slots
         requests = [_sge_memory(generic["mem_mb"], slots)]
         if run["sge_gpu_complex"] and generic["gpus_per_node"]:
-            requests.append(f"{run['sge_gpu_complex']}={generic['gpus_per_node']}")
+            found = find_complex(run["sge_gpu_complex"], cell_complexes() or {})
+            requests.append(gpu_request(run, generic, slots, found)[0])
         resources["sge_resources"] = ",".join(requests)
         if run["priority"]:
             resources["sge_priority"] = run["priority"]
+        # qsub -V: the environment Snakemake runs in reaches the job (CLUSTERBENCH_IFACE, ...:
+        # README), whatever default-resources a command line gives
+        resources["sge_export_env"] = True
         return resources
 
     @classmethod
@@ -208,13 +258,15 @@ class SgeScheduler(Scheduler):
         for name, run in context.runs.items():
             gpu_complex = run.get("sge_gpu_complex") if run.get("gpus_per_node") else None
             try:
+                resources = context.resources(name, ("runtime", *VERIFY_KEYS))
                 if gpu_complex:
                     complexes = sge_complexes() if complexes is None else complexes
-                    problem = complex_problem(name, gpu_complex, complexes)
+                    problem = complex_problem(name, gpu_complex, complexes) or sizing_problem(
+                        run, resources, find_complex(gpu_complex, complexes)
+                    )
                     if problem:
                         reasons[name] = problem
                         continue
-                resources = context.resources(name, ("runtime", *VERIFY_KEYS))
                 problems = sge_problems(name, resources, default_pe)
             except LaunchError as exc:
                 raise PreflightError(str(exc)) from None
@@ -243,9 +295,62 @@ class SgeScheduler(Scheduler):
 SGE_MPI_PE = "mpi"
 
 
+def gpu_request(
+    run: Mapping[str, Any], generic: Mapping[str, Any], slots: int, found: Complex | None
+) -> tuple[str, str | None]:
+    """``(the -l term of run's GPUs, why SGE cannot be asked for them rightly or None)``: its
+    ``gpus_per_node`` G asked of its ``sge_gpu_complex`` C as the complex counts (``qconf
+    -sc``'s consumable column, ``found``; None: the cell could not be asked):
+
+    ``JOB``   counted once per job, on the master task's host: ``C=G``. The other hosts'
+              GPUs are not reserved: a multi-node run cannot be asked rightly.
+    ``HOST``  counted once per host: ``C=G``.
+    ``YES``   counted per slot (SGE multiplies the request by the slots on each host): ``C=G/S``
+              with S the job's slots per node (its ranks per node, or a one-rank job's CPUs);
+              an INT complex takes only a whole number.
+    """
+    name, gpus = run["sge_gpu_complex"], int(generic["gpus_per_node"])
+    nodes = max(1, int(generic["nodes"]))
+    kind = found.consumable if found is not None else None
+    where = f"run {run['name']!r}: gpus_per_node {gpus} of sge_gpu_complex {name!r}"
+    if kind in (None, "JOB", "HOST", "NO"):
+        problem = None
+        if kind == "JOB" and nodes > 1:
+            problem = (
+                f"{where} (consumable JOB: counted once per job, on its master host only) "
+                f"cannot reserve GPUs on each of its {nodes} nodes; ask your admins for a "
+                "per-slot or per-host complex, or run on one node"
+            )
+        return f"{name}={gpus}", problem
+    per_node = slots // nodes if slots % nodes == 0 else None
+    if per_node is None:
+        return f"{name}={gpus}", (
+            f"{where} (consumable YES: counted per slot) cannot be sized: its {slots} slots do "
+            f"not spread evenly over {nodes} nodes"
+        )
+    if gpus % per_node == 0:
+        return f"{name}={gpus // per_node}", None
+    if found.type == "DOUBLE":
+        return f"{name}={gpus / per_node:.6g}", None
+    return f"{name}={math.ceil(gpus / per_node)}", (
+        f"{where} (consumable YES, INT: counted per slot) cannot be asked as a whole number per "
+        f"slot for its {per_node} slot(s) per node; make gpus_per_node a multiple of them"
+    )
+
+
 def _sge_memory(mem_mb: int, slots: int) -> str:
     """``sge_resources`` that lift h_vmem and state the real memory per slot (``tmem``)."""
     return f"h_vmem=INFINITY,tmem={math.ceil(mem_mb / slots)}M"
+
+
+def sizing_problem(
+    run: Mapping[str, Any], resources: Mapping[str, Any], found: Complex | None
+) -> str | None:
+    """Why ``run``'s GPUs cannot be asked of its complex (``found``) rightly
+    (:func:`gpu_request`), its job having ``resources`` (the slots: ``threads``)."""
+    generic = {"gpus_per_node": run["gpus_per_node"], "nodes": run.get("nodes", 1)}
+    slots = int(resources.get("threads") or 1)
+    return gpu_request(run, generic, slots, found)[1]
 
 
 # ------------------------------------------------------------------------------------------
@@ -339,6 +444,32 @@ def sge_complexes() -> dict[str, Complex]:
     return parse_complexes(run_tool(["qconf", "-sc"]))
 
 
+def cell_complexes() -> dict[str, Complex] | None:
+    """The cell's complexes where this host is an SGE client (``qconf`` on ``PATH``,
+    ``SGE_ROOT`` set), asked once per process and cell; None elsewhere or when qconf fails
+    (the pre-flight, which asks again, says why). For the GPU request's size, while the train
+    jobs' resources are made."""
+    cell = tuple(os.environ.get(k) for k in ("SGE_ROOT", "SGE_CELL", "SGE_QMASTER_PORT"))
+    if not cell[0] or not shutil.which("qconf"):
+        return None
+    return _complexes_of(cell)
+
+
+@functools.lru_cache(maxsize=4)
+def _complexes_of(cell: tuple[str | None, ...]) -> dict[str, Complex] | None:
+    try:
+        return sge_complexes()
+    except LaunchError:
+        return None
+
+
+def find_complex(wanted: str, complexes: Mapping[str, Complex]) -> Complex | None:
+    """The complex named ``wanted`` (or with that shortcut), None if there is none."""
+    return complexes.get(wanted) or next(
+        (c for c in complexes.values() if c.shortcut == wanted), None
+    )
+
+
 #: The complex types a GPU count can be requested as.
 COUNT_TYPES = ("INT", "DOUBLE")
 
@@ -347,9 +478,7 @@ def complex_problem(run: str, wanted: str, complexes: Mapping[str, Complex]) -> 
     """Why ``run``'s GPU complex ``wanted`` (its ``sge_gpu_complex``, by name or shortcut) cannot
     carry a GPU request in this cell, None when it can: it must exist, be requestable and hold a
     count."""
-    found = complexes.get(wanted) or next(
-        (c for c in complexes.values() if c.shortcut == wanted), None
-    )
+    found = find_complex(wanted, complexes)
     where = f"run {run!r}: sge_gpu_complex {wanted!r}"
     if found is None:
         counts = sorted(c.name for c in complexes.values() if c.consumable != "NO")

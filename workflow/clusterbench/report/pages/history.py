@@ -65,14 +65,17 @@ def draw(ctx: Context) -> None:
 
 def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.DataFrame) -> None:
     """One site, environment and workload: a line per configuration over the dates."""
+    import matplotlib.dates as mdates
+
     site, environment, workload = key
     configs = list(dict.fromkeys(part["speed_settings"]))
     colors = dict(zip(configs, ctx.book.sns.color_palette("tab10", len(configs)), strict=False))
+    same = (history["site"].fillna("") == (site or "")) & (history["environment"] == environment)
+    mine = history[same & history["speed_settings"].isin(configs)]  # this panel's runs
     for config in configs:
         line = part[part["speed_settings"] == config]
         color = colors[config]
-        runs = history[history["speed_settings"] == config]
-        runs = runs[(runs["site"] == site) & (runs["environment"] == environment)]
+        runs = mine[mine["speed_settings"] == config]
         ax.plot(runs["date"], runs["images_per_second_mean"], ".", color=color, alpha=0.35)
         ax.plot(line["when"], line["mean"], "-", color=color, lw=1.2, label=line["config"].iloc[0])
         for row in line.itertuples(index=False):
@@ -88,10 +91,28 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
         fontsize=10.5,
     )
     ax.set_ylabel("images/s")
-    ax.set_ylim(bottom=0)
-    ax.margins(x=0.08)  # the first and last points' markers whole
+    tops = [part["mean"] + part["se"].fillna(0), mine["images_per_second_mean"]]
+    ax.set_ylim(0, 1.12 * max(float(np.nanmax(t)) for t in tops if len(t)))  # markers whole
+    dates = pd.concat([part["when"], mine["date"]])
+    ax.set_xlim(*date_range(dates[dates.notna()]))
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=6)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.tick_params(axis="x", labelsize=8.5, labelrotation=20)
     ax.legend(fontsize=8, frameon=False, loc="lower left")
+
+
+#: The least time either side of a panel's points (one point, or points minutes apart, would
+#: otherwise get matplotlib's default range of several years).
+MIN_PAD = pd.Timedelta(hours=1)
+
+
+def date_range(dates: pd.Series) -> tuple[Any, Any]:
+    """The x range of a panel with points at ``dates``: their span, widened by 8 % on each side
+    (the first and last points' markers whole), and by at least :data:`MIN_PAD`."""
+    first, last = dates.min(), dates.max()
+    pad = max((last - first) * 0.08, MIN_PAD)
+    return first - pad, last + pad
 
 
 def history_note(pts: pd.DataFrame) -> str:
