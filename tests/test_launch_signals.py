@@ -7,7 +7,7 @@ programs (``python -S``, no Horovod, no torch: real training is covered in test_
 record their pid and sleep. They assert bounds, not timings: after a first stop signal every rank
 is gone and the launcher has exited (128 + signal) within :data:`AFTER_FIRST_S`, after a second
 one within :data:`AFTER_SECOND_S`, and nothing the launcher started is left. The timings measured
-on the way are printed (``pytest -s``): README.md, "What happens when things go wrong", quotes
+on the way are printed (``pytest -s``): docs/troubleshooting.md, quotes
 them. No test can hang: every wait has a deadline, and a ``finally`` SIGKILLs whatever a test
 started.
 """

@@ -38,6 +38,10 @@ class SlurmCluster(Cluster):
     kind = "slurm"
     nodes = ("node1", "node2")
     partition = "debug"
+    #: A second partition over the same nodes, of a lower ``PriorityTier``: a job in
+    #: :attr:`partition` preempts (``preempt/partition_prio``) the jobs of this one that hold what
+    #: it needs. They are cancelled (``PreemptMode=REQUEUE`` requeues those that allow it).
+    preemptible_partition = "scavenger"
     cluster_name = "clusterbench"
     qos = "cbtest"  # a second QOS in slurmdbd, for jobs that ask for one (`--qos=cbtest`)
 
@@ -276,8 +280,11 @@ AccountingStoragePort={ports["slurmdbd"]}
 AccountingStoragePass={self.munge_socket}
 AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 {chr(10).join(node_lines)}
-PartitionName={self.partition} Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
+{self._partition_line(self.partition, "Default=YES PriorityTier=2")}
+{self._partition_line(self.preemptible_partition, "PriorityTier=1")}
 """
         self.conf.write_text(slurm_conf)
         (self.conf.parent / "gres.conf").write_text(
@@ -303,6 +310,10 @@ StorageLoc={DB_NAME}
         dbd.chmod(0o600)
         # cgroup.conf is read by some plugins even when unused; keep it from /etc/slurm.
         (self.conf.parent / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
+
+    def _partition_line(self, name: str, settings: str) -> str:
+        nodes = ",".join(self.nodes)
+        return f"PartitionName={name} Nodes={nodes} {settings} MaxTime=INFINITE State=UP"
 
     def _slurm_env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}

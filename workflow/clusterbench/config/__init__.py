@@ -31,6 +31,8 @@ from clusterbench.config.files import check_files, load_file, with_config_args
 from clusterbench.config.problems import (
     allocated_workers,
     elastic_problems,
+    grow_problems,
+    grows_through_jobs,
     is_elastic,
     run_problems,
     split_size_problems,
@@ -97,6 +99,8 @@ __all__ = [
     "data_settings",
     "download_slice",
     "elastic_problems",
+    "grow_problems",
+    "grows_through_jobs",
     "is_elastic",
     "key_path",
     "load_file",

@@ -307,7 +307,7 @@ def run_problems(
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
     problems += schedule_problems(run, where) + grad_compression_problems(run, where)
-    return problems + elastic_problems(run, where)
+    return problems + elastic_problems(run, where) + grow_problems(run, where)
 
 
 def is_elastic(run: Mapping[str, Any]) -> bool:
@@ -323,10 +323,43 @@ def worker_bounds(run: Mapping[str, Any]) -> tuple[int, int]:
     return (workers if low is None else low, workers if high is None else high)
 
 
+def grows_through_jobs(run: Mapping[str, Any]) -> bool:
+    """Whether an elastic run grows through worker jobs (``grow: jobs``) rather than within
+    its own job."""
+    return is_elastic(run) and run.get("grow", "none") == "jobs"
+
+
 def allocated_workers(run: Mapping[str, Any]) -> int:
-    """The ranks the run's job is sized for: ``max_workers`` for an elastic run (a rank may
-    join up to it), else ``workers``."""
-    return worker_bounds(run)[1]
+    """The ranks the run's job is sized for: ``max_workers`` for an elastic run that grows
+    within its job (a rank may join up to it), else ``workers`` (a fixed run; an elastic run
+    with ``grow: jobs``, whose further ranks come in worker jobs of their own)."""
+    return run["workers"] if grows_through_jobs(run) else worker_bounds(run)[1]
+
+
+def grow_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
+    """What ``grow`` and ``grow_resources`` cannot combine with."""
+    grow, extra = run.get("grow", "none"), run.get("grow_resources") or {}
+    if grow == "none":
+        if extra:
+            return [
+                f"{where}.grow_resources: set for a run that does not grow through worker jobs "
+                f"({', '.join(sorted(extra))} would go unused): add grow: jobs, or drop "
+                "grow_resources"
+            ]
+        return []
+    if not is_elastic(run):
+        return [
+            f"{where}.grow: 'jobs' grows an elastic run, and this run is not elastic: set "
+            "max_workers (the most ranks it may grow to) and min_workers, or drop grow"
+        ]
+    high = worker_bounds(run)[1]
+    if high <= run["workers"]:
+        return [
+            f"{where}.grow: 'jobs' adds worker jobs beyond the run's own job of workers="
+            f"{run['workers']} ranks, up to max_workers={high}: leaves none to add; raise "
+            "max_workers, or drop grow"
+        ]
+    return []
 
 
 def elastic_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:

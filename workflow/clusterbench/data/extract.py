@@ -50,16 +50,7 @@ def unpack(archive: Path, out_dir: Path) -> Listing:
         if row % 1000 == 0:
             target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(blob)
-        listing.add(
-            names=name,
-            root=0,
-            size=len(blob),
-            mtime=0,
-            offset=-1,
-            length=len(blob),
-            method=0,
-            label=label,
-        )
+        listing.add_file(name, 0, len(blob), 0, label)
         listing.sha256.append(hashlib.sha256(blob).digest())
     listing.left_layout(layout)
     final = out_dir / "files"

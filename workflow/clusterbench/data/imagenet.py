@@ -188,16 +188,13 @@ def train_tars(path: Path, listing: Listing, label: dict[str, int]) -> None:
                             continue
                         name = f"{member.name}/{image.name}"
                         check_member(name, image.size, image.size, path.name)
-                        listing.add(
-                            names=name,
-                            root=root,
-                            size=image.size,
-                            mtime=0,
-                            offset=member.offset_data + image.offset_data,
-                            length=image.size,
-                            method=0,
-                            label=label[wnid],
-                            split=0,
+                        listing.add_stored(
+                            name,
+                            root,
+                            image.size,
+                            member.offset_data + image.offset_data,
+                            label[wnid],
+                            0,
                         )
     except LayoutError as exc:
         raise ScanError(str(exc)) from None
@@ -233,17 +230,7 @@ def train_folder(path: Path, listing: Listing, label: dict[str, int]) -> None:
         raise ScanError(f"{path}: class folder(s) {unknown[:3]} are not classes of the devkit")
     for k, cls in zip(layout.samples, layout.labels, strict=True):
         name, size, mtime = files[k]
-        listing.add(
-            names=name,
-            root=root,
-            size=size,
-            mtime=mtime,
-            offset=-1,
-            length=size,
-            method=0,
-            label=label[layout.classes[cls]],
-            split=0,
-        )
+        listing.add_file(name, root, size, mtime, label[layout.classes[cls]], 0)
 
 
 def number_of(name: str, where: str) -> int:
@@ -291,17 +278,7 @@ def validation_tar(path: Path, listing: Listing, kit: Devkit) -> None:
     labels = labelled([m.name for m in members], kit, str(path))
     for member, k in zip(members, labels, strict=True):
         check_member(member.name, member.size, member.size, path.name)
-        listing.add(
-            names=member.name,
-            root=root,
-            size=member.size,
-            mtime=0,
-            offset=member.offset_data,
-            length=member.size,
-            method=0,
-            label=k,
-            split=2,
-        )
+        listing.add_stored(member.name, root, member.size, member.offset_data, k, 2)
 
 
 def validation_folder(path: Path, listing: Listing, kit: Devkit, label: dict[str, int]) -> None:
@@ -324,14 +301,4 @@ def validation_folder(path: Path, listing: Listing, kit: Devkit, label: dict[str
         labels = labelled([f[0] for f in files], kit, str(path))
     for row, k in zip(rows, labels, strict=True):
         name, size, mtime = files[row]
-        listing.add(
-            names=name,
-            root=root,
-            size=size,
-            mtime=mtime,
-            offset=-1,
-            length=size,
-            method=0,
-            label=k,
-            split=2,
-        )
+        listing.add_file(name, root, size, mtime, k, 2)

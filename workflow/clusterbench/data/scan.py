@@ -99,6 +99,38 @@ class Listing:
             getattr(self, key).append(row[key])
         self.split.append(row.get("split", -1))
 
+    def add_file(
+        self, name: str, root: int, size: int, mtime: int, label: int, split: int = -1
+    ) -> None:
+        """An image that is a file of its own, read whole where it is."""
+        self.add(
+            names=name,
+            root=root,
+            size=size,
+            mtime=mtime,
+            offset=-1,
+            length=size,
+            method=0,
+            label=label,
+            split=split,
+        )
+
+    def add_stored(
+        self, name: str, root: int, size: int, offset: int, label: int, split: int = -1
+    ) -> None:
+        """An image stored uncompressed inside an archive, at ``offset`` of it."""
+        self.add(
+            names=name,
+            root=root,
+            size=size,
+            mtime=0,
+            offset=offset,
+            length=size,
+            method=0,
+            label=label,
+            split=split,
+        )
+
 
 # --------------------------------------------------------------------------- archives
 
@@ -183,16 +215,7 @@ def scan_tar(path: Path, root: int = 0) -> Listing:
     for k, label in zip(layout.samples, layout.labels, strict=True):
         member = files[k]
         check_member(member.name, member.size, member.size, where)
-        listing.add(
-            names=member.name,
-            root=root,
-            size=member.size,
-            mtime=0,
-            offset=member.offset_data,
-            length=member.size,
-            method=0,
-            label=label,
-        )
+        listing.add_stored(member.name, root, member.size, member.offset_data, label)
     listing.left_layout(layout)
     listing.leave_out(LINKS, others)
     return listing
@@ -336,17 +359,7 @@ def fill(
         for k, label in zip(layout.samples, layout.labels, strict=True):
             name, size, mtime = files[k]
             label = index[layout.classes[label]]
-            listing.add(
-                names=name,
-                root=0,
-                size=size,
-                mtime=mtime,
-                offset=-1,
-                length=size,
-                method=0,
-                label=label,
-                split=code,
-            )
+            listing.add_file(name, 0, size, mtime, label, code)
             check_member(name, size, size, str(path))
         listing.leave_out(JUNK, walked.junk)
         listing.left_layout(layout, rel)

@@ -1,7 +1,8 @@
 """``clusterbench-launch`` (``python -m clusterbench.launch``): start one rank per slot of the
 allocation this job runs in: no ssh, no MPI, no torchrun.
 
-    clusterbench-launch --np W [--min-np A --max-np B] [--scheduler auto|<name>] [--iface IF]
+    clusterbench-launch --np W [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
+                        [--grow-record PATH]]] [--scheduler auto|<name>] [--iface IF]
                         [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 "Launcher" is this program; the cluster system whose allocation it runs in is the *scheduler*.
@@ -12,6 +13,8 @@ The package:
   :class:`~clusterbench.launch.fixed.Plan` (``prepare``) and ``run`` (Horovod's Gloo runner);
 - :mod:`~clusterbench.launch.elastic`: with ``--min-np``/``--max-np``, Horovod elastic's driver
   over the scheduler's host discovery;
+- :mod:`~clusterbench.launch.grow`: with ``--grow jobs``, the worker jobs an elastic run grows
+  into (one queued per slot beyond ``--np``; each one's rank joins when it starts);
 - :mod:`~clusterbench.launch.common`: what both share (this machine's interfaces, a free port,
   every rank's extra environment);
 - :mod:`~clusterbench.launch.runner`: the rank runner (start every rank, watch, fail fast, pass

@@ -1,6 +1,7 @@
 """``clusterbench-launch``: the command line.
 
-    clusterbench-launch --np W [--min-np A --max-np B] [--scheduler auto|<name>]
+    clusterbench-launch --np W [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
+                        [--grow-record PATH]]] [--scheduler auto|<name>]
                         [--iface IF] [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 :func:`parse_args` reads the options, :func:`main` runs a fixed-size launch
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -71,6 +73,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="Horovod elastic: the most ranks; it starts on every slot the scheduler's hosts "
         "give (at least --np), up to this many, and ranks join and leave as they change",
     )
+    parser.add_argument(
+        "--grow",
+        choices=("none", "jobs"),
+        default="none",
+        help="Horovod elastic: jobs = keep one worker job queued per slot beyond --np, up to "
+        "--max-np; each one's rank joins when it starts and leaves when it ends (Slurm, SGE)",
+    )
+    parser.add_argument(
+        "--grow-resources",
+        default=None,
+        metavar="JSON",
+        help='--grow jobs: where worker jobs go, when not where this job went: {"slurm_partition": '
+        '..., "qos": ..., "sge_queue": ...}',
+    )
+    parser.add_argument(
+        "--grow-record",
+        default=None,
+        metavar="PATH",
+        help="--grow jobs: write what happened to every worker job there (JSON), for the ranks",
+    )
     parser.add_argument("--iface", default=None, help="network interface for Gloo")
     parser.add_argument(
         "--timeout", default=None, help="Gloo timeout in seconds (HOROVOD_GLOO_TIMEOUT_SECONDS)"
@@ -126,6 +148,31 @@ def check_sizes(args: argparse.Namespace) -> None:
             f"elastic bounds must satisfy 1 <= --min-np ({args.min_np}) <= --np ({args.np}) "
             f"<= --max-np ({args.max_np})"
         )
+    args.grow_resources = grow_resources(args)
+
+
+def grow_resources(args: argparse.Namespace) -> dict[str, str]:
+    """``--grow-resources`` read (a JSON object of strings), after ``--grow`` was checked."""
+    if args.grow == "none":
+        if args.grow_resources or args.grow_record:
+            raise LaunchError("--grow-resources and --grow-record go with --grow jobs")
+        return {}
+    if args.min_np is None:
+        raise LaunchError("--grow jobs grows an elastic launch: give --min-np and --max-np")
+    if args.max_np <= args.np:
+        raise LaunchError(
+            f"--grow jobs adds worker jobs beyond --np ({args.np}) up to --max-np "
+            f"({args.max_np}): none to add"
+        )
+    try:
+        value = json.loads(args.grow_resources or "{}")
+    except ValueError as exc:
+        raise LaunchError(f"--grow-resources is not JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise LaunchError(f"--grow-resources must be an object of strings: {args.grow_resources}")
+    return value
 
 
 def read_environment(args: argparse.Namespace, env: Mapping[str, str]) -> None:

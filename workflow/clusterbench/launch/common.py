@@ -8,9 +8,19 @@ import argparse
 import os
 import socket
 
+from clusterbench.core.rank_env import CPUS_PER_RANK_VAR, GROW_RECORD_VAR, NODE_VAR
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import IfaceChoice
 from clusterbench.launch.schedulers import Scheduler
+
+__all__ = [
+    "CPUS_PER_RANK_VAR",
+    "GROW_RECORD_VAR",
+    "NODE_VAR",
+    "free_port",
+    "local_ifaces",
+    "rank_env",
+]
 
 
 def local_ifaces() -> dict[str, list[str]]:

@@ -28,17 +28,28 @@ import logging
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from clusterbench.core import preemption
+from clusterbench.core.rank_env import read_grow_record
 from clusterbench.launch import schedulers
-from clusterbench.launch.common import local_ifaces, rank_env, route_source
+from clusterbench.launch.common import (
+    CPUS_PER_RANK_VAR,
+    GROW_RECORD_VAR,
+    local_ifaces,
+    rank_env,
+    route_source,
+)
+from clusterbench.launch.grow import Grower
 from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes
 from clusterbench.launch.runner import RankResult, RankRunner, failure_message
 from clusterbench.launch.schedulers import (
+    ENDED,
     Allocation,
     LaunchError,
     Scheduler,
@@ -53,32 +64,54 @@ log = logging.getLogger("clusterbench.launch")
 ELASTIC_TIMEOUT_S = 120
 
 
+#: Seconds a host may be offered without a rank starting on it before it is offered anew.
+REOFFER_S = 10.0
+
+
 class SchedulerDiscovery:
     """Horovod's ``HostDiscovery`` over a scheduler: ``find_available_hosts_and_slots`` is the
     scheduler's :meth:`~clusterbench.launch.schedulers.Scheduler.elastic_hosts`; ``offered`` is
-    what it answered last (None: not asked yet)."""
+    what it answered last (None: not asked yet).
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    Horovod's driver tells the ranks of a new host only once rank 0 has registered for such
+    news; a host that appears before (a worker job that starts while the first ranks start up)
+    would wait for the next change of the hosts, which may never come. So a host offered for
+    :data:`REOFFER_S` without a rank started on it (``in_use``: the hosts whose rank runs) is
+    left out of one answer and offered again, as a new host, in the next."""
+
+    def __init__(
+        self, scheduler: Scheduler, in_use: Callable[[], set[str]] = set, clock=time.monotonic
+    ) -> None:
         self.scheduler = scheduler
+        self.in_use, self.clock = in_use, clock
         self.offered: dict[str, int] | None = None
+        self.since: dict[str, float] = {}  # host -> when it was (last) offered anew
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
-        self.offered = self.scheduler.elastic_hosts()
-        return self.offered
+        hosts = self.scheduler.elastic_hosts()
+        now, used = self.clock(), self.in_use()
+        self.since = {h: self.since.get(h, now) for h in hosts}
+        offered = dict(hosts)
+        for host, first in self.since.items():
+            if host not in used and now - first >= REOFFER_S:
+                del offered[host]  # this once: next time it is new again
+                self.since[host] = now
+        self.offered = offered
+        return offered
 
     def left(self, host: str) -> bool:
         """Whether ``host`` has left the hosts offered (a hosts file's ``:0``, say)."""
         return self.offered is not None and not self.offered.get(host)
 
 
-def discovery(scheduler: Scheduler) -> Any:
+def discovery(scheduler: Scheduler, in_use: Callable[[], set[str]] = set) -> Any:
     """A :class:`SchedulerDiscovery` that is also a Horovod ``HostDiscovery``."""
     from horovod.runner.elastic.discovery import HostDiscovery
 
     class Discovery(SchedulerDiscovery, HostDiscovery):
         pass
 
-    return Discovery(scheduler)
+    return Discovery(scheduler, in_use)
 
 
 class ElasticRankRunner(RankRunner):
@@ -112,6 +145,19 @@ class ElasticRankRunner(RankRunner):
         code = result.exit_code
         if code in (0, preemption.EXIT_PREEMPTED) or self.stop_all.is_set():
             return
+        # Its worker job ended (cancelled, preempted, its time limit, its node): the rank left
+        # with it, no failure.
+        gone = self.scheduler.worker_left(result.host)
+        if gone is not None:
+            log.info(
+                "rank %d in worker job %s on %s ended (exit %d): its worker job ended (%s)",
+                result.rank,
+                self.scheduler.worker_job(result.host).job,
+                self.scheduler.node_of(result.host),
+                code,
+                gone,
+            )
+            return
         # Its host left the hosts offered: Horovod stopped the rank, or the rank ended itself
         # ("<host>[<slot>] has been removed from elastic job", an abort): no failure, as for
         # Horovod's driver, and the host may come back.
@@ -144,6 +190,7 @@ class ElasticPlan:
     iface: IfaceChoice
     env: dict[str, str]
     inherited: tuple[str, ...] | None
+    grower: Grower | None = None  # --grow jobs: the worker jobs
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
@@ -158,14 +205,45 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
             f"discovery gives {sum(hosts.values())} slot(s) ({_describe(hosts) or 'none'})"
         )
     addresses = scheduler.addresses(alloc)
+    grower = prepare_grower(args, scheduler) if args.grow == "jobs" else None
+    # the ranks talk over the interface that reaches every node they may run on: worker jobs'
+    # nodes too
+    reach = dict(addresses)
+    if grower is not None:
+        for node, address in scheduler.grow_addresses(args.grow_resources).items():
+            reach.setdefault(node, address)
     host_name = socket.gethostname()
     ifaces = local_ifaces()
-    iface = choose_iface(addresses, ifaces, host_name, resolve(host_name), args.iface, route_source)
+    iface = choose_iface(reach, ifaces, host_name, resolve(host_name), args.iface, route_source)
     scheduler.bind(alloc, args.max_np, f"cb-{uuid.uuid4().hex[:8]}", local_nodes(addresses, ifaces))
     inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))
-    return ElasticPlan(
-        args, scheduler, alloc, hosts, iface, rank_env(args, scheduler, iface), inherited
-    )
+    env_extra = rank_env(args, scheduler, iface)
+    env_extra[CPUS_PER_RANK_VAR] = str(alloc.cpus_per_task)
+    if grower is not None and grower.record_path is not None:
+        env_extra[GROW_RECORD_VAR] = str(grower.record_path)
+    return ElasticPlan(args, scheduler, alloc, hosts, iface, env_extra, inherited, grower)
+
+
+def prepare_grower(args: argparse.Namespace, scheduler: Scheduler) -> Grower:
+    """``--grow jobs``: the worker jobs (none submitted yet), one per slot beyond ``--np`` up
+    to ``--max-np``; their logs beside the record (``--grow-record``). Worker jobs of an
+    earlier launch of this run that its record lists as queued or running (a launcher killed
+    outright) are cancelled first."""
+    record = Path(args.grow_record).resolve() if args.grow_record else None
+    log_dir = record.with_suffix("") if record is not None else None
+    queue = scheduler.worker_queue(args.grow_resources, log_dir)
+    earlier = [
+        j["job"]
+        for j in (read_grow_record(record) or {}).get("jobs", [])
+        if isinstance(j, dict) and j.get("state") not in (ENDED, None)
+    ]
+    if earlier:
+        log.info("grow: cancelling worker job(s) %s of an earlier launch", " ".join(earlier))
+        try:
+            queue.cancel(earlier)
+        except LaunchError as exc:
+            log.warning("grow: could not cancel them: %s", exc)
+    return Grower(queue, args.max_np - args.np, record)
 
 
 def _describe(hosts: Mapping[str, int]) -> str:
@@ -191,7 +269,8 @@ def run(plan: ElasticPlan) -> int:
     )
     log.info("Gloo interface %s: %s", plan.iface.iface, plan.iface.reason)
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
-    found = discovery(plan.scheduler)
+    runners: list[ElasticRankRunner] = []
+    found = discovery(plan.scheduler, lambda: {s.hostname for r in runners for s in r.running()})
     settings = ElasticSettings(
         discovery=found,
         min_num_proc=args.min_np,
@@ -204,6 +283,11 @@ def run(plan: ElasticPlan) -> int:
     )
     shutdown = threading.Event()
     runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown, found)
+    runners.append(runner)
+    if plan.grower is not None:
+        plan.grower.shutdown = shutdown  # a stop signal cancels the worker jobs at once
+        plan.scheduler.grower = plan.grower
+        plan.grower.start()
     signals = StopSignals(
         shutdown, runner.kill_all, runner.sweep, runner.reaper.sweep, forward=runner.forward
     )
@@ -224,6 +308,8 @@ def run(plan: ElasticPlan) -> int:
         except RuntimeError as exc:
             error = str(exc)
         finally:
+            if plan.grower is not None:
+                plan.grower.stop()
             if signals.killed_at is not None:
                 runner.reaper.sweep()
             if error is not None or signals.first is not None:

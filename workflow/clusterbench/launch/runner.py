@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from clusterbench.core import preemption
+from clusterbench.core.rank_env import NODE_VAR
 from clusterbench.launch.schedulers import RANK_ID_VAR, LaunchError, Scheduler
 
 log = logging.getLogger("clusterbench.launch")
@@ -137,6 +138,7 @@ class RankRunner:
         rank, host = slot_info.rank, slot_info.hostname
         extra = {
             RANK_ID_VAR: f"{self.scheduler.tag}.{rank}",
+            NODE_VAR: self.scheduler.node_of(host),
             **torch_dist_env(slot_info, self.master),
         }
         device = self.device_of(slot_info)

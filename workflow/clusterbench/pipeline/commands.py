@@ -49,6 +49,12 @@ def train_command(
     if cbconfig.is_elastic(run):
         low, high = cbconfig.worker_bounds(run)
         launch += f"--min-np {low} --max-np {high} "
+    if cbconfig.grows_through_jobs(run):
+        record = os.path.join(out_dir, "worker_jobs.json")
+        launch += f"--grow jobs --grow-record {shlex.quote(record)} "
+        where = grow_resources(run)
+        if where:
+            launch += f"--grow-resources {shlex.quote(cbconfig.canonical_json(where))} "
     launch += f"--lock {shlex.quote(os.path.join(out_dir, 'train.lock'))}"
     settings = cbconfig.canonical_json(cbconfig.data_settings(run, cfg))
     stage = (
@@ -56,6 +62,15 @@ def train_command(
         f"--out-dir {shlex.quote(out_dir)}"
     )
     return TrainCommand(launch, stage)
+
+
+def grow_resources(run: Mapping[str, Any]) -> dict[str, str]:
+    """Where the run's worker jobs go (``grow_resources``), and the SGE GPU complex they ask
+    one GPU of (``sge_gpu_complex``, for a run on GPUs)."""
+    where = dict(run.get("grow_resources") or {})
+    if run.get("sge_gpu_complex") and run.get("gpus_per_node"):
+        where["sge_gpu_complex"] = run["sge_gpu_complex"]
+    return where
 
 
 def evaluate_dirs(data_file: Any, metrics_file: Any) -> str:

@@ -24,7 +24,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from clusterbench.launch.schedulers import AllocationError, Scheduler, executors, of_executor
+from clusterbench.launch.schedulers import (
+    SCHEDULERS,
+    AllocationError,
+    Scheduler,
+    executors,
+    of_executor,
+)
 from clusterbench.pipeline import layout, preflight
 from clusterbench.pipeline.adapter import Adapter
 
@@ -177,18 +183,18 @@ class RunPlan:
         here: one message per refusal, none if they may."""
         if not trained:
             return []
+        found = self.grow_refusals(trained)
         if self.unreachable is not None:
             executor, _ = self.executor()
             scheduler = self.scheduler(executor)
             name = executor if scheduler is None else scheduler.name
-            return [
+            return found + [
                 f"{self.unreachable}\n(the {name} scheduler decides whether a run can run "
                 f"there; {len(trained)} training job(s) are to be submitted: "
                 f"{', '.join(map(repr, trained[:5]))}{', ...' if len(trained) > 5 else ''})"
             ]
         reasons = self.unavailable()
         failing = [n for n in trained if n in reasons and self.runs[n]["on_unavailable"] == "fail"]
-        found = []
         if failing:
             found.append(
                 "\n".join(reasons[n] for n in failing)
@@ -201,3 +207,30 @@ class RunPlan:
             if self._skipped(n, reasons)
         ]
         return found
+
+    def grow_refusals(self, trained: list[str]) -> list[str]:
+        """The runs of ``trained`` that grow through worker jobs (``grow: jobs``) under an
+        executor whose scheduler cannot start a rank in another job: one message naming them
+        and why; a plan (a dry run) only warns, since it plans for the local executor unless
+        told otherwise."""
+        growing = [n for n in trained if self.runs[n].get("grow") == "jobs"]
+        if not growing:
+            return []
+        executor, planning = self.executor()
+        scheduler = self.scheduler(executor)
+        problem = scheduler.grow_problem() if scheduler is not None else None
+        if problem is None:
+            return []
+        able = [name for name, cls in SCHEDULERS.items() if cls.grow_problem() is None]
+        message = (
+            f"run(s) {', '.join(map(repr, growing))} set grow: jobs, and under the {executor} "
+            f"executor {problem} (schedulers that grow runs through worker jobs: "
+            f"{', '.join(able)})"
+        )
+        if planning:
+            self.adapter.warn(
+                f"{message}; this plan is for the {executor} executor "
+                "(CLUSTERBENCH_EXECUTOR=slurm or sge plans for a cluster)"
+            )
+            return []
+        return [message]

@@ -390,6 +390,28 @@ def experiment_columns(info: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(r, dict) and isinstance(r.get("seconds"), int | float)
             )
         ),
+        "grow": str(elastic.get("grow") or ("none" if elastic else "")),
+        **device_hours(info),
+    }
+
+
+def device_hours(info: dict[str, Any]) -> dict[str, Any]:
+    """What an elastic run used: its world size over its training time, in GPU-hours on GPUs
+    (one per rank) or CPU-hours (a rank's CPUs), against what a fixed run of ``max_workers``
+    would have held over the same time (``device_hours``, ``fixed_device_hours``, and
+    ``device_hours_unit``: ``GPU`` or ``CPU``); NaN for a run without that record (not
+    elastic, or a run.json written before it)."""
+    world = info.get("world") or {}
+    elastic = world.get("elastic") or {}
+    used, fixed = elastic.get("rank_hours"), elastic.get("max_workers_rank_hours")
+    if not isinstance(used, int | float) or not isinstance(fixed, int | float):
+        return {"device_hours": np.nan, "fixed_device_hours": np.nan, "device_hours_unit": ""}
+    gpu = world.get("device") == "cuda"
+    per_rank = 1 if gpu else int(elastic.get("cpus_per_rank") or 1)
+    return {
+        "device_hours": float(used) * per_rank,
+        "fixed_device_hours": float(fixed) * per_rank,
+        "device_hours_unit": "GPU" if gpu else "CPU",
     }
 
 

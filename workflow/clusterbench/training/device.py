@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterbench.config import ConfigError
+from clusterbench.core.rank_env import NODE_VAR
 
 
 class DeviceError(ConfigError):
@@ -88,15 +89,10 @@ def synchronize(device: Any) -> None:
 
 
 def node_name() -> str:
-    """The scheduler's name for this node (HOROVOD_HOSTNAME): several may share one machine.
-    A local elastic launch's slot hosts (``<host>-slot<i>``) are their host."""
-    name = os.environ.get("HOROVOD_HOSTNAME", socket.gethostname())
-    if os.environ.get("CLUSTERBENCH_SCHEDULER") == "local":
-        from clusterbench.launch.schedulers.local import SLOT_HOST
-
-        m = SLOT_HOST.fullmatch(name)
-        name = m.group("host") if m else name
-    return name
+    """The scheduler's name for this node: several may share one machine. What the launcher
+    says (``CLUSTERBENCH_NODE``: a local elastic launch's slot host's host, a worker job's
+    node), else Horovod's host (``HOROVOD_HOSTNAME``), else this machine's name."""
+    return os.environ.get(NODE_VAR) or os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
 
 
 def scheduler_name() -> str:

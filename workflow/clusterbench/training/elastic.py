@@ -30,12 +30,38 @@ backend's :class:`~clusterbench.backends.ElasticRuntime`:
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any
 
 from clusterbench.backends import ElasticRuntime, Runtime
+from clusterbench.config import worker_bounds
+from clusterbench.core.rank_env import (
+    CPUS_PER_RANK_VAR,
+    GROW_RECORD_VAR,
+    RANK_ID_VAR,
+    read_grow_record,
+)
+from clusterbench.training.record import now_iso
 from clusterbench.training.state import Clock, Partial
+from clusterbench.training.world import (
+    LAUNCH_STARTS,
+    rank_hours,
+    worker_job_events,
+    worker_jobs_at_end,
+)
+
+
+def launch_tag() -> str:
+    """The launch this rank belongs to (``CLUSTERBENCH_RANK_ID`` = ``<launch tag>.<rank>``)."""
+    return os.environ.get(RANK_ID_VAR, "").rpartition(".")[0]
+
+
+def grow_record() -> dict[str, Any] | None:
+    """The launcher's record of the worker jobs, None for a run that does not grow through
+    jobs (or before the launcher wrote it)."""
+    return read_grow_record(os.environ.get(GROW_RECORD_VAR))
 
 
 class ElasticSession:
@@ -76,8 +102,8 @@ class ElasticSession:
 
         @self.rt.elastic_run
         def elastic_body(state: Any) -> Any:
-            self.entered(state)
             try:
+                self.entered(state)
                 return body(state)
             except errors as exc:
                 self.interrupted = (self.rt.reset_reason(exc), time.perf_counter())
@@ -86,12 +112,27 @@ class ElasticSession:
         return elastic_body(state)
 
     def entered(self, state: Any) -> None:
-        """At each (re)start of the body: the new world; after a reset, its record."""
+        """At each (re)start of the body, on every rank of the new world: its record (this
+        launch's start, or the reset), committed at once: a rank that fails before the next
+        commit makes the others restore the last one, which must hold it. (A commit is a
+        collective: every rank, a joining one too, makes it here.)"""
+        self.record_entry(state)
+        state.commit()
+        self.committed = time.perf_counter()
+
+    def record_entry(self, state: Any) -> None:
+        """The new world; after a reset, its record (module docstring)."""
         now = time.perf_counter()
         before = self.size
         self.rt.refresh()
         self.size = self.rt.size
         if self.interrupted is None:
+            # this launch's start (a rank that joins later finds it in the state it received)
+            tag = launch_tag()
+            if not any(e.get("launch") == tag for e in state.timeline):
+                why = LAUNCH_STARTS[1] if state.timeline or state.epoch else LAUNCH_STARTS[0]
+                entry = {"time": now_iso(), "size": self.size, "why": why, "launch": tag}
+                state.timeline = [*state.timeline, entry]
             return
         why, at = self.interrupted
         self.interrupted = None
@@ -106,8 +147,13 @@ class ElasticSession:
             "why": why,
             "seconds": round(now - at, 3),
             "stalled_seconds": round(stalled, 3),
+            "time": now_iso(),  # when training went on in the new world
         }
         state.resets = [*state.resets, reset]
+        state.timeline = [
+            *state.timeline,
+            {"time": reset["time"], "size": self.rt.size, "why": why},
+        ]
         print(
             f"train: rank {self.rt.rank} of {self.rt.size}: the world was reset ({why}; "
             f"{before} -> {self.rt.size} ranks) in {now - at:.2f} s; going on from epoch "
@@ -126,21 +172,49 @@ class ElasticSession:
         state.commit()
 
     def extend_record(self, record: dict[str, Any], state: Any) -> dict[str, Any]:
+        """The epoch's world: its sizes, its resets (each with its time) and, for a run that
+        grows through jobs, the worker jobs that started or ended during it."""
         epoch = record["epoch"]
-        return {
+        extended = {
             **record,
             "world_sizes": list(state.place.sizes),
             "resets": [r for r in state.resets if r["epoch"] == epoch],
         }
+        grown = grow_record()
+        if grown is not None:
+            since = state.records[-1]["time"] if state.records else None
+            if since is None and state.timeline:
+                since = state.timeline[0]["time"]
+            extended["worker_jobs"] = worker_job_events(grown, since, record["time"])
+        return extended
 
     def extend_world(self, world: dict[str, Any], state: Any) -> dict[str, Any]:
+        """run.json's ``world.elastic``: the bounds, the sizes by epoch and the resets, the
+        world size over time and the rank-hours it used against ``max_workers``'s, the CPUs
+        of a rank; for a run that grows through jobs, its worker jobs
+        (:mod:`clusterbench.training.world`)."""
         run = self.run_settings
-        return {
-            **world,
-            "elastic": {
-                "min_workers": run["min_workers"],
-                "max_workers": run["max_workers"],
-                "sizes": [r.get("world_size") for r in state.records],
-                "resets": list(state.resets),
-            },
+        end = now_iso()
+        timeline = [*state.timeline, {"time": end, "size": self.rt.size, "why": "finished"}]
+        used, fixed = rank_hours(timeline, worker_bounds(run)[1], state.records)
+        cpus = os.environ.get(CPUS_PER_RANK_VAR, "")
+        elastic = {
+            "min_workers": run["min_workers"],
+            "max_workers": run["max_workers"],
+            "sizes": [r.get("world_size") for r in state.records],
+            "resets": list(state.resets),
+            "timeline": timeline,
+            "rank_hours": used,
+            "max_workers_rank_hours": fixed,
+            "cpus_per_rank": int(cpus) if cpus.isdigit() else None,
+            "grow": "none",
         }
+        grown = grow_record()
+        if grown is not None:
+            elastic.update(
+                grow="jobs",
+                worker_job_slots=grown.get("slots"),
+                worker_jobs=worker_jobs_at_end(grown, end),
+                grow_problem=grown.get("problem"),
+            )
+        return {**world, "elastic": elastic}

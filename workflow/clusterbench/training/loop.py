@@ -104,7 +104,7 @@ class FixedSession:
         rt = self.rt
         same_network(rt, state.model, self.model)
         rt.broadcast_state(state.model, state.optimizer)
-        keys = ("epoch", "place", "records", "train_seconds", "resets")
+        keys = ("epoch", "place", "records", "train_seconds", "resets", "timeline")
         values = rt.broadcast_object({k: getattr(state, k) for k in keys}, name="train.state")
         for key in keys:
             setattr(state, key, values[key])

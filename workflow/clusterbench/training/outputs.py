@@ -93,6 +93,7 @@ class Outputs:
                 "train_seconds": state.train_seconds,
                 "place": state.place.as_dict(),
                 "resets": list(state.resets),
+                "timeline": list(getattr(state, "timeline", [])),
                 "ranks": ranks,
             },
         )

@@ -7,7 +7,9 @@ The state has the model, the optimiser and these values, as attributes:
                    all ranks: the same on every rank);
 ``records``        the finished epochs' metrics (``metrics.jsonl``);
 ``train_seconds``  training time so far (the ``minutes`` time box counts it);
-``resets``         an elastic run's resets of the world so far.
+``resets``         an elastic run's resets of the world so far;
+``timeline``       an elastic run's world size over time: ``{"time", "size", "why"}`` when a
+                   launch started it and after each reset.
 
 A fixed-size run keeps them in a :class:`PlainState`; an elastic run in the backend's own
 state object (:meth:`clusterbench.backends.ElasticRuntime.elastic_state`), which commits them
@@ -68,6 +70,7 @@ class PlainState:
     records: list[dict[str, Any]] = field(default_factory=list)
     train_seconds: float = 0.0
     resets: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def commit(self) -> None:
         pass
@@ -77,13 +80,21 @@ def values_of(checkpoint: dict[str, Any] | None) -> dict[str, Any]:
     """The state's values (module docstring) as a checkpoint recorded them; a fresh start's
     without one."""
     if checkpoint is None:
-        return {"epoch": 0, "place": Place(), "records": [], "train_seconds": 0.0, "resets": []}
+        return {
+            "epoch": 0,
+            "place": Place(),
+            "records": [],
+            "train_seconds": 0.0,
+            "resets": [],
+            "timeline": [],
+        }
     return {
         "epoch": checkpoint["epoch"],
         "place": Place.from_dict(checkpoint["place"]),
         "records": list(checkpoint["metrics"]),
         "train_seconds": checkpoint["train_seconds"],
         "resets": list(checkpoint.get("resets", [])),
+        "timeline": list(checkpoint.get("timeline", [])),
     }
 
 

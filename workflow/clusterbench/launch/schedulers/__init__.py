@@ -26,16 +26,22 @@ from collections.abc import Mapping
 
 from clusterbench.core.registry import Registry, unknown_message
 from clusterbench.launch.schedulers._base import (
+    ENDED,
+    ENDING,
     HOSTS_FILE_VAR,
+    PENDING,
     RANK_ID_VAR,
+    RUNNING,
     Allocation,
     AllocationError,
     Host,
     JobRequest,
+    JobStatus,
     LaunchError,
     PreflightContext,
     PreflightError,
     Scheduler,
+    WorkerQueue,
     fill_ranks,
     node_devices,
     parse_hosts_file,
@@ -148,7 +154,11 @@ def of_executor(executor: str, env: Mapping[str, str]) -> type[Scheduler] | None
 
 
 __all__ = [
+    "ENDED",
+    "ENDING",
     "HOSTS_FILE_VAR",
+    "PENDING",
+    "RUNNING",
     "OLD_SCHEDULER_VAR",
     "RANK_ID_VAR",
     "REGISTRY",
@@ -159,10 +169,12 @@ __all__ = [
     "AllocationError",
     "Host",
     "JobRequest",
+    "JobStatus",
     "LaunchError",
     "PreflightContext",
     "PreflightError",
     "Scheduler",
+    "WorkerQueue",
     "detect",
     "executors",
     "fill_ranks",

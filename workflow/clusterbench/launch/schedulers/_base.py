@@ -36,12 +36,13 @@ import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
+
+# every rank's `<launch tag>.<rank>`: how a local rank's process is found (re-exported)
+from clusterbench.core.rank_env import RANK_ID_VAR  # noqa: F401
 
 TOOL_TIMEOUT_S = 60  # scontrol / squeue / sinfo answering
 SIGNAL_TIMEOUT_S = 15  # scancel --signal / qrsh -inherit kill answering
-#: Every rank gets this variable, ``<launch tag>.<rank>``: how a local rank's process is found.
-RANK_ID_VAR = "CLUSTERBENCH_RANK_ID"
 
 
 class LaunchError(RuntimeError):
@@ -187,6 +188,45 @@ def within_hosts_file(hosts: Mapping[str, int], listed: Mapping[str, int] | None
 
 
 # ------------------------------------------------------------------------------------------
+# worker jobs of an elastic run that grows through jobs (`grow: jobs`, clusterbench.launch.grow)
+
+#: The states of a worker job: queued, running (its rank may run), ending (the scheduler is
+#: ending it: its rank leaves, it still holds its resources), ended.
+PENDING, RUNNING, ENDING, ENDED = "pending", "running", "ending", "ended"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the scheduler says about one worker job now."""
+
+    state: str  # PENDING, RUNNING, ENDING or ENDED
+    node: str | None = None
+    start: float | None = None  # seconds since the epoch (the scheduler's start time)
+    end: float | None = None
+    why: str | None = None  # why it ended, in words (ENDED only)
+
+
+class WorkerQueue(Protocol):
+    """A scheduler's worker jobs of one run (:meth:`Scheduler.worker_queue`)."""
+
+    #: How a worker job's rank is started, for the log.
+    how: str
+
+    def submit(self) -> str:
+        """Submit one worker job; its id. A :class:`LaunchError` when refused."""
+        ...
+
+    def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
+        """What the scheduler says about ``jobs`` now; a job it no longer knows is left out. A
+        :class:`LaunchError` when it could not be asked."""
+        ...
+
+    def cancel(self, jobs: Sequence[str]) -> None:
+        """Cancel ``jobs`` (queued or running); quietly for those already gone."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------
 # the workflow's side: before any job is submitted
 
 
@@ -252,6 +292,23 @@ def run_tool(cmd: list[str]) -> str:
             f"`{shlex.join(cmd)}` failed with exit code {proc.returncode}: {proc.stderr.strip()}"
         )
     return proc.stdout
+
+
+def submit_job(cmd: list[str], script: str, env: Mapping[str, str], separator: str) -> str:
+    """Submit a batch job (``sbatch --parsable``, ``qsub -terse``) with ``script`` on its stdin;
+    its id: what the tool printed up to ``separator`` (Slurm's ``;cluster``, SGE's ``.task``).
+    A :class:`LaunchError` naming the command when it fails or prints no id."""
+    try:
+        proc = subprocess.run(
+            cmd, input=script, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"`{shlex.join(cmd)}` could not run: {exc}") from exc
+    job = proc.stdout.strip().split(separator)[0]
+    if proc.returncode != 0 or not job.isdigit():
+        said = proc.stderr.strip() or proc.stdout.strip()
+        raise LaunchError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): {said}")
+    return job
 
 
 def resolve(name: str) -> str | None:
@@ -358,6 +415,9 @@ class Scheduler:
         self.local_hosts: set[str] = set()
         #: Hosts on which a rank failed (:meth:`discover_hosts` leaves them out).
         self.failed_hosts: set[str] = set()
+        #: The worker jobs of an elastic run that grows through jobs
+        #: (:class:`clusterbench.launch.grow.Grower`; None: it does not).
+        self.grower: Any = None
 
     @classmethod
     def snakemake_executor(cls) -> str:
@@ -402,8 +462,12 @@ class Scheduler:
 
     def elastic_hosts(self) -> dict[str, int]:
         """Horovod elastic's host discovery (asked again about every second while an elastic
-        launch runs): :meth:`discover_hosts`."""
-        return self.discover_hosts()
+        launch runs): :meth:`discover_hosts`, and the running worker jobs of a run that grows
+        through jobs, one host of one slot each (less those where a rank failed)."""
+        hosts = self.discover_hosts()
+        if self.grower is not None:
+            hosts.update(usable_hosts(self.grower.hosts(), self.failed_hosts))
+        return hosts
 
     def elastic_device(self, slot_info: Any, inherited: Sequence[str] | None) -> str | None:
         """``CUDA_VISIBLE_DEVICES`` of an elastic launch's slot (a rank keeps its GPU across
@@ -414,6 +478,47 @@ class Scheduler:
         if host is None:
             return None
         return self.rank_device(host, slot_info.local_rank, slot_info.local_size, inherited)
+
+    # growing through worker jobs (`grow: jobs`, clusterbench.launch.grow)
+
+    #: Whether a rank can be started in another job of the same user, a worker job: an elastic
+    #: run may then grow through worker jobs (``grow: jobs``).
+    can_grow: ClassVar[bool] = False
+
+    @classmethod
+    def grow_problem(cls) -> str | None:
+        """Why an elastic run cannot grow through worker jobs under this scheduler (``grow:
+        jobs``), None when it can: the workflow refuses such a run before any job."""
+        if cls.can_grow:
+            return None
+        return f"the {cls.name} scheduler cannot start a rank in a job of its own"
+
+    def worker_queue(self, resources: Mapping[str, str], log_dir: Path | None) -> WorkerQueue:
+        """The worker jobs of the run this launcher runs (after :meth:`allocation`), each one
+        worker of the run's job; ``resources``: the run's ``grow_resources``; ``log_dir``:
+        where their logs go (None: nowhere)."""
+        raise LaunchError(f"grow: jobs: {self.grow_problem()}")
+
+    def grow_addresses(self, resources: Mapping[str, str]) -> dict[str, str | None]:
+        """The nodes a worker job may run on and their addresses (None: unresolved), which
+        decide the network interface the ranks talk on (after :meth:`worker_queue`)."""
+        return {}
+
+    def worker_job(self, host: str) -> Any:
+        """The worker job Horovod knows as ``host`` (None: a host of the job's own
+        allocation)."""
+        return self.grower.job_of(host) if self.grower is not None else None
+
+    def node_of(self, host: str) -> str:
+        """The scheduler's name of the node Horovod's host ``host`` is on (a worker job's
+        node; a local slot host's host), which the ranks record (``CLUSTERBENCH_NODE``)."""
+        job = self.worker_job(host)
+        return job.node if job is not None and job.node else host
+
+    def worker_left(self, host: str) -> str | None:
+        """Why the worker job offered as ``host`` is gone (its rank left: no failure), None
+        when it still runs or ``host`` is no worker job's."""
+        return self.grower.left(host) if self.grower is not None else None
 
     # starting ranks
 

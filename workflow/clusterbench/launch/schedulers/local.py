@@ -94,6 +94,11 @@ class LocalScheduler(Scheduler):
         its slot host, which Horovod blacklists)."""
         return slot_hosts(self.discover_hosts())
 
+    def node_of(self, host: str) -> str:
+        """A slot host's host (``<host>-slot<i>`` -> ``<host>``)."""
+        m = SLOT_HOST.fullmatch(host)
+        return m.group("host") if m else host
+
     def elastic_device(self, slot_info: Any, inherited: Any) -> str | None:
         """The slot's GPU: the ``i``-th of the inherited ``CUDA_VISIBLE_DEVICES`` for slot
         ``i`` (every slot host has local rank 0); None (leave it alone) when none is set."""
@@ -152,6 +157,19 @@ class LocalScheduler(Scheduler):
         return None
 
     # the workflow's side
+
+    @classmethod
+    def grow_problem(cls) -> str | None:
+        """Locally there is nothing to grow into: the local profile runs one job at a time
+        (its ``timing_slot``), so no cores free up while a run trains, and no job is there to
+        start a rank in."""
+        return (
+            "locally one job runs at a time (the local profile's timing_slot), so no cores "
+            "free up while a run trains and there is no job to start a further rank in: "
+            "grow: jobs needs Slurm (--profile profiles/slurm) or SGE (--profile "
+            "profiles/sge); locally use grow: none, which starts on as many of max_workers "
+            "as the cores allow"
+        )
 
     @classmethod
     def unavailable(cls, context: PreflightContext) -> dict[str, str]:

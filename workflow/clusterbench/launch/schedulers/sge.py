@@ -41,9 +41,12 @@ from clusterbench.launch.schedulers._base import (
     PreflightContext,
     PreflightError,
     Scheduler,
+    WorkerQueue,
     require_tools,
+    resolve,
     run_tool,
 )
+from clusterbench.launch.schedulers._sge_grow import SgeWorkerQueue, worker_spec
 
 
 def parse_pe_hostfile(text: str) -> Allocation:
@@ -140,6 +143,7 @@ class SgeScheduler(Scheduler):
     remote = True
     cluster = True
     pins_single = True  # SGE_HGR_<complex>: a grant CUDA_VISIBLE_DEVICES may not reflect
+    can_grow = True
     resource_keys = ("threads", "sge_pe", "sge_resources", "sge_priority", "sge_export_env")
 
     def __init__(self) -> None:
@@ -170,13 +174,22 @@ class SgeScheduler(Scheduler):
         """The hosts and slots of the job's parallel environment (``$PE_HOSTFILE``)."""
         return _read_pe_hostfile(env).host_slots()
 
+    def qrsh(self, slot_info: Any) -> list[str]:
+        """``qrsh -inherit ... <node>`` into the job the slot's rank runs in: a worker job's
+        (its ``JOB_ID`` in the environment: SGE starts the task under that job), else this
+        job's."""
+        worker = self.worker_job(slot_info.hostname)
+        into = ["env", f"JOB_ID={worker.job}"] if worker is not None else []
+        return [*into, "qrsh", "-inherit", "-nostdin"]
+
     def shell_command(self, command: str, slot_info: Any) -> str:
         # (the remote shell ignores the preemption warnings: SGE's -notify reaches it too)
         remote = (
             f"{preemption.IGNORE_IN_SHELL}; cd {shlex.quote(self.cwd)} || exit 1; "
             f"{command} & echo {PID_MARK}$! >&2; wait $!"
         )
-        qrsh = ["qrsh", "-inherit", "-nostdin", "-V", slot_info.hostname, "bash", "-c"]
+        node = self.node_of(slot_info.hostname)
+        qrsh = [*self.qrsh(slot_info), "-V", node, "bash", "-c"]
         return f"{shlex.join(qrsh)} {shlex.quote(shlex.quote(remote))}"
 
     def observe(self, slot_info: Any, line: str) -> bool:
@@ -190,17 +203,35 @@ class SgeScheduler(Scheduler):
         pid = self.pids.get(slot_info.rank)
         if pid is None:
             return False
-        if slot_info.hostname in self.local_hosts:
+        node = self.node_of(slot_info.hostname)
+        if node in self.local_hosts:
             try:
                 os.kill(pid, sig)
             except OSError:
                 return False
             return True
-        cmd = ["qrsh", "-inherit", "-nostdin", slot_info.hostname, "kill", f"-{sig.name[3:]}"]
+        cmd = [*self.qrsh(slot_info), node, "kill", f"-{sig.name[3:]}"]
         proc = subprocess.run(
             [*cmd, str(pid)], check=False, capture_output=True, timeout=SIGNAL_TIMEOUT_S
         )
         return proc.returncode == 0
+
+    # growing through worker jobs (clusterbench.launch.grow, ._sge_grow)
+
+    def worker_queue(self, resources: Mapping[str, str], log_dir: Path | None) -> WorkerQueue:
+        """Worker jobs of one slot with this job's per-slot requests and priority
+        (``qstat -j``), in ``grow_resources``' queue where it names one."""
+        job = self.job_env.get("JOB_ID", "")
+        spec = worker_spec(job, run_tool(["qstat", "-j", job]), resources, SGE_MPI_PE)
+        return SgeWorkerQueue(spec, os.environ, self.cwd, log_dir)
+
+    def grow_addresses(self, resources: Mapping[str, str]) -> dict[str, str | None]:
+        """The cell's execution hosts (``qconf -sel``) and their addresses."""
+        try:
+            names = run_tool(["qconf", "-sel"]).split()
+        except LaunchError:
+            return {}
+        return {name: resolve(name) for name in names}
 
     # the workflow's side (snakemake-executor-plugin-sge 0.6.31)
 
@@ -227,7 +258,9 @@ class SgeScheduler(Scheduler):
         -notify``) is left alone.
         """
         resources: dict[str, Any] = {}
-        if generic["ranks"] > 1:
+        # a run that grows through jobs starts its ranks with qrsh -inherit even when its job
+        # has one slot
+        if generic["ranks"] > 1 or run.get("grow") == "jobs":
             slots = generic["ranks"]
             resources["sge_pe"] = SGE_MPI_PE
         else:

@@ -20,7 +20,9 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from clusterbench.core.preemption import WARNING_SIGNAL
@@ -32,10 +34,12 @@ from clusterbench.launch.schedulers._base import (
     LaunchError,
     PreflightContext,
     Scheduler,
+    WorkerQueue,
     require_tools,
     resolve,
     run_tool,
 )
+from clusterbench.launch.schedulers._slurm_grow import SlurmWorkerQueue, worker_spec
 from clusterbench.launch.schedulers._slurm_parsing import (
     expand_hostlist,
     expand_ranges,
@@ -82,6 +86,17 @@ def cancel_slurm_steps(job_id: str | None, tag: str) -> None:
         subprocess.run(["scancel", "--signal=KILL", *steps], check=False, timeout=SIGNAL_TIMEOUT_S)
 
 
+def node_addresses(names: Sequence[str]) -> dict[str, str | None]:
+    """Each node's address (``NodeAddr`` of ``scontrol show node``), resolved (None:
+    unresolved)."""
+    try:
+        node_addr = parse_scontrol_nodes(run_tool(["scontrol", "show", "node", ",".join(names)]))
+    except LaunchError as exc:
+        log.warning("could not read node addresses (%s); resolving node names instead", exc)
+        node_addr = {}
+    return {name: resolve(node_addr.get(name, name)) for name in names}
+
+
 def _job_id_or_error(env: Mapping[str, str]) -> str:
     job_id = slurm_job_id(env)
     if not job_id:
@@ -117,6 +132,7 @@ class SlurmScheduler(Scheduler):
     how = "srun steps"
     remote = True
     cluster = True
+    can_grow = True
     resource_keys = ("mpi", "tasks", "cpus_per_task", "slurm_extra", "qos")
 
     def __init__(self) -> None:
@@ -126,6 +142,8 @@ class SlurmScheduler(Scheduler):
             k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
         }
         self.hosts: dict[str, Host] = {}
+        # worker jobs (worker_queue): whether they have a GPU, their partition
+        self.grow_gpus, self.grow_partition = False, None
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> bool:
@@ -142,13 +160,7 @@ class SlurmScheduler(Scheduler):
 
     def addresses(self, alloc: Allocation) -> dict[str, str | None]:
         """Each node's address (``NodeAddr`` of ``scontrol show node``), resolved."""
-        names = ",".join(h.name for h in alloc.hosts)
-        try:
-            node_addr = parse_scontrol_nodes(run_tool(["scontrol", "show", "node", names]))
-        except LaunchError as exc:
-            log.warning("could not read node addresses (%s); resolving node names instead", exc)
-            node_addr = {}
-        return {h.name: resolve(node_addr.get(h.name, h.name)) for h in alloc.hosts}
+        return node_addresses([h.name for h in alloc.hosts])
 
     def allocated_hosts(self, env: Mapping[str, str]) -> dict[str, int]:
         """The job's nodes and slots now (``scontrol show job -d``)."""
@@ -191,22 +203,32 @@ class SlurmScheduler(Scheduler):
     def step_name(self, slot_info: Any) -> str:
         return f"{self.tag}.{slot_info.rank}"
 
+    def job_of_slot(self, slot_info: Any) -> str | None:
+        """The job a slot's rank runs in: a worker job's, else the launcher's own."""
+        worker = self.worker_job(slot_info.hostname)
+        if worker is not None:
+            return worker.job
+        return self.alloc.job_id if self.alloc else None
+
     def shell_command(self, command: str, slot_info: Any) -> str:
         assert self.alloc is not None, "bind() first"
-        host = self.hosts[slot_info.hostname]
         srun = [
             "srun",
-            f"--jobid={self.alloc.job_id}",
+            f"--jobid={self.job_of_slot(slot_info)}",
             f"--job-name={self.step_name(slot_info)}",
             "--nodes=1",
             "--ntasks=1",
-            f"--nodelist={slot_info.hostname}",
+            f"--nodelist={self.node_of(slot_info.hostname)}",
             f"--cpus-per-task={self.alloc.cpus_per_task}",
             "--exact",
         ]
-        if self.overlap:
+        worker = self.worker_job(slot_info.hostname)
+        if worker is not None:  # the worker job's one task: its CPUs, memory and GPU
+            srun.append("--gres=gpu:1" if self.grow_gpus else "--gres=none")
+        elif self.overlap:
             srun.append("--overlap")
         else:
+            host = self.hosts[slot_info.hostname]
             if host.mem_mb:
                 srun.append(f"--mem={max(1, host.mem_mb // slot_info.local_size)}M")
             srun.append("--gres=gpu:1" if host.gpus else "--gres=none")
@@ -214,7 +236,7 @@ class SlurmScheduler(Scheduler):
         return shlex.join([*srun, "bash", "-c", command])
 
     def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
-        job_id = self.alloc.job_id if self.alloc else None
+        job_id = self.job_of_slot(slot_info)
         steps = slurm_steps(job_id, name=self.step_name(slot_info))
         if steps:
             cmd = ["scancel", f"--signal={sig.name[3:]}", *steps]
@@ -223,6 +245,42 @@ class SlurmScheduler(Scheduler):
 
     def cleanup(self) -> None:
         cancel_slurm_steps(self.alloc.job_id if self.alloc else None, self.tag)
+
+    # growing through worker jobs (clusterbench.launch.grow, ._slurm_grow)
+
+    def worker_queue(self, resources: Mapping[str, str], log_dir: Path | None) -> WorkerQueue:
+        """Worker jobs sized like one worker of this job (``scontrol show job -d``), in
+        ``grow_resources``' partition and QOS where it names them."""
+        assert self.alloc is not None, "allocation() first"
+        job_text = run_tool(["scontrol", "show", "job", "-d", str(self.alloc.job_id)])
+        spec = worker_spec(job_text, resources, time.time())
+        self.grow_gpus, self.grow_partition = spec.gpus > 0, spec.partition
+        log.info(
+            "grow: worker jobs of %d CPU(s)%s%s in partition %s%s, nice %d, time limit %s",
+            spec.cpus_per_task,
+            f", {spec.mem_mb} MB" if spec.mem_mb else "",
+            ", 1 GPU" if spec.gpus else "",
+            spec.partition or "(default)",
+            f", QOS {spec.qos}" if spec.qos else "",
+            spec.nice,
+            f"{spec.minutes} min" if spec.minutes else "none",
+        )
+        return SlurmWorkerQueue(spec, self.start_env or os.environ, self.cwd, log_dir)
+
+    def grow_addresses(self, resources: Mapping[str, str]) -> dict[str, str | None]:
+        """The nodes of the partition worker jobs go to (``sinfo``; after
+        :meth:`worker_queue`) and their addresses."""
+        partition = resources.get("slurm_partition") or self.grow_partition
+        cmd = ["sinfo", "--noheader", "--format=%N"]
+        if partition:
+            cmd.append(f"--partition={partition}")
+        try:
+            listed = run_tool(cmd)
+        except LaunchError as exc:
+            log.warning("could not list the nodes worker jobs may run on: %s", exc)
+            return {}
+        names = [n for line in listed.split() for n in expand_hostlist(line)]
+        return node_addresses(names) if names else {}
 
     # the workflow's side (snakemake-executor-plugin-slurm 2.8.0 + -slurm-jobstep 0.6.1)
 
@@ -281,10 +339,11 @@ class SlurmScheduler(Scheduler):
         pending forever), with the resources the job would be submitted with; one ``sinfo``."""
         partitions = parse_sinfo(sinfo())
         reasons = {}
-        for name in context.runs:
-            problems = slurm_problems(
-                name, context.resources(name, SLURM_RESOURCE_KEYS), partitions
-            )
+        for name, run in context.runs.items():
+            resources = context.resources(name, SLURM_RESOURCE_KEYS)
+            problems = slurm_problems(name, resources, partitions)
+            if run.get("grow") == "jobs":
+                problems += worker_job_problems(name, run, resources, partitions)
             if problems:
                 reasons[name] = "; ".join(problems)
         return reasons
@@ -299,6 +358,30 @@ class SlurmScheduler(Scheduler):
             ranks=ranks,
             cpus=ranks * int(resources.get("cpus_per_task") or threads or 1),
         )
+
+
+def worker_job_problems(
+    name: str,
+    run: Mapping[str, Any],
+    resources: Mapping[str, Any],
+    partitions: Mapping[str, Partition],
+) -> list[str]:
+    """Why the worker jobs of ``run`` (``grow: jobs``: one task of the train job's CPUs per
+    task, a GPU if it has GPUs, in ``grow_resources``' partition, else the train job's) could
+    never start."""
+    partition = (run.get("grow_resources") or {}).get("slurm_partition")
+    worker = {
+        "slurm_partition": partition or resources.get("slurm_partition"),
+        "nodes": 1,
+        "tasks": 1,
+        "cpus_per_task": resources.get("cpus_per_task"),
+        "slurm_extra": "--gpus-per-node=1" if run.get("gpus_per_node") else "",
+    }
+    return [
+        f"its worker jobs (grow: jobs{', grow_resources.slurm_partition' if partition else ''})"
+        f": {problem}"
+        for problem in slurm_problems(name, worker, partitions)
+    ]
 
 
 #: The scheduler of this module (the registry's plugin).

@@ -91,8 +91,11 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
         fontsize=10.5,
     )
     ax.set_ylabel("images/s")
-    tops = [part["mean"] + part["se"].fillna(0), mine["images_per_second_mean"]]
-    ax.set_ylim(0, 1.12 * max(float(np.nanmax(t)) for t in tops if len(t)))  # markers whole
+    tops = np.concatenate(
+        [np.asarray(part["mean"] + part["se"].fillna(0), float), mine["images_per_second_mean"]]
+    )
+    tops = tops[np.isfinite(tops)]  # a point without a timed epoch has no rate
+    ax.set_ylim(0, 1.12 * tops.max() if tops.size and tops.max() > 0 else 1.0)  # markers whole
     dates = pd.concat([part["when"], mine["date"]])
     ax.set_xlim(*date_range(dates[dates.notna()]))
     locator = mdates.AutoDateLocator(minticks=3, maxticks=6)

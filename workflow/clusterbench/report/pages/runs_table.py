@@ -4,6 +4,7 @@ timing over the timed epochs."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from clusterbench.report.context import Context
@@ -24,28 +25,54 @@ MEMORY_FORMATS = {"channels_last": "NHWC (ch.-last)", "contiguous": "NCHW"}
 SCHEDULE_MARKS = {"constant": "", "cosine": "\ncos", "step": "\nstep", "inverse_time": "\n1/t"}
 
 
+#: The columns: header, relative width, right-aligned; the accuracy's header is the split's.
+COLUMNS = (
+    ("#", 0.025, True),
+    ("Run", 0.137, False),
+    ("Dataset /\nmodel", 0.085, False),
+    ("Workers\n(nodes)", 0.066, True),
+    ("Device /\nmemory", 0.075, False),
+    ("Backend /\nBN", 0.086, False),
+    ("Global\nbatch", 0.073, True),
+    ("Eff.\nLR", 0.045, True),
+    ("Deter-\nministic", 0.062, False),
+    ("Epochs", 0.055, True),
+    (None, 0.07, True),
+    ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
+    ("Throughput\n(images/s)", 0.088, True),
+    ("Total\ntrain time", 0.092, True),
+)
+#: With elastic runs whose device-hours are known: one more column (its header names the unit),
+#: its width taken from these.
+HOURS_WIDTH = 0.07
+NARROWER = {"Run": 0.045, "Time per epoch\n(mean \u00b1 sd)": 0.015, "Global\nbatch": 0.01}
+SHORTER = {"Time per epoch\n(mean \u00b1 sd)": "Time / epoch\n(mean \u00b1 sd)"}
+
+
+def columns_for(acc_header: str, hours: str | None) -> list[tuple[str, float, bool]]:
+    """The table's columns; with ``hours`` (the device-hours' unit: ``CPU``, ``GPU``, or both),
+    the device-hours column before the total time (the widths still add up the same)."""
+    if not hours:
+        return [(h or acc_header, w, r) for h, w, r in COLUMNS]
+    columns = [(SHORTER.get(h, h or acc_header), w - NARROWER.get(h, 0), r) for h, w, r in COLUMNS]
+    return [*columns[:-1], (f"{hours}-h\nused/max", HOURS_WIDTH, True), columns[-1]]
+
+
+def hours_unit(runs_df: Any) -> str | None:
+    """The unit of the runs' device-hours (``CPU``, ``GPU``, ``GPU/CPU``), None without any."""
+    if "device_hours" not in runs_df:
+        return None
+    units = sorted(set(runs_df.loc[runs_df["device_hours"].notna(), "device_hours_unit"]))
+    return "/".join(reversed(units)) or None
+
+
 def draw(ctx: Context) -> None:
     runs_df, warmup = ctx.runs_df, ctx.warmup
     splits = runs_df["eval_split"].unique()
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
-    columns = [  # header, relative width, right-aligned
-        ("#", 0.025, True),
-        ("Run", 0.137, False),
-        ("Dataset /\nmodel", 0.085, False),
-        ("Workers\n(nodes)", 0.066, True),
-        ("Device /\nmemory", 0.075, False),
-        ("Backend /\nBN", 0.086, False),
-        ("Global\nbatch", 0.073, True),
-        ("Eff.\nLR", 0.045, True),
-        ("Deter-\nministic", 0.062, False),
-        ("Epochs", 0.055, True),
-        (acc_header, 0.07, True),
-        ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
-        ("Throughput\n(images/s)", 0.088, True),
-        ("Total\ntrain time", 0.092, True),
-    ]
+    hours = hours_unit(runs_df)
     rows = [
-        run_cells(rank, r, len(splits) > 1)
+        run_cells(rank, r, len(splits) > 1, hours)
         for rank, r in enumerate(runs_df.itertuples(index=False), start=1)
     ]
     caption = (
@@ -62,14 +89,31 @@ def draw(ctx: Context) -> None:
             else "all epochs of each run."
         )
     )
-    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df)])) or None
+    hours_note = (
+        f"{hours}-h used/max: the GPU-hours (on CPUs: CPU-hours, ranks x their CPUs) an elastic "
+        "run used, its ranks over its training time, and those a fixed run of its max_workers "
+        "would have held over that time."
+        if hours
+        else None
+    )
+    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df), hours_note]))
     bottom = 0.08 if note else 0.06
-    table_pages(ctx.book, "Runs", caption, columns, rows, best_first, note, bottom=bottom)
+    table_pages(
+        ctx.book,
+        "Runs",
+        caption,
+        columns_for(acc_header, hours),
+        rows,
+        best_first,
+        note or None,
+        bottom=bottom,
+    )
 
 
-def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
+def run_cells(rank: int, r: Any, splits: bool, hours: str | None = None) -> list[str]:
     """One run's row (``r``: a runs.csv row as a named tuple); ``splits``: the runs were
-    evaluated on several splits (each cell names its own)."""
+    evaluated on several splits (each cell names its own); ``hours``: the device-hours
+    column's unit (None: no such column)."""
     acc = accuracy_cell(r, "test")
     convention = "per worker" if r.batch_scaling == "per_worker" else r.batch_scaling
     return [
@@ -91,5 +135,21 @@ def run_cells(rank: int, r: Any, splits: bool) -> list[str]:
             else "n/a\n(0 ep.*)"
         ),
         throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1"),
+        *([hours_cell(r, "/" in hours)] if hours else []),
         fmt_duration(r.train_seconds),
     ]
+
+
+def hours_cell(r: Any, mixed: bool) -> str:
+    """An elastic run's device-hours used / a fixed run of max_workers's ("–": not known);
+    ``mixed``: the runs' units differ (each cell names its own)."""
+    used, fixed = getattr(r, "device_hours", math.nan), getattr(r, "fixed_device_hours", math.nan)
+    if not (math.isfinite(used) and math.isfinite(fixed)):
+        return "\u2013"
+    unit = f" {r.device_hours_unit}" if mixed else ""
+    return f"{fmt_hours(used)} /\n{fmt_hours(fixed)}{unit}"
+
+
+def fmt_hours(hours: float) -> str:
+    """Device-hours with 2 significant digits (small ones too: a test's 0.0021)."""
+    return f"{hours:.2g}" if hours < 100 else f"{hours:.0f}"

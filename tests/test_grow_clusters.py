@@ -1,0 +1,498 @@
+"""Elastic runs that grow through worker jobs (``grow: jobs``) on the real test clusters.
+
+Slurm (two nodes of 4 CPUs and 4000 MB; preemption by partition priority: a job in ``debug``
+preempts the jobs of ``scavenger`` it needs room from, tests/clusters/slurm.py). Each training
+asks 3000 MB for its one rank, so one rank fits a node: the run's own job takes one node, a
+worker job needs the other. Nothing is faked: the workflow submits the run's job through the
+Slurm executor plugin, the launcher in it submits the worker jobs with sbatch and starts their
+ranks with ``srun --jobid``; the tests hold nodes, cancel and preempt jobs with Slurm's own
+tools. The SGE test does the same on the one-host SGE cell, whose 4 slots a blocker holds.
+
+Each test prints FIGURE lines: how long a join took (a worker job's start, as Slurm says, to
+the world having grown, as the ranks recorded it) and a leave (``scancel``, or the preemption,
+to the run going on with fewer ranks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
+
+pytestmark = pytest.mark.slow
+
+POLL = ["--seconds-between-status-checks", "5"]
+SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "3"]
+SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "3"]
+
+#: One rank per node: 3000 MB of a node's 4000 (the run's job, and each worker job).
+RANK_MB = 3000
+#: A job that holds a node against a worker job: 2000 MB beside a worker's 3000 do not fit.
+HOLD = ["--mem=2000", "--cpus-per-task=1"]
+
+
+def grow_run(name: str, **overrides) -> dict:
+    """A digits run of 1 rank that may grow to 2 through worker jobs, time-boxed (its length
+    is the test's: the events it waits for happen within it)."""
+    return {
+        "name": name,
+        "dataset": "digits",
+        "workers": 1,
+        "min_workers": 1,
+        "max_workers": 2,
+        "grow": "jobs",
+        "epochs": None,
+        "minutes": 1.5,
+        "batch_size": 64,
+        "mem_mb": RANK_MB,
+        "runtime": 15,
+        "warning_seconds": 0,
+        **overrides,
+    }
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    """The digits preprocessed once, locally: each test copies them next to its config."""
+    workdir = tmp_path_factory.mktemp("grow-data")
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    write_config(workdir, cfg)
+    snakemake(
+        workdir, "--profile", str(REPO / "profiles" / "local"), "results/data/digits/meta.json"
+    )
+    return workdir / "results"
+
+
+def config_with(digits: Path, workdir: Path, runs: list[dict]) -> list[str]:
+    """A config of ``runs`` in ``workdir``, next to the preprocessed digits (copied, mtimes
+    kept); commits every 3 steps. The targets: each run's run.json."""
+    for part in ("raw", "data"):
+        shutil.copytree(digits / part, workdir / "results" / part)
+    cfg = default_config()
+    cfg["download"]["cache_dir"] = str(workdir / "cache")
+    cfg["runs"] = runs
+    cfg["checkpoints"] = {"elastic_commit_steps": 3}
+    write_config(workdir, cfg)
+    return [f"results/runs/{run['name']}/run.json" for run in runs]
+
+
+def start(cmd: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=snakemake_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+class Watch:
+    """Waits on a training (its log) and the cluster, with one deadline for the test."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path, seconds: float = 420) -> None:
+        self.proc, self.log = proc, log
+        self.deadline = time.time() + seconds
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def until(self, what: str, ok: Callable[[], object], every: float = 0.2) -> object:
+        while True:
+            found = ok()
+            if found:
+                return found
+            if self.proc.poll() is not None or time.time() > self.deadline:
+                out = self.proc.stdout.read() if self.proc.poll() is not None else ""
+                raise AssertionError(
+                    f"waited in vain for {what}:\n{self.text()[-4000:]}\n{out[-3000:]}"
+                )
+            time.sleep(every)
+
+    def count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.text()))
+
+    def resets(self, before: int, after: int) -> int:
+        """How often rank 0 said the world was reset from ``before`` to ``after`` ranks."""
+        return self.count(rf"train: rank 0 of {after}: the world was reset \([^;]*; {before} -> ")
+
+
+def grown(watch: Watch, times: int) -> None:
+    watch.until(
+        f"the world grown to 2 ranks ({times} time(s))", lambda: watch.resets(1, 2) >= times
+    )
+
+
+def shrunk(watch: Watch, times: int) -> None:
+    watch.until(f"the world back to 1 rank ({times} time(s))", lambda: watch.resets(2, 1) >= times)
+
+
+def slurm_jobs(cluster, name: str, states: str = "PD,R,CG") -> list[tuple[str, str, str]]:
+    """(id, state, node) of the jobs called ``name``."""
+    out = cluster.run(["squeue", "-h", f"--name={name}", f"--states={states}", "-o", "%i|%T|%N"])
+    return [tuple(line.split("|")) for line in out.stdout.split()]
+
+
+def run_job(cluster, workdir: Path, watch: Watch) -> str:
+    """The id of the run's own (train) job, running in ``workdir``."""
+
+    def find() -> str | None:
+        out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z|%j"]).stdout
+        jobs = [
+            ln.split("|")[0] for ln in out.split() if f"|{workdir}|" in ln and "cbgrow" not in ln
+        ]
+        return jobs[0] if len(jobs) == 1 else None
+
+    return watch.until("the run's job running", find)
+
+
+def queue_empty(cluster, timeout: float = 30) -> str:
+    """Wait until nothing of ours is queued or running; what squeue says then."""
+    deadline = time.time() + timeout
+    while True:
+        out = cluster.run(["squeue", "-h", "-o", "%i %j %T %N"]).stdout.strip()
+        if not out or time.time() > deadline:
+            return out
+        time.sleep(0.5)
+
+
+def seconds(iso: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def assert_every_epoch_once(out: Path) -> list[dict]:
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == list(range(1, len(metrics) + 1)), metrics
+    assert (out / "model.pt").is_file()
+    return metrics
+
+
+# --------------------------------------------------------------------------------- Slurm
+
+
+@pytest.mark.slurm
+def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or_preempted(
+    slurm_cluster, digits, tmp_path
+):
+    """node2 is held by another job when the run starts: the run trains on node1 alone, its
+    worker job (in the preemptible partition, grow_resources) waits. The other job ends: the
+    worker job starts on node2 and its rank joins. `scancel` of the worker job: its rank
+    leaves, the run goes on on node1, a new worker job is queued and (node2 free) joins. A job
+    of the higher-priority partition then needs node2: Slurm preempts the worker job, its rank
+    leaves; a new worker job waits for node2 (it joins once that job ended, if the run still
+    trains then). The run finishes with every epoch once, run.json names each worker job and
+    why it ended, and nothing is left queued."""
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    scavenger = slurm_cluster.preemptible_partition
+    run = grow_run("grows", grow_resources={"slurm_partition": scavenger})
+    workdir = tmp_path / "w"
+    (target,) = config_with(digits, workdir, [run])
+    holder = slurm_cluster.run(
+        ["sbatch", "--parsable", "-w", "node2", *HOLD, "-J", "holder", "--wrap", "sleep 600"]
+    ).stdout.strip()
+    cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "slurm"), *SLURM_POLL)
+    proc = start([*cmd, target], slurm_cluster.environ())
+    log = workdir / "results" / "logs" / "train" / "grows.log"
+    watch = Watch(proc, log)
+    try:
+        job = run_job(slurm_cluster, workdir, watch)
+        name = f"cbgrow-{job}"
+        watch.until("epoch 2 on node1 alone", lambda: "train: epoch 2:" in watch.text())
+        assert watch.resets(1, 2) == 0
+        (pending,) = slurm_jobs(slurm_cluster, name)
+        assert pending[1] == "PENDING", pending
+        # the other job ends: the worker job starts on node2, its rank joins
+        slurm_cluster.run(["scancel", holder])
+        grown(watch, 1)
+        # scancel the worker job: its rank leaves; a new one is queued and joins
+        ((first, _, node),) = slurm_jobs(slurm_cluster, name, "R")
+        assert node == "node2"
+        slurm_cluster.run(["scancel", first])
+        cancelled = time.time()
+        shrunk(watch, 1)
+        grown(watch, 2)
+        # a job of the higher partition needs node2: the worker job is preempted
+        ((second, _, _),) = slurm_jobs(slurm_cluster, name, "R")
+        slurm_cluster.run(
+            ["sbatch", "-w", "node2", *HOLD, "-J", "urgent", "-p", slurm_cluster.partition,
+             "--wrap", "sleep 5"]
+        )  # fmt: skip
+        shrunk(watch, 2)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-5000:]
+    assert queue_empty(slurm_cluster) == ""
+    results = workdir / "results" / "runs" / "grows"
+    metrics = assert_every_epoch_once(results)
+    assert metrics[0]["world_size"] == 1 and 2 in {m["world_size"] for m in metrics}
+    elastic = json.loads((results / "run.json").read_text())["world"]["elastic"]
+    assert elastic["grow"] == "jobs" and elastic["worker_job_slots"] == 1
+    jobs = elastic["worker_jobs"]
+    assert [(j["job"], j["node"], j["why"]) for j in jobs[:2]] == [
+        (first, "node2", "cancelled"),
+        (second, "node2", "preempted"),
+    ], jobs
+    assert len(jobs) == 3 and jobs[2]["why"] == "the run ended"
+    # then, after the preemption, the third worker job joined, or the run ended first
+    sizes = [t["size"] for t in elastic["timeline"]]
+    assert sizes in ([1, 2, 1, 2, 1, 1], [1, 2, 1, 2, 1, 2, 2]), elastic["timeline"]
+    assert elastic["rank_hours"] < elastic["max_workers_rank_hours"]
+    joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
+    leaves = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
+    for reset, worker in zip(joins, jobs, strict=False):
+        print(
+            f"\nFIGURE slurm join: worker job {worker['job']} started -> world of 2 after "
+            f"{seconds(reset['time']) - seconds(worker['start']):.1f} s (Slurm's start time, to "
+            f"the second; reset {reset['seconds']:.2f} s)"
+        )
+    print(
+        f"FIGURE slurm leave (scancel): {seconds(leaves[0]['time']) - cancelled:.2f} s to the "
+        f"world of 1 (reset {leaves[0]['seconds']:.2f} s, {leaves[0]['stalled_seconds']:.2f} s "
+        "since the last commit)"
+    )
+    print(
+        "FIGURE slurm leave (preempted): "
+        f"{seconds(leaves[1]['time']) - seconds(jobs[1]['end']):.1f} s from the preemption "
+        f"(Slurm's end time, to the second) to the world of 1 (reset "
+        f"{leaves[1]['seconds']:.2f} s); rank-hours used {elastic['rank_hours']:.4f} of "
+        f"{elastic['max_workers_rank_hours']:.4f} for a fixed run of 2"
+    )
+
+
+def snakemake_on_slurm(cluster, workdir: Path, target: str, *extra: str) -> subprocess.Popen:
+    cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "slurm"), *SLURM_POLL)
+    return start([*cmd, *extra, target], cluster.environ())
+
+
+def end_time(cluster, job: str) -> float:
+    """A job's end (Slurm's EndTime, local time, to the second), seconds since the epoch."""
+    import datetime as dt
+
+    out = cluster.run(["squeue", "-h", "-j", job, "-t", "all", "-o", "%e"]).stdout.strip()
+    return dt.datetime.fromisoformat(out).timestamp()
+
+
+def final_state(cluster, job: str) -> str:
+    """A job's state as Slurm keeps it after its end (for MinJobAge)."""
+    out = cluster.run(["squeue", "-h", "-j", job, "-t", "all", "-o", "%T"], check=False)
+    return out.stdout.strip()
+
+
+@pytest.mark.slurm
+def test_interrupting_snakemake_cancels_the_worker_jobs(slurm_cluster, digits, tmp_path):
+    """SIGINT to Snakemake while the run trains on two nodes (its own job and a worker job):
+    the executor plugin cancels the run's job, whose launcher, stopped, cancels the worker job
+    at once; nothing is left queued or running."""
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    workdir = tmp_path / "w"
+    (target,) = config_with(digits, workdir, [grow_run("stopped")])
+    proc = snakemake_on_slurm(slurm_cluster, workdir, target)
+    watch = Watch(proc, workdir / "results" / "logs" / "train" / "stopped.log")
+    try:
+        job = run_job(slurm_cluster, workdir, watch)
+        grown(watch, 1)
+        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"cbgrow-{job}", "R")
+        proc.send_signal(signal.SIGINT)
+        sent = time.time()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    left = queue_empty(slurm_cluster)
+    assert left == "", left
+    # the launcher cancelled it (its batch script's watch would have ended it too, COMPLETED)
+    assert final_state(slurm_cluster, worker) == "CANCELLED"
+    record = json.loads((workdir / "results" / "runs" / "stopped" / "worker_jobs.json").read_text())
+    assert [(j["job"], j["why"]) for j in record["jobs"]] == [(worker, "the launcher was stopped")]
+    run_end, worker_end = (end_time(slurm_cluster, j) for j in (job, worker))
+    print(
+        f"\nFIGURE slurm: SIGINT to Snakemake -> the run's job ended {run_end - sent:.0f} s "
+        f"later, its worker job {worker_end - sent:.0f} s later (Slurm's end times, to the "
+        "second)"
+    )
+
+
+def launcher_pid(workdir: Path) -> int | None:
+    """The launcher training in ``workdir`` (found by its command line and directory)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if (
+            b"clusterbench.launch" in cmdline
+            and b"--grow-record" in cmdline
+            and cwd == str(workdir)
+        ):
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slurm
+def test_a_worker_job_ends_by_itself_when_its_launcher_is_killed(slurm_cluster, digits, tmp_path):
+    """SIGKILL to the launcher (no chance to cancel anything): the run's job fails and ends;
+    the worker job's batch script sees it gone and ends the worker job (COMPLETED) within its
+    watch interval; nothing is left queued or running."""
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    workdir = tmp_path / "w"
+    (target,) = config_with(digits, workdir, [grow_run("killed")])
+    proc = snakemake_on_slurm(slurm_cluster, workdir, target, "--retries", "0")
+    watch = Watch(proc, workdir / "results" / "logs" / "train" / "killed.log")
+    try:
+        job = run_job(slurm_cluster, workdir, watch)
+        grown(watch, 1)
+        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"cbgrow-{job}", "R")
+        os.kill(watch.until("the launcher's pid", lambda: launcher_pid(workdir)), signal.SIGKILL)
+        killed = time.time()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, out[-3000:]
+    left = queue_empty(slurm_cluster)
+    assert left == "", left
+    assert final_state(slurm_cluster, worker) == "COMPLETED"  # its own script ended it
+    run_end, worker_end = (end_time(slurm_cluster, j) for j in (job, worker))
+    log = workdir / "results" / "runs" / "killed" / "worker_jobs" / f"slurm-{worker}.log"
+    assert f"the run's job {job} no longer runs" in log.read_text()
+    print(
+        f"\nFIGURE slurm: launcher SIGKILLed -> the run's job ended {run_end - killed:.0f} s "
+        f"later, its worker job {worker_end - run_end:.0f} s after that (Slurm's end times, to "
+        "the second)"
+    )
+
+
+@pytest.mark.slurm
+def test_two_growing_runs_share_the_nodes_and_one_takes_both_after_the_other(
+    slurm_cluster, digits, tmp_path
+):
+    """Two elastic runs that grow through jobs, one node each (one rank fits a node): each
+    trains on its minimum and queues a worker job that waits, with its run's priority (nice).
+    The short one finishes (its worker job, never started, is cancelled); the freed node goes
+    to the other run's worker job: that run ends on both nodes."""
+    assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
+    workdir = tmp_path / "w"
+    long_run = grow_run("long", priority=5, minutes=1.25)
+    short = grow_run("short", minutes=None, epochs=4, priority=-3)
+    targets = config_with(digits, workdir, [long_run, short])
+    proc = snakemake_on_slurm(slurm_cluster, workdir, targets[0], targets[1])
+    watch = Watch(proc, workdir / "results" / "logs" / "train" / "long.log")
+    try:
+        nices = watch.until("both runs' worker jobs queued", lambda: worker_nices(slurm_cluster))
+        grown(watch, 1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-5000:]
+    assert sorted(nices) == ["-5", "3"], nices  # priority P: nice -P, as the run's own job
+    assert queue_empty(slurm_cluster) == ""
+    runs = workdir / "results" / "runs"
+    info = {name: json.loads((runs / name / "run.json").read_text()) for name in ("long", "short")}
+    assert_every_epoch_once(runs / "short")
+    assert [t["size"] for t in info["short"]["world"]["elastic"]["timeline"]] == [1, 1]
+    (never,) = info["short"]["world"]["elastic"]["worker_jobs"]
+    assert never["start"] is None and never["why"] == "the run ended"
+    elastic = info["long"]["world"]["elastic"]
+    assert [t["size"] for t in elastic["timeline"]][-2:] == [2, 2], elastic["timeline"]
+    (joined,) = elastic["worker_jobs"]
+    assert joined["node"] == info["short"]["world"]["hosts"][0]  # the node the short run freed
+    assert sorted(info["long"]["world"]["hosts"]) == ["node1", "node2"]
+
+
+def worker_nices(cluster) -> list[str] | None:
+    """The nice of each queued worker job, once two are queued."""
+    out = cluster.run(["squeue", "-h", "-t", "PD", "-o", "%j|%y"]).stdout.split()
+    nices = [line.split("|")[1] for line in out if line.startswith("cbgrow-")]
+    return nices if len(nices) == 2 else None
+
+
+# --------------------------------------------------------------------------------- SGE
+
+
+@pytest.mark.sge
+def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
+    sge_cluster, digits, tmp_path
+):
+    """SGE starts a rank in another job of the same user (`qrsh -inherit` with that job's
+    JOB_ID). A job holds 3 of the cell's 4 slots when the run starts on its one: the worker
+    job waits; the holder is deleted: the worker job runs and its rank joins; the worker job
+    is deleted (`qdel`): its rank leaves, a new one is queued (and joins if the run still
+    trains). The run finishes with every epoch
+    once and nothing left in the queue."""
+    workdir = tmp_path / "w"
+    run = grow_run("grows-sge", mem_mb=2000, minutes=1.25)
+    (target,) = config_with(digits, workdir, [run])
+    holder = sge_cluster.run(["qsub", "-terse", "-pe", "mpi", "3", "-b", "y", "sleep", "600"])
+    holder = holder.stdout.strip()
+    cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "sge"), *SGE_POLL)
+    # (the SGE plugin ignores --envvars: the job needs this environment, qsub -V)
+    cmd += [target, "--set-resources", "train:sge_export_env=True"]
+    proc = start(cmd, sge_cluster.environ())
+    watch = Watch(proc, workdir / "results" / "logs" / "train" / "grows-sge.log")
+
+    def workers(state: str) -> list[str]:
+        qstat = sge_cluster.run(["qstat"]).stdout
+        return re.findall(rf"^\s*(\d+)\s+\S+\s+cbgrow-\S*\s+\S+\s+{state}\s", qstat, re.M)
+
+    try:
+        watch.until("epoch 2 on one slot", lambda: "train: epoch 2:" in watch.text())
+        assert watch.resets(1, 2) == 0 and watch.until("a worker job queued", lambda: workers("qw"))
+        sge_cluster.run(["qdel", holder])
+        grown(watch, 1)
+        (first,) = workers("r")
+        sge_cluster.run(["qdel", first])
+        deleted = time.time()
+        shrunk(watch, 1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        sge_cluster.run(["qdel", holder], check=False)
+    assert proc.returncode == 0, out[-5000:]
+    results = workdir / "results" / "runs" / "grows-sge"
+    assert_every_epoch_once(results)
+    elastic = json.loads((results / "run.json").read_text())["world"]["elastic"]
+    assert [(j["job"], j["why"]) for j in elastic["worker_jobs"]] == [
+        (first, "gone from the scheduler's queue"),
+        (elastic["worker_jobs"][1]["job"], "the run ended"),
+    ]
+    # the new worker job joined, or the run ended first
+    assert [t["size"] for t in elastic["timeline"]] in ([1, 2, 1, 1], [1, 2, 1, 2, 2])
+    joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
+    (leave,) = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
+    for reset, worker in zip(joins, elastic["worker_jobs"], strict=False):
+        print(
+            f"\nFIGURE sge join: worker job {worker['job']} started -> world of 2 after "
+            f"{seconds(reset['time']) - seconds(worker['start']):.1f} s (SGE's start time, to "
+            f"the second; reset {reset['seconds']:.2f} s)"
+        )
+    print(
+        f"FIGURE sge leave (qdel): {seconds(leave['time']) - deleted:.2f} s to the world of 1 "
+        f"(reset {leave['seconds']:.2f} s)"
+    )
+    deadline = time.time() + 30
+    while sge_cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
+        time.sleep(0.5)
+    assert sge_cluster.run(["qstat"]).stdout.strip() == ""
