@@ -7,7 +7,10 @@
 * :func:`make_cifar_like`: synthetic CIFAR-shaped arrays (32x32x3 uint8, or another size, 10
   classes) in the preprocessed layout, for compute-bound timing; the content does not matter
   for speed.
-* :func:`load_arrays`: a preprocessed data dir read with plain NumPy (what the references use).
+* :func:`build_synthetic`: a dataset of ``format: synthetic`` (images generated on the
+  training device), made by the download and preprocess stages.
+* :func:`load_arrays`: a preprocessed data dir read with plain NumPy (what the references use;
+  a synthetic dataset's images as the trainer generates them).
 * :func:`jpeg_folder` and :func:`extract_folder`: an archive of JPEGs (smooth synthetic photos)
   preprocessed by clusterbench as an image folder stored as files (the streamed image folder);
   :func:`with_records`: arrays with their sizes and sha256 in meta.json, as preprocessing
@@ -135,6 +138,41 @@ def make_cifar_like(
     return path
 
 
+def build_synthetic(root: Path, size: int, n_train: int, classes: int = 10) -> Path:
+    """A dataset of ``format: synthetic`` (``bench-synthetic``: 3 x ``size`` x ``size`` images
+    generated on the training device, ``classes`` classes, ``n_train`` of them to train on),
+    made by the download and preprocess stages as the workflow's rules make it: ``meta.json``
+    alone."""
+    from clusterbench import config, download, preprocess
+
+    samples = round(n_train / 0.8)  # 10 % each for validation and test
+    entry = {
+        "format": "synthetic",
+        "shape": [3, size, size],
+        "classes": classes,
+        "samples": samples,
+        "val_fraction": 0.1,
+        "test_fraction": 0.1,
+        "split_seed": 0,
+        "min_split_size": 8,
+    }
+    run = {"name": "bench", "dataset": "bench-synthetic", "model": "torchvision.resnet18"}
+    cfg = config.validate(
+        {"datasets": {"bench-synthetic": entry}, "runs": [run], "report": {"title": "bench"}}
+    )
+    ds = cfg["datasets"]["bench-synthetic"]
+    manifest = root / "raw" / "bench-synthetic" / "MANIFEST.json"
+    params = {**config.download_slice(ds), "cache_dir": str(root / "cache")}
+    argv = ["--dataset", "bench-synthetic", "--params", json.dumps(params), "--out", str(manifest)]
+    if download.main(argv) != 0:
+        raise RuntimeError("the download of bench-synthetic failed: see above")
+    out = root / "data" / f"bench-synthetic-{size}"
+    argv = ["--dataset", "bench-synthetic", "--manifest", str(manifest), "--out-dir", str(out)]
+    if preprocess.main(argv + ["--params", json.dumps(config.preprocess_slice(ds))]) != 0:
+        raise RuntimeError("preprocessing bench-synthetic failed: see above")
+    return out
+
+
 def with_records(data: Path) -> Path:
     """The arrays' sizes and sha256 in ``data/meta.json``, as preprocessing records them."""
     from clusterbench.core import integrity
@@ -195,9 +233,21 @@ def extract_folder(archive: Path, out: Path, image_size: Sequence[int] | None) -
 
 
 def load_arrays(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """``(train_x uint8 (N, H, W, C), train_y int64 (N,), meta)`` of a preprocessed data dir."""
+    """``(train_x uint8 (N, H, W, C), train_y int64 (N,), meta)`` of a preprocessed data dir;
+    of a synthetic dataset (``meta.json`` alone), the training images the trainer generates
+    (the same bytes), with ``image_shape``, ``mean`` and ``std`` added to ``meta``."""
     data_dir = Path(data_dir)
     meta = json.loads((data_dir / "meta.json").read_text())
+    if meta.get("synthetic"):
+        from clusterbench.data import synthetic
+
+        channels, height, width = meta["shape"]
+        n = meta["counts"]["train"]
+        x, y = synthetic.images(meta["seed"], "train", n, meta["shape"], meta["num_classes"], "cpu")
+        meta["image_shape"] = [height, width, channels]
+        meta["mean"] = [synthetic.PIXEL_MEAN] * channels
+        meta["std"] = [synthetic.PIXEL_STD] * channels
+        return x.numpy(), y.numpy(), meta
     x = np.load(data_dir / "train_x.npy", allow_pickle=False)
     y = np.load(data_dir / "train_y.npy", allow_pickle=False)
     return x, y, meta

@@ -12,14 +12,20 @@ Three steps, one after the other (never two trainings at once), each with its ti
 2. bench F5: ``benchmarks/bench.py --only gpu --rounds 1`` (ResNet-20, CIFAR-shaped arrays,
    bf16 + channels-last: clusterbench 1 GPU / a hand-written loop, per backend);
 3. the workflow on ``config/gpu-check.yaml``: a torchvision ResNet-50 on synthetic 224x224
-   images, bf16, channels-last, time-boxed to ``--minutes`` under each backend (Horovod, DDP),
-   on every GPU of the machine (one rank each), evaluated and reported, in a working directory
-   of its own (default ``results/gpu-check/``, kept: its ``results/report/report.pdf``).
+   images, bf16, channels-last, time-boxed to ``--minutes`` under each backend (Horovod twice:
+   the gradients allreduced in one buffer after backward, ``grad_allreduce: one``, and in
+   buckets during backward, ``buckets``; DDP), on every GPU of the machine (one rank each),
+   evaluated and reported, in a working directory of its own (default
+   ``results/gpu-check/``, kept: its ``results/report/report.pdf``).
 
-It ends with a summary: each backend's images/s (all GPUs, and per GPU: the median over the
-epochs after the first, as the report times them), the GPUs, and F5; the exit status is 0 only
-when every step passed. With the defaults it takes about 7 minutes on one GPU (tests about 2,
-F5 about 2, the two 1-minute trainings with their start, evaluation and report about 3).
+It ends with a summary: each run's images/s (all GPUs, and per GPU: the median over the epochs
+after the first, as the report times them), how its gradients were allreduced and the exposed
+communication's share of a step (the step-time breakdown, median over those epochs), Horovod's
+summary lines, the GPUs, and F5; the exit status is 0 only when every step passed. With the
+defaults it takes about 8 minutes on one GPU (tests about 2, F5 about 2, the three 1-minute
+trainings with their start, evaluation and report about 4). On one GPU nothing is exchanged
+(both Horovod runs are the same); with two or more, the two Horovod rows are the measurement
+of ``grad_allreduce: auto``'s rule on GPUs.
 
 Without a CUDA GPU it stops at once with exit status 2, saying so. ``--cpu-smoke`` runs the same
 three steps on this machine's CPU at tiny sizes (the GPU tests and F5 then skip themselves; the
@@ -136,6 +142,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     rates = [e["images_per_second"] for e in epochs]
     timed = rates[1:] or rates
     world = info["world"]
+    shares = [comm_share(e["step_seconds"]) for e in epochs[1:] or epochs if e.get("step_seconds")]
+    effective = info.get("effective", {})
     return {
         "backend": world["backend"],
         "ranks": world["size"],
@@ -145,8 +153,18 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "images_per_second": statistics.median(timed),
         "per_rank": statistics.median(timed) / world["size"],
         "every_epoch": rates,
-        "effective": info.get("effective", {}),
+        "effective": effective,
+        "grad_allreduce": effective.get("grad_allreduce", "?"),
+        "comm_share": statistics.median(shares) if shares else None,
+        "throughput_lines": (info.get("throughput") or {}).get("lines", []),
     }
+
+
+def comm_share(steps: dict[str, Any]) -> float:
+    """The exposed communication's share of a step (an epoch's ``step_seconds``: the mean over
+    the ranks of each phase)."""
+    phases = ("data", "compute", "comm", "optimizer")
+    return steps["comm"]["mean"] / sum(steps[p]["mean"] for p in phases)
 
 
 def f5_figures(bench_json: Path) -> list[str]:
@@ -185,10 +203,14 @@ def print_summary(work: Path, config: dict[str, Any], steps: dict, bench_json: P
         s = run_summary(run_dir)
         where = ", ".join(s["gpu_names"]) or s["device"]
         every = ", ".join(f"{r:.0f}" for r in s["every_epoch"])
+        share = "-" if s["comm_share"] is None else f"{100 * s['comm_share']:.1f} %"
         print(
             f"   {run['name']}: {s['images_per_second']:,.0f} images/s on {s['ranks']} "
-            f"rank(s) ({s['per_rank']:,.0f} per rank; {where}); {s['epochs']} epoch(s): {every}"
+            f"rank(s) ({s['per_rank']:,.0f} per rank; {where}); {s['epochs']} epoch(s): {every}; "
+            f"gradients allreduced: {s['grad_allreduce']}, exposed communication {share} of a step"
         )
+        for line in s["throughput_lines"]:
+            print(f"      {line}")
     for line in f5_figures(bench_json):
         print(f"   {line}")
     print(f"   report: {work / 'results' / 'report' / 'report.pdf'}")

@@ -84,7 +84,7 @@ def bn_net() -> nn.Module:
 
 @pytest.mark.parametrize("compression", ["none", "fp16"])
 def test_horovods_step_compresses_the_gradients_and_keeps_the_bn_statistics_exact(compression):
-    from clusterbench.backends.horovod import FusedAllreduceOptimizer
+    from clusterbench.backends.horovod import GradAllreduceOptimizer
     from clusterbench.bn._blocks import RunningStatsAggregator
 
     model = bn_net()
@@ -92,7 +92,7 @@ def test_horovods_step_compresses_the_gradients_and_keeps_the_bn_statistics_exac
     runtime = SimpleNamespace(size=2, hvd=hvd)
     aggregator = RunningStatsAggregator(model)
     inner = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = FusedAllreduceOptimizer(inner, runtime, aggregator, compression)
+    step = GradAllreduceOptimizer(inner, runtime, aggregator, compression)
     model(torch.randn(8, 3) * 3 + 5).square().sum().backward()
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
     contribution = aggregator.contribution().clone()

@@ -1,6 +1,7 @@
 """`make gpu-check` (benchmarks/gpu_check.py): without a GPU it stops at once saying so; its
-config is the synthetic ResNet-50 on every GPU of the machine; ``--cpu-smoke`` runs the same
-steps through the real workflow on the CPU at tiny sizes."""
+config is the synthetic ResNet-50 on every GPU of the machine, under DDP and under Horovod with
+each way of allreducing the gradients (one buffer, buckets); ``--cpu-smoke`` runs the same
+steps through the real workflow on the CPU at tiny sizes, both Horovod paths included."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_the_check_trains_a_synthetic_resnet50_on_every_gpu_in_bf16_channels_las
     assert runs["model"] == "torchvision.resnet50"
     assert (runs["workers"], runs["gpus_per_node"], runs["minutes"]) == (4, 4, 1.5)
     assert runs["precision"] == "bf16" and runs["channels_last"] is True
-    assert sorted(r["backend"] for r in config["runs"]) == ["ddp", "horovod"]
+    runs_by = sorted((r["backend"], r.get("grad_allreduce", "auto")) for r in config["runs"])
+    assert runs_by == [("ddp", "auto"), ("horovod", "buckets"), ("horovod", "one")]
     smoke = gpu_check.check_config(gpus=0, minutes=1, cpu_smoke=True)
     assert smoke["run_defaults"]["gpus_per_node"] == 0 and smoke["run_defaults"]["epochs"] == 1
     assert smoke["run_defaults"]["model"] == "torchvision.resnet50"  # the same model, smaller
@@ -80,9 +82,17 @@ def test_cpu_smoke_runs_the_three_steps_and_prints_images_per_second(tmp_path):
     summary = out[out.index("== make gpu-check: summary") :]
     for step in ("tests", "bench", "workflow"):
         assert f"   {step}" in summary and "FAILED" not in summary
-    for run in ("resnet50-horovod", "resnet50-ddp"):
+    for run, mode in (
+        ("resnet50-horovod-one", "one"),
+        ("resnet50-horovod-buckets", "buckets"),
+        ("resnet50-ddp", "buckets"),
+    ):
         assert f"{run}: " in summary and "images/s on 2 rank(s)" in summary
+        line = next(x for x in summary.splitlines() if f"{run}: " in x)
+        assert f"gradients allreduced: {mode}, exposed communication " in line, line
         info = json.loads((work / "results" / "runs" / run / "run.json").read_text())
         assert info["run"]["precision"] == "bf16" and info["world"]["size"] == 2
+        assert info["effective"]["grad_allreduce"] == mode
+        assert all(text in summary for text in info["throughput"]["lines"])
     assert "gpu: skipped (no GPU" in summary  # F5 says why it has no figure
     assert (work / "results" / "report" / "report.pdf").is_file()

@@ -17,8 +17,14 @@ from test_report import PAGE, PARAMS, make_fake_results, pdf_text, run_report
 
 
 def run_row(name: str, ips: float, sd: float = 20.0, epochs: int = 10, **config) -> dict:
-    """One runs.csv row as the recommendation reads it."""
+    """One runs.csv row as the recommendation reads it (every speed setting not given: its
+    schema default)."""
+    from clusterbench.config import load_schema
+    from clusterbench.report.tables import SETTING_KEYS
+
+    defaults = load_schema()["$defs"]["run_settings"]["properties"]
     row = {
+        **{k: defaults[k].get("default") for k in SETTING_KEYS},
         "run": name,
         "dataset": "digits",
         "model": "small_cnn",
@@ -80,6 +86,26 @@ def test_a_margin_beyond_three_standard_errors_is_beyond_the_noise():
     assert sentence.startswith("digits / small_cnn: fastest ddp, 2 workers on 1 node (2 per node)")
     assert "9.9 % ahead of the runner-up (horovod: 1,003)" in sentence
     assert "beyond the noise (15.7 standard errors > 3)" in sentence
+
+
+def test_a_language_models_recommendation_is_in_tokens_per_second():
+    lm = {"dataset": "text", "model": "gpt-tiny"}
+    runs = pd.DataFrame(
+        [
+            run_row("a", 100, **lm, tokens_per_second=6400.0, std_tokens_per_second=64.0),
+            run_row(
+                "b", 90, **lm, backend="ddp", tokens_per_second=5760.0, std_tokens_per_second=64
+            ),
+            run_row("img", 500, tokens_per_second=math.nan, std_tokens_per_second=math.nan),
+        ]
+    )
+    recs = recommend.recommendations(recommend.configurations(runs))
+    recs = recs.set_index("workload", drop=False)
+    text = recs.loc["text / gpt-tiny"]
+    assert text["unit"] == "tokens/s" and text["mean"] == 6400 and text["runner_up_mean"] == 5760
+    sentence = recommend.recommendation_sentence(text)
+    assert ": 6,400 tokens/s, 11.1 % ahead of the runner-up (ddp: 5,760)" in sentence, sentence
+    assert "500 images/s" in recommend.recommendation_sentence(recs.loc["digits / small_cnn"])
 
 
 def test_a_margin_within_three_standard_errors_is_not_claimed():

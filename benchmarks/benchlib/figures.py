@@ -105,7 +105,8 @@ def formula_figure(
 
 
 def combine_rounds(per_round: Sequence[Figure]) -> list[Figure]:
-    """One figure per name: the median of its per-round values (rounds that failed left out)."""
+    """One figure per name: the median of its per-round values (rounds that failed left out),
+    every round's value and their spread (lowest-highest) in its detail."""
     by_name: dict[str, list[Figure]] = {}
     for fig in per_round:
         by_name.setdefault(fig.name, []).append(fig)
@@ -114,7 +115,10 @@ def combine_rounds(per_round: Sequence[Figure]) -> list[Figure]:
         values = [f.value for f in figs if f.value is not None]
         fig = dataclasses.replace(figs[0], value=statistics.median(values) if values else None)
         shown = ", ".join("failed" if f.value is None else f"{f.value:.3g}" for f in figs)
-        fig.detail = f"rounds: {shown}" + (f"; round 1: {figs[0].detail}" if len(figs) > 1 else "")
+        spread = f" (spread {min(values):.3g}-{max(values):.3g})" if len(values) > 1 else ""
+        fig.detail = f"rounds: {shown}{spread}" + (
+            f"; round 1: {figs[0].detail}" if len(figs) > 1 else ""
+        )
         if len(figs) == 1:
             fig.detail = figs[0].detail
         out.append(fig)

@@ -2,9 +2,12 @@
 default and at its alternatives, each against the plain reference, on a small ResNet-20 case:
 
 * precision: fp32 (default) and bf16, 1 worker / hand loop (fp32), per backend;
+* memory format: ``channels_last: auto`` (default: channels-last here) and ``false`` (NCHW), 1
+  worker / hand loop, per backend;
 * BatchNorm mode: aggregate (default), local and sync, 2 workers / plain DDP, per backend;
 * Horovod's cycle time (HOROVOD_CYCLE_TIME, 2 ms on the CPU by default) at 1 and 5 ms, and its
-  fusion threshold off (HOROVOD_FUSION_THRESHOLD=0), 2 workers / plain DDP;
+  fusion threshold off (HOROVOD_FUSION_THRESHOLD=0), and ``grad_allreduce: buckets`` (the
+  default ``auto`` is one buffer on the CPU), 2 workers / plain DDP;
 * DDP's bucket size (CLUSTERBENCH_DDP_BUCKET_MB; PyTorch's 25 MiB by default) at 1 and 100 MiB,
   2 workers / plain DDP.
 
@@ -55,14 +58,19 @@ def settings(backend: str) -> list[Setting]:
     one, two = Spec(CASE, "cb", 1, backend, "aggregate"), Spec(CASE, "cb", 2, backend, "aggregate")
     found = [
         Setting("precision", backend, one, (_with(one, run=(("precision", "bf16"),)),), hand),
+        Setting(
+            "memory format", backend, one, (_with(one, run=(("channels_last", False),)),), hand
+        ),
         Setting("bn", backend, two, tuple(_with(two, bn=bn) for bn in ("local", "sync")), ddp),
     ]
     if backend == "horovod":
         cycles = tuple(_with(two, env=(("HOROVOD_CYCLE_TIME", ms),)) for ms in ("1", "5"))
         fusion = (_with(two, env=(("HOROVOD_FUSION_THRESHOLD", "0"),)),)
+        buckets = (_with(two, run=(("grad_allreduce", "buckets"),)),)
         found += [
             Setting("cycle time", backend, two, cycles, ddp),
             Setting("fusion", backend, two, fusion, ddp),
+            Setting("grad_allreduce", backend, two, buckets, ddp),
         ]
     else:
         buckets = tuple(

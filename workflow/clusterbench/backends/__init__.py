@@ -47,7 +47,7 @@ backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -80,6 +80,9 @@ class DistributedOptimizer:
     optimiser's, so checkpoints hold a plain optimiser state under every backend.
     """
 
+    #: How many gradient buffers a step allreduces (None: the backend does not say).
+    buffers: int | None = None
+
     def __init__(self, inner: torch.optim.Optimizer) -> None:
         self.inner = inner
 
@@ -99,27 +102,6 @@ class DistributedOptimizer:
     def step(self) -> None:
         self.synchronize()
         self.inner.step()
-
-
-def flat_grads(params: list[nn.Parameter]) -> Iterator[torch.Tensor]:
-    """Every parameter's gradient, flattened (in logical order, whatever its memory format); a
-    missing one is created as zeros (every rank must contribute the same layout)."""
-    import torch
-
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        yield p.grad.reshape(-1)
-
-
-def unflatten_into(flat: torch.Tensor, params: list[nn.Parameter]) -> int:
-    """Copy ``flat``'s leading values back into the gradients; returns how many were used."""
-    offset = 0
-    for p in params:
-        n = p.grad.numel()
-        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-        offset += n
-    return offset
 
 
 def contiguous_state(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -284,6 +266,26 @@ class Runtime(ABC):
         if self.rank != 0:
             optimizer.load_state_dict(state)
 
+    def choose_grad_allreduce(
+        self, asked: str, model: nn.Module, device_type: str
+    ) -> tuple[str, str]:
+        """``(mode, why)`` for a run's ``grad_allreduce`` (``asked``: auto, one or buckets):
+        ``one`` buffer allreduced after backward, or ``buckets`` allreduced during backward;
+        ``none`` in a world of one rank (nothing is exchanged). ``auto`` is the backend's
+        :meth:`auto_grad_allreduce`, given the bytes of ``model``'s trainable gradients."""
+        if self.size == 1:
+            return "none", "1 worker: no gradient is exchanged"
+        if asked != "auto":
+            return asked, f"grad_allreduce: {asked}"
+        grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        return self.auto_grad_allreduce(grads, device_type)
+
+    def auto_grad_allreduce(self, grad_bytes: int, device_type: str) -> tuple[str, str]:
+        """``grad_allreduce: auto``'s choice for gradients of ``grad_bytes`` on ``device_type``
+        (cpu / cuda), with why: buckets during backward, as DDP and ``hvd.DistributedOptimizer``
+        do, unless the backend measured otherwise."""
+        return "buckets", "auto: buckets during backward"
+
     @abstractmethod
     def wrap(
         self,
@@ -292,6 +294,7 @@ class Runtime(ABC):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        grad_allreduce: str = "buckets",
         unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         """``(module to call in training, optimiser to step)`` for data-parallel training.
@@ -302,9 +305,11 @@ class Runtime(ABC):
         travel in; the BatchNorm statistics always travel exact. ``timed``: the training times
         its steps (:mod:`clusterbench.training.step_times`), so the optimiser's
         :meth:`DistributedOptimizer.gradients_ready` must tell when backward's compute ended
-        where the backend communicates during backward. ``unused``: some trainable parameters
-        get no gradient in a step (:data:`clusterbench.models.custom.UNUSED`): a backend that
-        waits for every gradient must be told (DDP's ``find_unused_parameters``).
+        where the backend communicates during backward. ``grad_allreduce`` (from
+        :meth:`choose_grad_allreduce`): ``one`` buffer after backward or ``buckets`` during it.
+        ``unused``: some trainable parameters get no gradient in a step
+        (:data:`clusterbench.models.custom.UNUSED`): a backend that waits for every gradient
+        must be told (DDP's ``find_unused_parameters``).
         """
 
     def aggregator(self, model: nn.Module, bn: str) -> RunningStatsAggregator | None:

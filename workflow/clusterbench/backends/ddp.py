@@ -6,17 +6,21 @@ scheduler's node list (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_S
 ``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``): no torchrun, no ssh.
 Without them the process is a world of one.
 
-DDP averages the gradients during backward, in buckets (one bucket for a small model); its
-per-forward buffer broadcast is switched off (``broadcast_buffers=False``) because BatchNorm
-statistics follow the run's ``bn`` mode instead: ``aggregate`` adds one ``all_reduce`` of the
-running-statistics contribution after each optimiser step.
+DDP averages the gradients during backward, in buckets (one bucket for a small model;
+``grad_allreduce: one``: a single bucket, allreduced when backward has produced every
+gradient); its per-forward buffer broadcast is switched off (``broadcast_buffers=False``)
+because BatchNorm statistics follow the run's ``bn`` mode instead: ``aggregate`` adds one
+``all_reduce`` of the running-statistics contribution, started by the communication hook right
+behind the step's last bucket (:func:`bucket_hook`) and waited for before the optimiser step,
+so that it adds no round trip after backward.
 
-``grad_compression: fp16 | bf16`` registers PyTorch's own communication hook on the DDP module
+``grad_compression: fp16 | bf16`` uses PyTorch's own communication hooks
 (``ddp_comm_hooks.default_hooks.fp16_compress_hook`` / ``bf16_compress_hook``): each gradient
 bucket is cast to the 16-bit type for its allreduce, averaged, and cast back. The BatchNorm
 contribution's ``all_reduce`` is no DDP bucket: it stays float32, exact. When steps are timed
-(:mod:`clusterbench.training.step_times`) the timed hook wraps the compress hook: each bucket's
-start is noted, then it is compressed and exchanged.
+(:mod:`clusterbench.training.step_times`) or BatchNorm statistics are aggregated, clusterbench's
+hook wraps the compress hook (or DDP's allreduce): each bucket's start is noted, then it is
+compressed and exchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from clusterbench.backends import Collectives, DistributedOptimizer, Identity, Runtime, env_int
+from clusterbench.backends._grads import ReadyClock, env_mb
 
 if TYPE_CHECKING:
     import torch
@@ -53,16 +58,7 @@ BUCKET_ENV = "CLUSTERBENCH_DDP_BUCKET_MB"
 
 def bucket_cap_mb(env: Mapping[str, str]) -> float | None:
     """DDP's ``bucket_cap_mb`` from :data:`BUCKET_ENV` (None: PyTorch's default)."""
-    value = env.get(BUCKET_ENV, "")
-    if not value:
-        return None
-    try:
-        mb = float(value)
-    except ValueError:
-        mb = -1.0
-    if not mb > 0:
-        raise ValueError(f"${BUCKET_ENV} must be a number of MiB above 0, got {value!r}")
-    return mb
+    return env_mb(env, BUCKET_ENV)
 
 
 def all_reduce(tensor: torch.Tensor) -> None:
@@ -104,59 +100,72 @@ def allreduce_sum_function() -> type:
     return AllreduceSum
 
 
-class ReadyClock:
-    """The state of DDP's communication hook when steps are timed: when each gradient bucket
-    was handed to the collective (the last one: backward's compute is done), and the hook that
-    then exchanges it (``inner``: ``grad_compression``'s compress hook; None: DDP's allreduce)."""
+class HookState:
+    """The state of the DDP communication hook clusterbench registers (:func:`bucket_hook`):
+    the clock noting when each bucket was handed to its collective (None: steps are not
+    timed), the hook that exchanges it (``inner``: ``grad_compression``'s compress hook; None:
+    DDP's allreduce) and, with ``bn: aggregate``, the BatchNorm contribution's allreduce started
+    with the step's last bucket (``pending``: its buffer and work, until the step's
+    synchronize)."""
 
-    def __init__(self, cuda: bool, inner: Callable[..., Any] | None = None) -> None:
-        self.cuda = cuda
-        self.inner = inner
-        self.last: Any = None
-
-    def mark(self) -> None:
-        if self.cuda:
-            import torch
-
-            self.last = torch.cuda.Event(enable_timing=True)
-            self.last.record()
-        else:
-            self.last = time.perf_counter()
+    def __init__(
+        self,
+        clock: ReadyClock | None = None,
+        inner: Callable[..., Any] | None = None,
+        aggregator: RunningStatsAggregator | None = None,
+    ) -> None:
+        self.clock, self.inner, self.aggregator = clock, inner, aggregator
+        self.pending: tuple[torch.Tensor, Any] | None = None
 
 
-def timed_allreduce_hook(clock, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations
-    """The bucket's exchange, its start noted: DDP's own allreduce
-    (``default_hooks.allreduce_hook``), or the compress hook of ``grad_compression`` (the
-    bucket cast to 16 bits, averaged, cast back): the timing wraps the compression."""
+def bucket_hook(state, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations
+    """The bucket's exchange: DDP's own allreduce (``default_hooks.allreduce_hook``), or the
+    compress hook of ``grad_compression`` (the bucket cast to 16 bits, averaged, cast back);
+    its start noted where steps are timed (the timing wraps the compression). With the step's
+    last bucket the BatchNorm contribution's allreduce starts too, float32, exact: it runs
+    behind the bucket's instead of after backward."""
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    clock.mark()
-    exchange = default_hooks.allreduce_hook if clock.inner is None else clock.inner
-    return exchange(None, bucket)  # None: the default process group
+    if state.clock is not None:
+        state.clock.mark()
+    exchange = default_hooks.allreduce_hook if state.inner is None else state.inner
+    future = exchange(None, bucket)  # None: the default process group
+    if state.aggregator is not None and bucket.is_last():
+        stats = state.aggregator.contribution()
+        state.pending = (stats, dist.all_reduce(stats, async_op=True))
+        _HANDED.append(stats)
+    return future
 
 
 class AggregatingOptimizer(DistributedOptimizer):
     """``step()``: DDP averaged the gradients during backward already; with ``bn: aggregate``
-    one all_reduce of the BatchNorm running statistics, then the optimiser step."""
+    the BatchNorm running statistics' allreduce (started with the last bucket, else now) is
+    waited for and applied, then the optimiser steps."""
 
     def __init__(
-        self,
-        inner: torch.optim.Optimizer,
-        aggregator: RunningStatsAggregator | None,
-        clock: ReadyClock | None = None,
+        self, inner: torch.optim.Optimizer, aggregator: RunningStatsAggregator | None, hook: Any
     ) -> None:
         super().__init__(inner)
         self.aggregator = aggregator
-        self.clock = clock
+        self.hook = hook  # the HookState (None: DDP's own allreduce, no hook of ours)
 
     def gradients_ready(self) -> Any:
-        return None if self.clock is None else self.clock.last
+        clock = None if self.hook is None else self.hook.clock
+        return None if clock is None else clock.last
 
     def synchronize(self) -> None:
-        if self.aggregator is not None:
-            buf = self.aggregator.contribution()
-            all_reduce(buf)
-            self.aggregator.apply(buf)
+        if self.aggregator is None:
+            return
+        pending = None if self.hook is None else self.hook.pending
+        if pending is None:  # no bucket's hook ran (a world of one)
+            stats = self.aggregator.contribution()
+            all_reduce(stats)
+        else:
+            stats, work = pending
+            work.wait()
+            self.hook.pending = None
+        self.aggregator.apply(stats)
 
 
 class TorchCollectives(Collectives):
@@ -270,31 +279,39 @@ class TorchRuntime(Runtime):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        grad_allreduce: str = "buckets",
         unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
         hook = compress_hook(grad_compression)
-        module, clock = model, None
+        module, state = model, None
         if self.size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             params = next(model.parameters())
+            cap = bucket_cap_mb(os.environ)
+            if grad_allreduce == "one":  # one bucket holding every gradient
+                cap = 1 + sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
             module = DistributedDataParallel(
                 model,
                 device_ids=[params.device.index] if params.is_cuda else None,
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
-                bucket_cap_mb=bucket_cap_mb(os.environ),
+                bucket_cap_mb=cap,
                 # parameters a step leaves without a gradient: DDP would wait for them forever
                 # ("Expected to have finished reduction"); it finds them after every forward,
                 # a walk of the autograd graph (README, "Your own model")
                 find_unused_parameters=unused,
             )
-            if timed:  # when backward's compute ends: the last bucket's start
-                clock = ReadyClock(params.is_cuda, hook)
-                module.register_comm_hook(clock, timed_allreduce_hook)
+            aggregator = self.aggregator(model, bn)
+            # timed: backward's compute ends where the last bucket starts
+            clock = ReadyClock(params.is_cuda) if timed else None
+            if clock is not None or aggregator is not None:
+                state = HookState(clock, hook, aggregator)
+                module.register_comm_hook(state, bucket_hook)
             elif hook is not None:
                 module.register_comm_hook(None, hook)  # None: the default process group
-        return module, AggregatingOptimizer(optimizer, self.aggregator(model, bn), clock)
+            return module, AggregatingOptimizer(optimizer, aggregator, state)
+        return module, AggregatingOptimizer(optimizer, None, None)
 
 
 def compress_hook(grad_compression: str) -> Callable[..., Any] | None:

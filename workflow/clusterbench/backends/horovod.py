@@ -1,14 +1,30 @@
 """``backend: horovod``: Horovod collectives (Gloo on the CPU, NCCL on GPUs when built with it).
 
-One step costs ONE Horovod allreduce: every gradient, plus (``bn: aggregate``) the BatchNorm
-running-statistics contribution, is packed into a single flat buffer and averaged with
-``hvd.allreduce_`` (see :class:`FusedAllreduceOptimizer`). We fuse ourselves instead of relying
-on ``hvd.DistributedOptimizer``'s per-parameter hooks plus Horovod's tensor fusion: those hooks
-enqueue one request per parameter as backward produces them, and how many of them land in one
-fusion cycle depends on timing, so a small model could cost several negotiated allreduces per
-step. With one request per step, Horovod's fusion threshold (``HOROVOD_FUSION_THRESHOLD``,
-default 64 MiB) never splits or delays it, and its response cache (default on) makes the
-negotiation a bit-vector exchange.
+A step's gradients are views of flat buffers (:mod:`clusterbench.backends._grads`), averaged by
+:class:`GradAllreduceOptimizer` in one of two ways (the run's ``grad_allreduce``):
+
+``one``      ONE ``hvd.allreduce_`` per step, after backward, of every gradient plus (``bn:
+             aggregate``) the BatchNorm running-statistics contribution. With one request per
+             step, Horovod's fusion threshold (``HOROVOD_FUSION_THRESHOLD``, default 64 MiB)
+             never splits or delays it, and its response cache makes the negotiation a
+             bit-vector exchange; but the whole allreduce waits for backward's end.
+``buckets``  a ``hvd.allreduce_async_`` per bucket of about 25 MiB (the last layers' first),
+             from a hook on every parameter as soon as backward has produced the bucket's last
+             gradient: the allreduce overlaps the rest of backward, as DDP's buckets and
+             ``hvd.DistributedOptimizer``'s per-parameter hooks do (ours hand Horovod a few
+             buckets, not a request per tensor, so how many land in one fusion cycle does not
+             depend on timing).
+
+``auto`` (:meth:`HorovodRuntime.auto_grad_allreduce`): one buffer on the CPU, buckets on
+GPUs. On the 2-core reference CPU (2 ranks, steps of both kinds interleaved in one job)
+buckets were never faster: level for ResNet-20 (1 MiB of gradients: one bucket anyway) and
+ResNet-18 (43 MiB: 1.015 and 0.995 of one buffer's speed), 0.96 for ResNet-50 (90 MiB); the
+ranks' compute and the collective's copies and sums share the same cores, so there is nothing
+to overlap with. On GPUs backward runs on the device while the collective runs on the network,
+as DDP's buckets and ``hvd.DistributedOptimizer`` overlap them; that side of the rule is not
+measured on the reference machine (it has no GPU): ``make gpu-check`` trains both ways on every
+GPU of a machine and prints each one's exposed communication (benchmarks/README.md, "Gradients
+in one buffer or in buckets").
 
 The cost left is Horovod's background cycle (``HOROVOD_CYCLE_TIME``): a request waits for the
 next cycle to be negotiated, and *every* cycle, busy or idle, runs a small coordination
@@ -30,17 +46,12 @@ where a step is shorter and cores are plenty. A value in the environment always 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from clusterbench.backends import (
-    Collectives,
-    DistributedOptimizer,
-    ElasticRuntime,
-    Identity,
-    flat_grads,
-    unflatten_into,
-)
+from clusterbench.backends import Collectives, DistributedOptimizer, ElasticRuntime, Identity
+from clusterbench.backends._grads import Bucket, GradBuckets, ReadyClock, bucket_mb
 
 if TYPE_CHECKING:
     import torch
@@ -50,16 +61,23 @@ if TYPE_CHECKING:
 
 #: Horovod background-cycle time (ms) of CPU runs unless HOROVOD_CYCLE_TIME is set (see above).
 CYCLE_TIME_MS = "2"
+#: The optimiser each inner optimiser was last wrapped in (an elastic reset wraps it again).
+_WRAPPED: weakref.WeakKeyDictionary[Any, GradAllreduceOptimizer] = weakref.WeakKeyDictionary()
 
 
-class FusedAllreduceOptimizer(DistributedOptimizer):
-    """``step()``: one averaged allreduce of [all gradients | BN contribution], then step.
+class GradAllreduceOptimizer(DistributedOptimizer):
+    """``step()``: the gradients averaged over the workers (with ``bn: aggregate``, the
+    BatchNorm running-statistics contribution too), then the optimiser's step.
 
-    With ``grad_compression: fp16`` the gradients' flat buffer is cast to float16 for the
-    allreduce and back (``hvd.Compression.fp16``, as ``hvd.DistributedOptimizer(...,
-    compression=hvd.Compression.fp16)`` does per tensor), and the BatchNorm contribution, which
-    must stay exact (sums of sample counts and second moments), goes in its own float32
-    allreduce, started at the same time: both are negotiated in the same background cycle.
+    The gradients are views of flat buffers (:class:`clusterbench.backends._grads.GradBuckets`):
+    with ``grad_allreduce: one`` ONE buffer, allreduced after backward (named ``step``); with
+    ``buckets`` several, each allreduced from a hook as soon as backward has produced its last
+    gradient (named ``grad.<i>``), while backward computes on. The BatchNorm contribution rides
+    at the end of the last buffer (the first layers', ready last). :meth:`zero_grad` zeroes the
+    buffers (the views stay). With ``grad_compression: fp16`` each buffer's gradients travel as
+    float16 (``hvd.Compression.fp16``, as ``hvd.DistributedOptimizer(...,
+    compression=hvd.Compression.fp16)`` sends each tensor) and the BatchNorm contribution, which
+    must stay exact (sums of sample counts and second moments), in its own float32 allreduce.
     """
 
     def __init__(
@@ -68,45 +86,75 @@ class FusedAllreduceOptimizer(DistributedOptimizer):
         runtime: HorovodRuntime,
         aggregator: RunningStatsAggregator | None,
         grad_compression: str = "none",
+        mode: str = "one",
+        clock: ReadyClock | None = None,
     ) -> None:
         super().__init__(inner)
         self.runtime = runtime
         self.aggregator = aggregator
-        self.params = [p for group in inner.param_groups for p in group["params"]]
         self.compression = compressor(runtime.hvd, grad_compression)
+        self.mode = mode
+        self.clock = clock
+        params = [p for group in inner.param_groups for p in group["params"]]
+        tail = len(aggregator) if aggregator is not None and self.compression is None else 0
+        cap = bucket_mb(os.environ) if mode == "buckets" else None
+        self.buckets = GradBuckets(params, cap, tail)
+        self.buffers = len(self.buckets)
+        self._pending: list[tuple[Bucket, Any, Any, Any]] = []
+        if mode == "buckets":
+            self.buckets.on_ready(self._launch_ready)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the gradients, which stay views of the buffers (``set_to_none`` is ignored)."""
+        self.buckets.zero()
+        if self.clock is not None:
+            self.clock.last = None
+
+    def gradients_ready(self) -> Any:
+        return None if self.clock is None else self.clock.last
+
+    def _launch_ready(self, i: int) -> None:
+        self.launch(i)
+        if self.clock is not None:
+            self.clock.mark()
+
+    def launch(self, i: int) -> None:
+        """Hand bucket ``i`` to Horovod (averaged, in place or through its 16-bit copy)."""
+        hvd = self.runtime.hvd
+        bucket = self.buckets.buckets[i]
+        name = "step" if self.mode == "one" else f"grad.{i}"
+        if bucket.tail.numel():
+            bucket.tail.copy_(self.aggregator.contribution())
+        if self.compression is None:
+            handle = hvd.allreduce_async_(bucket.buffer, op=hvd.Average, name=name)
+            self._pending.append((bucket, handle, None, None))
+        else:
+            wire, context = self.compression.compress(bucket.grads)
+            handle = hvd.allreduce_async_(wire, op=hvd.Average, name=name)
+            self._pending.append((bucket, handle, wire, context))
+        bucket.handle = handle
 
     def synchronize(self) -> None:
-        if self.runtime.size == 1:
-            return
-        import torch
-
-        if self.compression is not None:
-            return self.synchronize_compressed()
-        parts = list(flat_grads(self.params))
-        if self.aggregator is not None:
-            parts.append(self.aggregator.contribution().to(parts[0]))
-        flat = torch.cat(parts)
-        self.runtime.hvd.allreduce_(flat, op=self.runtime.hvd.Average, name="step")
-        used = unflatten_into(flat, self.params)
-        if self.aggregator is not None:
-            self.aggregator.apply(flat[used:])
-
-    def synchronize_compressed(self) -> None:
-        """The gradients compressed in one allreduce, the BN contribution exact in another."""
-        import torch
-
         hvd = self.runtime.hvd
-        grads = torch.cat(list(flat_grads(self.params)))
-        wire, context = self.compression.compress(grads)
-        handles = [hvd.allreduce_async_(wire, op=hvd.Average, name="step")]
-        if self.aggregator is not None:
-            stats = self.aggregator.contribution().to(grads)
-            handles.append(hvd.allreduce_async_(stats, op=hvd.Average, name="step.bn"))
-        for handle in handles:
+        for i, bucket in enumerate(self.buckets.buckets):
+            if bucket.handle is None:  # one buffer, or a bucket with a gradient never made
+                bucket.attach()
+                self.launch(i)
+        stats = None
+        if self.aggregator is not None and self.compression is not None:
+            stats = self.aggregator.contribution()
+            stats_handle = hvd.allreduce_async_(stats, op=hvd.Average, name="step.bn")
+        for bucket, handle, wire, context in self._pending:
             hvd.synchronize(handle)
-        unflatten_into(self.compression.decompress(wire, context), self.params)
+            if wire is not None:
+                bucket.grads.copy_(self.compression.decompress(wire, context))
+            bucket.handle = None
+            bucket.pending = len(bucket.params)
+        self._pending = []
         if self.aggregator is not None:
-            self.aggregator.apply(stats)
+            if stats is not None:
+                hvd.synchronize(stats_handle)
+            self.aggregator.apply(stats if stats is not None else self.buckets.last.tail)
 
 
 class HorovodCollectives(Collectives):
@@ -197,6 +245,13 @@ class HorovodRuntime(ElasticRuntime):
         return list(self.hvd.allgather_object(obj, name=name))
 
     # -- model and optimiser --------------------------------------------------------------
+    def auto_grad_allreduce(self, grad_bytes: int, device_type: str) -> tuple[str, str]:
+        """One buffer on the CPU, buckets on GPUs (the module docstring)."""
+        mib = grad_bytes / 2**20
+        if device_type == "cuda":
+            return "buckets", f"auto: {mib:.1f} MiB of gradients on GPUs: buckets during backward"
+        return "one", f"auto: {mib:.1f} MiB of gradients on the CPU: one buffer after backward"
+
     def sync_batchnorm(self, device: torch.device) -> Callable[[nn.BatchNorm2d], nn.BatchNorm2d]:
         import torch
 
@@ -213,12 +268,25 @@ class HorovodRuntime(ElasticRuntime):
         bn: str,
         grad_compression: str = "none",
         timed: bool = False,
+        grad_allreduce: str = "one",
         unused: bool = False,
     ) -> tuple[nn.Module, DistributedOptimizer]:
-        # a parameter without a gradient is allreduced as zeros (the fused buffer's part):
-        # nothing waits for it, so ``unused`` changes nothing here
+        # a parameter without a gradient is allreduced as zeros (its buffer's part; a bucket
+        # that misses one is sent at the step): nothing waits for it, ``unused`` changes nothing
+        previous = _WRAPPED.pop(optimizer, None)
+        if previous is not None:  # wrapped again (an elastic reset): its hooks go
+            previous.buckets.detach()
+        compressor(self.hvd, grad_compression)  # refuses what Horovod cannot send
+        if self.size == 1:
+            return model, DistributedOptimizer(optimizer)
         aggregator = self.aggregator(model, bn)
-        return model, FusedAllreduceOptimizer(optimizer, self, aggregator, grad_compression)
+        overlap = grad_allreduce == "buckets"
+        clock = ReadyClock(self.device_type == "cuda") if timed and overlap else None
+        wrapped = GradAllreduceOptimizer(
+            optimizer, self, aggregator, grad_compression, grad_allreduce, clock
+        )
+        _WRAPPED[optimizer] = wrapped
+        return model, wrapped
 
 
 #: The backend's runtime (clusterbench.backends).

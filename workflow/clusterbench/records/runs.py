@@ -187,6 +187,31 @@ def memory_format(info: Mapping[str, Any]) -> str:
     return "channels_last" if info["run"].get("channels_last") is True else "contiguous"
 
 
+#: runs.csv's columns of Horovod's summary lines (run.json's ``throughput``,
+#: :func:`clusterbench.training.record.throughput_summary`) -> its key.
+THROUGHPUT_COLUMNS = {
+    "rate_unit": "unit",
+    "rate_device": "device",
+    "rate_per_worker": "per_device",
+    "rate_per_worker_ci95": "per_device_ci95",
+    "rate_total": "total",
+    "rate_total_ci95": "total_ci95",
+}
+
+
+def throughput_columns(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's Horovod summary (run.json's ``throughput``) as runs.csv's columns, and the
+    lines it printed (``summary_lines``, joined by "; "); NaN and "" in a run.json written
+    before it existed."""
+    found = info.get("throughput") or {}
+    out: dict[str, Any] = {
+        column: found.get(key, "" if key in ("unit", "device") else math.nan)
+        for column, key in THROUGHPUT_COLUMNS.items()
+    }
+    out["summary_lines"] = "; ".join(found.get("lines") or [])
+    return out
+
+
 def pair_dirs(run_dirs: list[Path], eval_dirs: list[Path]) -> list[tuple[Path, Path]]:
     """``results/runs/RUN`` with ``results/eval/RUN``, by directory name; an error naming every
     run without an evaluation, evaluation without a run, and name given twice."""

@@ -55,6 +55,7 @@ CONFIG_COLUMNS = (
     "epochs",
     "mean",
     "se",
+    "unit",
     "rank",
 )
 
@@ -73,6 +74,7 @@ RECOMMENDATION_COLUMNS = (
     "margin_se",
     "beyond_noise",
     "configurations",
+    "unit",
 )
 
 
@@ -97,16 +99,27 @@ def with_config(runs_df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def rate_key(group: pd.DataFrame) -> str:
+    """The throughput a group of runs is compared by: a language model's tokens/s (every run of
+    the group has it), else images/s."""
+    tokens = group.get("tokens_per_second")
+    if tokens is not None and np.isfinite(tokens.astype(float)).all():
+        return "tokens_per_second"
+    return "images_per_second"
+
+
 def configurations(runs_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per workload and configuration of the timed runs: its runs, mean images/s and
-    standard error; ranked within its workload, fastest first (``rank`` 1)."""
+    """One row per workload and configuration of the timed runs: its runs, mean throughput
+    (``unit``: images/s, a language model's tokens/s) and standard error; ranked within its
+    workload, fastest first (``rank`` 1)."""
     df = with_config(runs_df)
     df = df[np.isfinite(df["images_per_second"].astype(float))]
     rows = []
     for key, group in df.groupby(["workload", *CONFIG_KEY], sort=False):
+        rate = rate_key(group)
         est = stats.estimate(
-            group["images_per_second"].astype(float).tolist(),
-            group["std_images_per_second"].astype(float).tolist(),
+            group[rate].astype(float).tolist(),
+            group[f"std_{rate}"].astype(float).tolist(),
             group["timed_epochs"].astype(int).tolist(),
         )
         rows.append(
@@ -118,6 +131,7 @@ def configurations(runs_df: pd.DataFrame) -> pd.DataFrame:
                 "epochs": est.epochs,
                 "mean": est.mean,
                 "se": est.se,
+                "unit": rate.replace("_per_second", "/s"),
             }
         )
     out = pd.DataFrame(rows, columns=[c for c in CONFIG_COLUMNS if c != "rank"])
@@ -159,7 +173,7 @@ def describe_config(row: Any, batch: bool = True, like: Any = None) -> str:
 
 
 def recommendations(configs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload: the fastest configuration, its runner-up, the margin (images/s and
+    """Per workload: the fastest configuration, its runner-up, the margin (its ``unit`` and
     relative to the runner-up), the standard error of that difference and whether the margin
     is beyond the noise (None: unknown, or no runner-up)."""
     rows = []
@@ -174,6 +188,7 @@ def recommendations(configs: pd.DataFrame) -> pd.DataFrame:
             "mean": best["mean"],
             "se": best["se"],
             "configurations": len(group),
+            "unit": best["unit"],
             **dict.fromkeys(("runner_up", "runner_up_mean", "runner_up_se"), None),
             **dict.fromkeys(("margin", "margin_pct", "margin_se"), math.nan),
             "beyond_noise": None,
@@ -216,8 +231,10 @@ def verdict(row: Any) -> str:
 
 def recommendation_sentence(row: Any) -> str:
     """'digits / small_cnn: fastest ddp, 1 worker ...: 2,450 images/s, 8.1 % ahead of the
-    runner-up (horovod: 2,266): beyond the noise (4.2 standard errors > 3).'"""
-    text = f"{row['workload']}: fastest {row['config']}: {row['mean']:,.0f} images/s"
+    runner-up (horovod: 2,266): beyond the noise (4.2 standard errors > 3).' A language
+    model's rate is in tokens/s."""
+    unit = row.get("unit") or "images/s"
+    text = f"{row['workload']}: fastest {row['config']}: {row['mean']:,.0f} {unit}"
     if missing(row["runner_up"]):
         return f"{text} ({verdict(row)})."
     return (

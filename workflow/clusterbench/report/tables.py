@@ -13,7 +13,7 @@ import pandas as pd
 from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS, TRAIN_DEFAULTS
 from clusterbench.config.experiments import format_value
 from clusterbench.core import provenance
-from clusterbench.records.runs import memory_format
+from clusterbench.records.runs import memory_format, throughput_columns
 from clusterbench.report import step_times
 from clusterbench.report.inputs import (
     LOCAL_NAMES,
@@ -42,7 +42,7 @@ BASELINE_KEY = (*SETTING_KEYS, *EFFECTIVE_KEYS, "site")
 
 #: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
 #: baseline of every series that differs from it only in these.
-NO_USE_ON_ONE_WORKER = ("grad_compression",)
+NO_USE_ON_ONE_WORKER = ("grad_compression", "grad_allreduce")
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
@@ -325,6 +325,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "final_val_loss": float(ep["val_loss"].iloc[-1]),
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
                 **timing_stats(ep, warmup),
+                **throughput_columns(r.info),  # Horovod's summary lines, as trained
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),
                 **experiment_columns(r.info),

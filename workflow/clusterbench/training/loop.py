@@ -45,6 +45,7 @@ from clusterbench.training.record import (
     rank_provenance,
     run_provenance,
     step_work_record,
+    throughput_summary,
     world_record,
 )
 from clusterbench.training.schedule import effective_settings
@@ -217,6 +218,8 @@ class Trainer:
         self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
         self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
         self.time_steps = step_times.enabled()
+        self.grad_allreduce = ("none", "")  # how the gradients are allreduced, and why
+        self.grad_buffers: int | None = None  # in how many buffers (None: not known)
         self._outputs: Outputs | None = None
 
     def outputs(self, state: Any) -> Outputs | None:
@@ -234,15 +237,20 @@ class Trainer:
         """Train to the end from ``state``; in an elastic run, again after each reset."""
         rt = self.rt
         compression = self.run.get("grad_compression") or "none"
+        asked = self.run.get("grad_allreduce") or "auto"
+        self.grad_allreduce = rt.choose_grad_allreduce(asked, state.model, self.device.type)
+        mode = self.grad_allreduce[0]
         net, optimizer = rt.wrap(
             state.model,
             state.optimizer,
             self.run["bn"],
             compression,
             timed=self.time_steps,
-            # only when it matters: a backend plugin written before ``unused`` still takes it
+            # only when they matter: a backend plugin written before them still takes the call
+            **({"grad_allreduce": mode} if mode != "none" else {}),
             **({"unused": True} if self.unused else {}),
         )
+        self.grad_buffers = optimizer.buffers
         ctx = StepContext(rt, self.run, self.device, state.model, net, optimizer, self.data)
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
@@ -381,12 +389,16 @@ class Trainer:
             return
         world = world_record(rt.name, rt.size, self.device, facts)
         provenance = run_provenance(facts)
+        throughput = throughput_summary(state.records, self.device.type)
         summary = {
             "world": self.session.extend_world(world, state),
             "effective": {
                 **effective_settings(self.run),
                 "memory_format": self.layout[0],
                 "memory_format_reason": self.layout[1],
+                "grad_allreduce": self.grad_allreduce[0],
+                "grad_allreduce_reason": self.grad_allreduce[1],
+                "grad_buffers": self.grad_buffers,
                 # trainable parameters a step leaves without a gradient (your own model's)
                 "unused_parameters": list(self.unused),
             },
@@ -394,6 +406,7 @@ class Trainer:
                 state.model, self.data, self.run, rt.size, self.max_steps
             ),
             "epochs_completed": len(state.records),
+            "throughput": throughput,  # Horovod's summary lines and their figures
             "train_seconds": state.train_seconds,
             "versions": provenance["versions"],  # rank 0's, as before provenance existed
             "provenance": provenance,
@@ -407,6 +420,8 @@ class Trainer:
             **({"model_code": self.code} if self.code else {}),
         }
         out.finish(summary, model_file)
+        for line in throughput["lines"] if throughput else []:
+            print(line, flush=True)
         print(
             f"train: {state.epoch} epoch(s) in {state.train_seconds:.1f} s"
             + (f", {len(state.resets)} reset(s)" if state.resets else "")

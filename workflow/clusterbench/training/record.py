@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -113,3 +114,45 @@ def step_work_record(
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "steps_per_epoch": steps if max_steps is None else min(steps, max_steps),
     }
+
+
+def throughput_summary(records: list[Mapping[str, Any]], device_type: str) -> dict[str, Any] | None:
+    """run.json's ``throughput``: Horovod's synthetic benchmark's summary of the run, over its
+    timed epochs (every epoch after the first; the only one of a 1-epoch run), as Horovod
+    computes it over its timed iterations: the mean per device (rank) of each epoch's rate
+    over its workers, ``+-`` 1.96 times their standard deviation (``numpy.std``: the population
+    sd), and the total on the final world's devices. The rate is images/s, or a language
+    model's tokens/s. ``lines``: what rank 0 prints (:func:`throughput_lines`). None without
+    epochs."""
+    if not records:
+        return None
+    timed = list(records[1:] if len(records) > 1 else records)
+    key = "tokens_per_second" if "tokens_per_second" in timed[0] else "images_per_second"
+    per_device = [float(r[key]) / int(r["workers"]) for r in timed]
+    mean = statistics.fmean(per_device)
+    ci95 = 1.96 * statistics.pstdev(per_device)
+    devices = int(records[-1]["workers"])
+    summary = {
+        "unit": key.replace("_per_second", "/s"),
+        "device": "GPU" if device_type == "cuda" else "CPU worker",
+        "devices": devices,
+        "per_device": mean,
+        "per_device_ci95": ci95,
+        "total": devices * mean,
+        "total_ci95": devices * ci95,
+        "timed_epochs": [int(r["epoch"]) for r in timed],
+    }
+    return {**summary, "lines": throughput_lines(summary)}
+
+
+def throughput_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Horovod's two summary lines (``pytorch_synthetic_benchmark.py``'s format):
+    ``Img/sec per GPU: 123.4 +-5.6`` and ``Total img/sec on 2 GPU(s): 246.8 +-11.2``; on the
+    CPU "per CPU worker", for a language model "Tokens/sec"."""
+    what = "Tokens" if summary["unit"] == "tokens/s" else "Img"
+    device, n = summary["device"], summary["devices"]
+    return [
+        f"{what}/sec per {device}: {summary['per_device']:.1f} +-{summary['per_device_ci95']:.1f}",
+        f"Total {what.lower()}/sec on {n} {device}(s): {summary['total']:.1f} "
+        f"+-{summary['total_ci95']:.1f}",
+    ]

@@ -6,15 +6,18 @@ Each training step is split into four phases:
                (a streamed source's loader wait shows here);
 ``compute``    forward and backward, up to the moment the last gradient was ready;
 ``comm``       gradient communication left exposed: the wait on the collective after backward
-               (Horovod: the step's fused allreduce; DDP, whose buckets are reduced while
-               backward still computes: from the last bucket ready to backward's end, plus the
-               BatchNorm statistics' allreduce of ``bn: aggregate``);
+               (Horovod with ``grad_allreduce: one``: the step's one allreduce; where buckets
+               are reduced while backward still computes, Horovod's ``buckets`` and DDP's: from
+               the last bucket ready to backward's end, plus the wait for the buckets still in
+               flight and the BatchNorm statistics of ``bn: aggregate``);
 ``optimizer``  the optimiser's step.
 
 On the CPU the phases are ``time.perf_counter`` readings around the waits; on a GPU, CUDA events
 recorded in the stream (no synchronisation: they are read at the epoch's end, where the loop
-synchronises anyway) and the host's wait for the batch. DDP's "last gradient ready" is taken
-in its communication hook (:meth:`clusterbench.backends.DistributedOptimizer.gradients_ready`).
+synchronises anyway) and the host's wait for the batch. The "last gradient ready" of a backend
+that communicates during backward is taken where it hands the last bucket over (DDP's
+communication hook, Horovod's gradient hooks:
+:meth:`clusterbench.backends.DistributedOptimizer.gradients_ready`).
 
 Every rank sums its phases over the epoch's steps; at the epoch's end one gather gives the
 record's ``step_seconds``: per phase, the mean and the max over the ranks of the seconds per

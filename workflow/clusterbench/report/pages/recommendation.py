@@ -29,8 +29,9 @@ TITLE = "Recommendation: the fastest configuration of each workload"
 CAPTION = (
     "Each configuration of the workload (backend, workers and nodes, BN mode, precision, "
     "compression, ...; runs that differ in nothing else, e.g. a sweep's learning rates or "
-    "repeats' seeds, are its repeats): the mean over its runs of their mean images/s over the "
-    "timed epochs, whiskers \u00b1 1 standard error; the fastest in green."
+    "repeats' seeds, are its repeats): the mean over its runs of their mean images/s (a "
+    "language model's tokens/s) over the timed epochs, whiskers \u00b1 1 standard error; the "
+    "fastest in green."
 )
 
 #: The noise rule, in the note of every page.
@@ -88,7 +89,8 @@ def short_verdict(rec: pd.Series) -> str:
 
 
 def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
-    """The configurations' mean images/s, fastest on top, the fastest coloured."""
+    """The configurations' mean throughput (images/s, tokens/s), fastest on top, the fastest
+    coloured."""
     part = part.sort_values("rank").head(SHOWN)
     batch = part["global_batch"].nunique() > 1
     colors = ["#2e7d32" if r == 1 else "0.6" for r in part["rank"]]
@@ -108,7 +110,8 @@ def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
     set_category_ticks(ax, labels, width=34)
     top = float(np.nanmax(part["mean"] + se))
     ax.set_xlim(0, top * 1.5)
-    ax.set_xlabel("images/s, all workers (mean over runs, \u00b1 1 SE)")
+    unit = rec.get("unit") or "images/s"
+    ax.set_xlabel(f"{unit}, all workers (mean over runs, \u00b1 1 SE)")
     ax.set_title(shorten_text(f"{rec['workload']}: {short_verdict(rec)}", 80), fontsize=9.5)
 
 
