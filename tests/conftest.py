@@ -26,15 +26,18 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-#: The fixtures that start the test clusters (one of each per machine: their tests share them),
-#: and the group of make test's workers their tests run in: the Slurm and SGE tests, which
-#: mostly wait on their schedulers, in one; the ssh hosts' (two network namespaces), which
-#: train, in another.
+#: The fixtures that start the test clusters (their tests share them), and the group of make
+#: test's workers their tests run in: the Slurm tests in one (one Slurm per machine: it needs
+#: /etc/slurm/slurm.conf), the SGE tests in another (a cell of its own root and ports can run
+#: beside another), the ssh hosts' (two network namespaces) in a third. A test that needs
+#: Slurm and another cluster goes with Slurm's (:data:`FIRST`).
 CLUSTER_FIXTURES = {
-    "slurm_cluster": "test-clusters",
-    "sge_cluster": "test-clusters",
+    "slurm_cluster": "slurm-cluster",
+    "sge_cluster": "sge-cell",
     "ssh_hosts": "ssh-hosts",
 }
+#: Which group a test that uses several clusters goes to: the first of these it uses.
+FIRST = ("slurm-cluster", "sge-cell", "ssh-hosts")
 
 
 @pytest.hookimpl(trylast=True)
@@ -63,7 +66,7 @@ def group_for_workers(item) -> None:
     from _pytest.nodeid import NodeId
 
     used = [CLUSTER_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in CLUSTER_FIXTURES]
-    group = min(used) if used else item.nodeid.split("::")[0]
+    group = min(used, key=FIRST.index) if used else item.nodeid.split("::")[0]
     if "@" not in item.nodeid:
         item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
