@@ -388,7 +388,7 @@ def test_the_tensors_handed_to_gloo_are_kept_for_shutdown(monkeypatch):
     assert torch_runtime._HANDED[-1] is differentiable
     model = nn.Sequential(nn.BatchNorm1d(1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = torch_runtime.AggregatingOptimizer(optimizer, RunningStatsAggregator(model))
+    step = torch_runtime.AggregatingOptimizer(optimizer, RunningStatsAggregator(model), None)
     model(torch.randn(4, 1)).sum().backward()
     step.step()
     assert len(torch_runtime._HANDED) == 2 and torch_runtime._HANDED[0] is differentiable

@@ -436,8 +436,14 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
     assert metrics[-1]["val_accuracy"] >= 0.9  # the quadrant task is easy
 
     info = json.loads((out / "run.json").read_text())
-    # the run as given, with the data keys' defaults the trainer filled in
-    assert info["run"] == {"augment": "auto", "on_bad_file": "fail", **run}
+    # the run as given, with the defaults the trainer filled in: the data keys', and how two
+    # workers allreduce their gradients
+    assert info["run"] == {
+        "augment": "auto",
+        "on_bad_file": "fail",
+        "grad_allreduce": "auto",
+        **run,
+    }
     assert info["epochs_completed"] == 2
     assert info["world"]["size"] == 2 and info["world"]["device"] == "cpu"
     assert info["world"]["backend"] == "horovod"
@@ -450,6 +456,9 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "memory_format": "contiguous",
         "memory_format_reason": "channels_last: false",
         "unused_parameters": [],  # trainable parameters a step leaves without a gradient
+        "grad_allreduce": "one",  # auto on the CPU: one buffer after backward
+        "grad_allreduce_reason": "auto: 0.2 MiB of gradients on the CPU: one buffer after backward",
+        "grad_buffers": 1,
     }
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
     assert_provenance(info, ranks=[0, 1])

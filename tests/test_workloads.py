@@ -320,7 +320,7 @@ WORKLOADS = {
         },
         "digits": {"val_fraction": 0.1, "test_fraction": 0.2},
     },
-    "run_defaults": {"epochs": 2, "workers": 1, "lr": 0.01, "runtime": 10, "warmup_epochs": 0},
+    "run_defaults": {"epochs": 2, "workers": 1, "lr": 0.01, "runtime": 10},
     "runs": [
         {
             "name": "gpt-notes",
