@@ -340,6 +340,20 @@ def failure_message(result: RankResult, size: int) -> str:
     )
 
 
+def process_clock() -> float:
+    """Now, on the clock of psutil's process start times: the boot time plus the time since
+    boot (``/proc/uptime``). A wall clock that NTP moved since boot is off that clock by as much
+    as it moved (seconds on a long-running VM), so a start time compared with ``time.time()``
+    can put a child started after the reaper before it."""
+    import psutil
+
+    try:
+        with open("/proc/uptime") as fh:
+            return psutil.boot_time() + float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
 class Reaper:
     """SIGKILL to everything this launcher started, at once: on a second stop signal, at the end
     of a stop's grace period, before a forced exit.
@@ -356,7 +370,7 @@ class Reaper:
 
     def __init__(self) -> None:
         self.groups: set[int] = set()
-        self.since = time.time() - 1.0  # process start times are coarser than time.time()
+        self.since = process_clock() - 1.0  # process start times are coarser than that
         self._lock = threading.Lock()
 
     def sweep(self) -> None:
