@@ -95,12 +95,19 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
+#: How the tests start Snakemake: as ``python -m snakemake``, with the executor plugins' status
+#: polls kept at ``--seconds-between-status-checks`` (:mod:`tests.clusters.steady_polls`).
+SNAKEMAKE = [sys.executable, str(REPO / "tests" / "clusters" / "steady_polls.py")]
+#: The cluster tests' status polls: every second (the test clusters' jobs last seconds).
+POLL = ["--seconds-between-status-checks", "1"]
+SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "1"]
+SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "1"]
+
+
 def snakemake_cmd(workdir: Path, *args: str, repo: Path = REPO) -> list[str]:
     """Command line running ``repo``'s Snakefile in ``workdir`` on its config.yaml."""
     return [
-        sys.executable,
-        "-m",
-        "snakemake",
+        *SNAKEMAKE,
         "--snakefile",
         str(repo / "Snakefile"),
         "--directory",

@@ -22,16 +22,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clusterbench.training import checkpoints
-from conftest import REPO, default_config, snakemake, snakemake_cmd, snakemake_env, write_config
+from conftest import (
+    REPO,
+    SGE_POLL,
+    SLURM_POLL,
+    default_config,
+    snakemake,
+    snakemake_cmd,
+    snakemake_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 3
 TWO = "digits-cnn-2w"  # the default config's 2-worker run (Horovod)
 TWO_DDP = "digits-cnn-2w-ddp"  # ... and its twin under torch.distributed DDP
-POLL = ["--seconds-between-status-checks", "5"]
-SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "3"]
-SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "3"]
 
 
 def cluster_config(workdir: Path, *, nodes: int) -> dict:

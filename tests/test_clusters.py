@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SGE_POLL, SLURM_POLL, SNAKEMAKE
 
 from tests.clusters import fixtures
 from tests.clusters.common import (
@@ -320,17 +321,13 @@ def _run_toy(
     (workdir / "Snakefile").write_text(TOY_SNAKEFILE.format(run=run, shell=shell))
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "snakemake",
+            *SNAKEMAKE,
             "--profile",
             str(REPO / "profiles" / kind),
             "--directory",
             str(workdir),
             "--snakefile",
             str(workdir / "Snakefile"),
-            "--seconds-between-status-checks",
-            "2",
             *args,
         ],
         env={**cluster.environ(), **(env or {})},
@@ -339,6 +336,7 @@ def _run_toy(
         timeout=300,
         check=False,
     )
+    print(proc.stdout, proc.stderr)  # TMPDEBUG
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return (workdir / "out.txt").read_text().splitlines()
 
@@ -371,8 +369,7 @@ def test_slurm_profile_runs_two_node_mpi_rule_with_nested_srun(slurm_cluster, tm
         tmp_path / "wf",
         _toy_run(2, 2, gpus_per_node=2),
         shell,
-        "--slurm-init-seconds-before-status-checks",
-        "2",
+        *SLURM_POLL,
     )
     assert lines == ["cvd=0,1 on node1", "nested on node2"]
 
@@ -390,8 +387,8 @@ def test_sge_profile_runs_mpi_pe_rule_with_qrsh_inherit(sge_cluster, tmp_path):
         tmp_path / "wf",
         _toy_run(2, 1),
         shell,
-        "--sge-init-seconds-before-status-checks",
-        "2",
+        *SGE_POLL,
+        "--verbose",
     )
     assert lines == ["slots=2 pe=mpi vmem=unlimited", "inherited"]
 
@@ -431,8 +428,7 @@ def test_sge_gpu_complex_is_checked_before_submission_and_asked_for(
         tmp_path / "wf",
         fits,
         "echo $JOB_ID > {output}",
-        "--sge-init-seconds-before-status-checks",
-        "2",
+        *SGE_POLL,
     )
 
     def accounted() -> str:
@@ -487,8 +483,7 @@ def test_sge_gpu_request_is_sized_by_the_complexs_kind(sge_cluster, tmp_path, mo
         tmp_path / "wf",
         run,
         "echo $JOB_ID > {output}",
-        "--sge-init-seconds-before-status-checks",
-        "2",
+        *SGE_POLL,
     )
     category = _accounted_category(sge_cluster, job)
     assert asked in category and "-pe mpi 2" in category, category
@@ -524,8 +519,7 @@ def test_sge_ranks_are_pinned_to_the_gpus_the_job_was_granted(
         tmp_path / "wf",
         {**_toy_run(ranks, 1, gpus_per_node=ranks), "sge_gpu_complex": "gpu_slot"},
         shell,
-        "--sge-init-seconds-before-status-checks",
-        "2",
+        *SGE_POLL,
         env=granted,
     )
     pinned = dict(re.findall(r"^\[(\d+)\]<stdout>:cvd=(\S*)$", "\n".join(lines), re.M))

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from clusterbench import comm
 from clusterbench.config import EXIT_BAD_SETTINGS
-from conftest import REPO, default_config, snakemake, write_config
+from conftest import REPO, SLURM_POLL, default_config, snakemake, write_config
 from test_report import pdf_text
 
 #: A job's settings that keep it to seconds on a 2-core machine.
@@ -144,17 +144,11 @@ def test_slurm_runs_a_comm_job_over_two_nodes_as_it_runs_a_train_job(slurm_clust
     cfg["comm"] = {"enabled": True, **TINY}
     write_config(workdir, cfg)
     target = "results/comm/2w-2n-cpu-horovod/comm.json"
-    poll = [
-        "--seconds-between-status-checks",
-        "5",
-        "--slurm-init-seconds-before-status-checks",
-        "3",
-    ]
     snakemake(
         workdir,
         "--profile",
         str(REPO / "profiles" / "slurm"),
-        *poll,
+        *SLURM_POLL,
         target,
         env=slurm_cluster.environ(),
         timeout=600,

@@ -33,7 +33,7 @@ from clusterbench.plan import (
     planned_executor,
     train_job,
 )
-from conftest import REPO, default_config, snakemake, snakemake_env, write_config
+from conftest import REPO, SLURM_POLL, default_config, snakemake, snakemake_env, write_config
 from snakemake.logging import format_resources, format_wildcards
 from test_resources import last_l, option, qsub_line, sbatch_line
 
@@ -531,10 +531,7 @@ def test_the_slurm_plan_is_what_slurm_granted(slurm_cluster, tmp_path: Path):
         str(REPO / "profiles" / "slurm"),
         "--set-resources",
         "train:runtime=11",
-        "--seconds-between-status-checks",
-        "5",
-        "--slurm-init-seconds-before-status-checks",
-        "3",
+        *SLURM_POLL,
         env=slurm_cluster.env,
         timeout=1500,
     )
