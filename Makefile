@@ -5,10 +5,10 @@ VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
-# make test's two pytest workers (pytest-xdist): the Slurm and SGE tests, which mostly wait on
-# their schedulers, run on one of them beside the rest (tests/conftest.py groups them);
-# TEST_WORKERS= runs the suite in one process
-TEST_WORKERS ?= -n 2 --dist loadgroup
+# make test's two pytest workers (pytest-xdist): the Slurm tests in one group, the SGE tests in
+# another, each other module in its own; the longest groups first, in tests/conftest.py's order
+# (--no-loadscope-reorder); TEST_WORKERS= runs the suite in one process
+TEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 

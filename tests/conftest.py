@@ -15,6 +15,16 @@ import yaml
 from tests.clusters.fixtures import sge_cluster, slurm_cluster, ssh_hosts  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: make test's workers (pytest-xdist) share the machine's cores, each running trainings. A rank
+#: alone takes every CPU for its torch threads (clusterbench.training.device.cpu_threads, right
+#: for a benchmark on its own node), and two such OpenMP teams on 2 cores spin against each
+#: other: a test that takes 12 s alone took 88 s beside a copy of itself, and 11 s with one
+#: thread each. So a worker's processes get one thread each (Snakemake's jobs get their rule's
+#: threads, as ever).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
 
 
@@ -38,6 +48,27 @@ CLUSTER_FIXTURES = {
 }
 #: Which group a test that uses several clusters goes to: the first of these it uses.
 FIRST = ("slurm-cluster", "sge-cell", "ssh-hosts")
+#: The longest groups, longest first (seconds summed over a group's tests in make test on
+#: 2026-11-27: Slurm's 878, SGE's 321, then 269 down to 109). A worker takes the next group in
+#: collection order when it is free (make test's --no-loadscope-reorder turns off
+#: pytest-xdist's own order, the groups of most tests first, which left the demo's 2 tests to
+#: the end: 3 minutes alone, the other worker idle), so these go first. A group not listed
+#: follows, in collection order; a stale entry costs minutes, never a result.
+LONGEST_FIRST = (
+    "slurm-cluster",
+    "sge-cell",
+    "tests/test_resume.py",
+    "tests/test_gpu_check.py",
+    "tests/test_workflow.py",
+    "tests/test_bad_input.py",
+    "tests/test_examples.py",
+    "tests/test_demo.py",
+    "tests/test_workloads.py",
+    "tests/test_report.py",
+    "tests/test_integrity.py",
+    "tests/test_dist.py",
+    "ssh-hosts",
+)
 
 
 @pytest.hookimpl(trylast=True)
@@ -45,6 +76,7 @@ def pytest_collection_modifyitems(config, items):
     if getattr(config.option, "loadgroup", False):  # a make test worker (pytest-xdist)
         for item in items:
             group_for_workers(item)
+        items.sort(key=longest_first)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
@@ -69,6 +101,12 @@ def group_for_workers(item) -> None:
     group = min(used, key=FIRST.index) if used else item.nodeid.split("::")[0]
     if "@" not in item.nodeid:
         item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+def longest_first(item) -> int:
+    """Where ``item``'s group goes in the order of :data:`LONGEST_FIRST` (a stable sort)."""
+    group = item.nodeid.rpartition("@")[2]
+    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 @pytest.fixture(scope="session")
@@ -106,8 +144,12 @@ SGE_POLL = [*POLL, "--sge-init-seconds-before-status-checks", "1"]
 
 def snakemake_cmd(workdir: Path, *args: str, repo: Path = REPO) -> list[str]:
     """Command line running ``repo``'s Snakefile in ``workdir`` on its config.yaml."""
+    return [*SNAKEMAKE, *snakemake_args(workdir, *args, repo=repo)]
+
+
+def snakemake_args(workdir: Path, *args: str, repo: Path = REPO) -> list[str]:
+    """:func:`snakemake_cmd`'s arguments (for a command that passes them on to Snakemake)."""
     return [
-        *SNAKEMAKE,
         "--snakefile",
         str(repo / "Snakefile"),
         "--directory",

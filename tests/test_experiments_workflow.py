@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from clusterbench.pipeline.preflight import local_gpus
-from conftest import REPO, default_config, snakemake, snakemake_cmd, write_config
+from conftest import REPO, default_config, snakemake, snakemake_args, write_config
 
 SWEEP = {
     "dataset": "digits",
@@ -49,7 +49,7 @@ def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
     workdir = tmp_path / "work"
     write_config(workdir, experiment_config(tmp_path / "cache"))
     # make plan's command: Snakemake's dry run, then the plan made of it
-    args = snakemake_cmd(workdir)[3:]  # the Snakefile, the directory and the config file
+    args = snakemake_args(workdir)  # the Snakefile, the directory and the config file
     proc = subprocess.run(
         [sys.executable, "-m", "clusterbench.plan", "--profile", str(REPO / "profiles" / "local")]
         + ["--", *args],

@@ -28,7 +28,14 @@ import pytest
 import yaml
 from clusterbench import config as cbconfig
 from clusterbench.pipeline.code import STAMPS
-from conftest import REPO, default_config, run_snakemake, snakemake, snakemake_cmd, write_config
+from conftest import (
+    REPO,
+    default_config,
+    run_snakemake,
+    snakemake,
+    snakemake_args,
+    write_config,
+)
 
 PREFIX = "bench"
 RUN = "module-digits-1w"  # a name no other test uses: the checkout must never see it
@@ -251,7 +258,7 @@ def test_a_dry_run_planned_for_slurm_lists_the_runs_no_partition_can_hold(tmp_pa
     env.update(CLUSTERBENCH_EXECUTOR="slurm")
     workdir = tmp_path / "work"
     write_config(workdir, bench)
-    plan = [sys.executable, "-m", "clusterbench.plan", "--", *snakemake_cmd(workdir)[3:]]
+    plan = [sys.executable, "-m", "clusterbench.plan", "--", *snakemake_args(workdir)]
     proc = run_snakemake(plan, REPO, workdir / "results", True, 300, env)
     text = proc.stdout + proc.stderr
     assert "skipping run 'too-big': run 'too-big' asks for 64 workers x 1 CPU(s)" in text, text

@@ -20,11 +20,10 @@ import yaml
 from clusterbench import config as cbconfig
 from conftest import (
     REPO,
-    SNAKEMAKE,
     copy_checkout,
     default_config,
     snakemake,
-    snakemake_cmd,
+    snakemake_args,
     snakemake_env,
     write_config,
 )
@@ -320,8 +319,7 @@ def test_a_damaged_file_stops_the_workflow_before_any_job_naming_the_remedy(
 
 def test_snakefile_parses_without_torch(finished: Path):
     """Every cluster job re-parses the Snakefile: it must not import torch & co."""
-    args = snakemake_cmd(finished, "--dry-run", "--forceall", "--cores", "1")[len(SNAKEMAKE) :]
-    argv = ["snakemake", *args]
+    argv = ["snakemake", *snakemake_args(finished, "--dry-run", "--forceall", "--cores", "1")]
     code = (
         "import sys\n"
         "for m in ('torch', 'horovod', 'matplotlib', 'seaborn'):\n"
