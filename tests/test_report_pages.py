@@ -169,3 +169,34 @@ def test_page_modules_are_ordered_and_a_bad_one_is_named(tmp_path: Path, monkeyp
         pages.ordered()
     for name in [m for m in sys.modules if m.startswith("toypages")]:
         del sys.modules[name]
+
+
+def test_a_thousand_class_confusion_page_is_an_image_and_names_the_worst_classes(tmp_path):
+    """ImageNet's 1,000 classes: the matrix is one image, not a million vector cells (the page
+    was 16 MB and took a minute), and the scores are those of the 30 classes of lowest F1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+    import pandas as pd
+    import seaborn as sns
+    from clusterbench.report.pages import confusion
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    k = 1000
+    names = [f"n{i:08d}" for i in range(k)]
+    counts = np.diag(np.full(k, 5)) + np.eye(k, k=1, dtype=int)  # every class once mistaken
+    cm = pd.DataFrame(counts, index=names, columns=names)
+    f1 = np.linspace(1.0, 0.5, k)  # the last classes the worst
+    per_class = pd.DataFrame({"class": names, "precision": f1, "recall": f1, "f1": f1})
+    fig = Figure(figsize=(11.7, 8.3))
+    heat_ax, dot_ax = fig.subplots(1, 2, width_ratios=[1.45, 1])
+    confusion.confusion_heatmap(type("Book", (), {"sns": sns})(), heat_ax, cm)
+    confusion.class_scores(dot_ax, per_class, cm.index)
+    with PdfPages(tmp_path / "page.pdf") as pdf:
+        pdf.savefig(fig)
+    assert (tmp_path / "page.pdf").stat().st_size < 1_000_000
+    shown = [t.get_text() for t in dot_ax.get_yticklabels()]
+    assert shown == names[::-1][: confusion.MANY_CLASSES]  # lowest F1 first
+    assert dot_ax.get_ylabel() == "True class, lowest F1 first"

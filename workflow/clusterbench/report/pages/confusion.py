@@ -18,6 +18,10 @@ from clusterbench.report.text import fmt_pct, shorten_text
 from clusterbench.report.workloads import SYNTHETIC, classifiers, left_out
 
 ORDER = 150
+#: Beyond this many classes the matrix is an image, not a vector cell each (ImageNet's 1,000
+#: classes made the page 16 MB and a minute to render), and the scores are those of the
+#: classes of lowest F1.
+MANY_CLASSES = 30
 
 
 def draw(ctx: Context) -> None:
@@ -37,8 +41,14 @@ def draw(ctx: Context) -> None:
         f"{named}{describe_run(best)}; {best['eval_split']} split, n = {n:,}, accuracy "
         f"{fmt_pct(best['accuracy'])}"
         + (f" ({SYNTHETIC})" if best["synthetic"] else "")
-        + ". Left: colour = share of the true class, numbers = counts. "
-        "Right: precision, recall and F1 of each class.",
+        + ". Left: colour = share of the true class"
+        + (", numbers = counts" if len(cm) <= 20 else "")
+        + ". Right: precision, recall and F1 of "
+        + (
+            f"the {MANY_CLASSES} classes of lowest F1 (of {len(cm):,})."
+            if len(cm) > MANY_CLASSES
+            else "each class."
+        ),
         png="confusion_best",
         note=left_out(ctx.runs_df, "a confusion matrix (per-class scores)"),
     )
@@ -49,9 +59,11 @@ def draw(ctx: Context) -> None:
 
 
 def confusion_heatmap(book: Book, ax: Any, cm: pd.DataFrame) -> None:
-    """Colour = share of the true class, numbers = counts (up to 20 classes)."""
+    """Colour = share of the true class, numbers = counts (up to 20 classes); an image beyond
+    :data:`MANY_CLASSES`."""
     share = cm.div(cm.sum(axis=1).replace(0, 1), axis=0) * 100
     k = len(cm)
+    many = k > MANY_CLASSES
     book.sns.heatmap(
         share,
         ax=ax,
@@ -62,8 +74,9 @@ def confusion_heatmap(book: Book, ax: Any, cm: pd.DataFrame) -> None:
         fmt="d",
         annot_kws={"fontsize": max(6, 11 - k // 4)},
         square=True,
-        linewidths=0.5,
+        linewidths=0 if many else 0.5,
         linecolor="white",
+        rasterized=many,
         cbar_kws={"label": "Share of the true class (%)", "shrink": 0.75, "pad": 0.03},
     )
     ax.set_xlabel("Predicted class")
@@ -77,10 +90,14 @@ def confusion_heatmap(book: Book, ax: Any, cm: pd.DataFrame) -> None:
 
 
 def class_scores(ax: Any, per_class: pd.DataFrame, classes: pd.Index) -> None:
-    """Precision, recall and F1 of each class as dots, classes in the matrix's order."""
+    """Precision, recall and F1 of each class as dots, classes in the matrix's order; beyond
+    :data:`MANY_CLASSES`, those of the classes of lowest F1, lowest first."""
     from matplotlib.ticker import PercentFormatter
 
     pc = per_class.set_index("class")[["precision", "recall", "f1"]].reindex(classes)
+    if len(pc) > MANY_CLASSES:
+        pc = pc.sort_values("f1", na_position="first", kind="stable").head(MANY_CLASSES)
+        classes = pc.index
     k = len(classes)
     y = np.arange(k)
     for offset, (col, label, marker, color) in zip(
@@ -99,5 +116,5 @@ def class_scores(ax: Any, per_class: pd.DataFrame, classes: pd.Index) -> None:
     ax.set_xlim(max(0.0, math.floor((lo - 0.02) * 20) / 20), 1.005)
     ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     ax.set_xlabel("Score per class (axis does not start at 0)" if lo > 0.05 else "Score")
-    ax.set_ylabel("True class")
+    ax.set_ylabel("True class" if k == len(per_class) else "True class, lowest F1 first")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False, fontsize=10)
