@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow
 #: One rank per node: 3000 MB of a node's 4000 (the run's job, and each worker job).
 RANK_MB = 3000
 #: A job that holds a node against a worker job: 2000 MB beside a worker's 3000 do not fit.
-HOLD = ["--mem=2000", "--cpus-per-task=1"]
+HOLD = ["--mem=2000", "--cpus-per-task=1", "--output=/dev/null"]  # no slurm-N.out in the checkout
 
 
 def grow_run(name: str, **overrides) -> dict:
