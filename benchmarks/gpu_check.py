@@ -71,6 +71,9 @@ CPU_SMOKE = {
         "batch_size": 8,
         "mem_mb": 2000,
     },
+    # the comm stage's sizes: up to 64 KiB (its defaults, up to 256 MiB at 0.2 s a size, took
+    # about 55 s a backend on 2 CPU cores)
+    "comm": {"max_bytes": 2**16, "seconds_per_size": 0.005},
 }
 
 
@@ -101,6 +104,7 @@ def check_config(gpus: int, minutes: float, cpu_smoke: bool) -> dict[str, Any]:
         for dataset in config["datasets"].values():
             dataset.update(CPU_SMOKE["dataset"])
         runs.update(CPU_SMOKE["run_defaults"])
+        config["comm"] = {**config.get("comm", {}), **CPU_SMOKE["comm"]}
         config["report"]["title"] = "make gpu-check --cpu-smoke (CPU, tiny: no GPU figure)"
     else:
         runs.update({"workers": gpus, "gpus_per_node": gpus, "minutes": minutes})

@@ -57,6 +57,8 @@ def test_the_check_trains_a_synthetic_resnet50_on_every_gpu_in_bf16_channels_las
     assert smoke["run_defaults"]["gpus_per_node"] == 0 and smoke["run_defaults"]["epochs"] == 1
     assert smoke["run_defaults"]["model"] == "torchvision.resnet50"  # the same model, smaller
     assert list(smoke["datasets"].values())[0]["shape"] == [3, 32, 32]
+    assert smoke["comm"]["max_bytes"] == 2**16  # the interconnect at tiny sizes on the CPU
+    assert config.get("comm", {}).get("max_bytes") is None  # on GPUs, the stage's defaults
 
 
 @needs_synthetic

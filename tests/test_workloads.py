@@ -346,6 +346,8 @@ WORKLOADS = {
         {"name": "cnn-digits", "dataset": "digits", "model": "small_cnn", "batch_size": 64},
     ],
     "report": {"title": "Workloads"},
+    # the comm stage at tiny sizes (its defaults took about 60 s of this module's run)
+    "comm": {"max_bytes": 2**16, "seconds_per_size": 0.005},
 }
 
 
