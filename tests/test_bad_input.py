@@ -8,11 +8,12 @@ job), which must fail with that message, name no traceback, and create no result
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, snakemake_env
@@ -28,12 +29,20 @@ def expected_message(path: Path) -> str:
     return match.group(1).strip()
 
 
-def dry_run(case: Path, workdir: Path) -> subprocess.CompletedProcess:
-    """The workflow on ``case`` as the working directory's config/config.yaml."""
+def dry_run_args(case: Path, workdir: Path) -> list[str]:
+    """Snakemake's arguments for the workflow on ``case`` as the working directory's
+    config/config.yaml (which is written)."""
     (workdir / "config").mkdir(parents=True)
     (workdir / "config" / "config.yaml").write_bytes(case.read_bytes())
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
-    cmd += ["--directory", str(workdir), "--dry-run", "--cores", "1"]
+    return [
+        *("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)),
+        *("--dry-run", "--cores", "1"),
+    ]
+
+
+def dry_run(case: Path, workdir: Path) -> subprocess.CompletedProcess:
+    """The workflow on ``case`` as the working directory's config/config.yaml."""
+    cmd = [sys.executable, "-m", "snakemake", *dry_run_args(case, workdir)]
     return subprocess.run(
         cmd, cwd=workdir, capture_output=True, text=True, timeout=300, env=snakemake_env()
     )
@@ -46,15 +55,34 @@ def test_the_corpus_is_large_and_every_case_has_an_expected_message():
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    """Every case's dry run, three at a time (each is mostly Snakemake's start-up)."""
+def outcomes(tmp_path_factory) -> dict[str, SimpleNamespace]:
+    """Every case's dry run, each a Snakemake process of its own, three at a time (forked after
+    Snakemake's imports, which are most of a dry run's time: tests/snakemake_forks.py)."""
     root = tmp_path_factory.mktemp("bad")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        procs = pool.map(lambda case: dry_run(case, root / case.stem), CASES)
-        return {case.stem: proc for case, proc in zip(CASES, procs, strict=True)}
+    jobs = [
+        {
+            "argv": dry_run_args(case, root / case.stem),
+            "cwd": str(root / case.stem),
+            "out": str(root / f"{case.stem}.out"),
+        }
+        for case in CASES
+    ]
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    forks = [sys.executable, str(Path(__file__).parent / "snakemake_forks.py")]
+    subprocess.run(
+        [*forks, str(root / "jobs.json"), "3"], check=True, timeout=900, env=snakemake_env()
+    )
+    return {
+        case.stem: SimpleNamespace(
+            returncode=int(Path(job["out"] + ".rc").read_text()),
+            stdout=Path(job["out"]).read_text(),
+            stderr="",
+        )
+        for case, job in zip(CASES, jobs, strict=True)
+    }
 
 
-@pytest.mark.slow  # a real Snakemake per case: about 90 s in all on 2 cores (make test, not check)
+@pytest.mark.slow  # a real Snakemake per case: about a minute in all on 2 cores (make test, not check)
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_config_is_refused_before_any_job_naming_its_cause(case, outcomes, tmp_path_factory):
     proc = outcomes[case.stem]
