@@ -82,7 +82,7 @@ def outcomes(tmp_path_factory) -> dict[str, SimpleNamespace]:
     }
 
 
-@pytest.mark.slow  # a real Snakemake per case: about a minute in all on 2 cores (make test, not check)
+@pytest.mark.slow  # a Snakemake per case: about a minute in all on 2 cores (make test only)
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_config_is_refused_before_any_job_naming_its_cause(case, outcomes, tmp_path_factory):
     proc = outcomes[case.stem]
