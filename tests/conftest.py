@@ -173,6 +173,20 @@ def snakemake_env(env=None) -> dict[str, str]:
     return full_env
 
 
+def popen_snakemake(cmd: list[str], env: dict, *, new_session: bool = False) -> subprocess.Popen:
+    """``snakemake`` (``cmd``) started in the background from the repository, its output in one
+    pipe; with ``new_session``, in a session of its own (a test can kill its whole group)."""
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=snakemake_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=new_session,
+    )
+
+
 def run_snakemake(cmd: list[str], cwd: Path, results: Path, check: bool, timeout, env):
     """Run a snakemake command line; with ``check``, a failure shows its output and the job
     logs under ``results``."""

@@ -27,9 +27,9 @@ from conftest import (
     SGE_POLL,
     SLURM_POLL,
     default_config,
+    popen_snakemake,
     snakemake,
     snakemake_cmd,
-    snakemake_env,
     write_config,
 )
 
@@ -321,22 +321,10 @@ def _assert_preempted_then_resumed(first: str, final: str) -> str:
     return where
 
 
-def _popen_snakemake(cmd: list[str], env: dict) -> subprocess.Popen:
-    """``snakemake`` (``cmd``) started in the background, its output in one pipe."""
-    return subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=snakemake_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def _start_training(cmd: list[str], env: dict, log: Path) -> tuple[subprocess.Popen, float]:
     """Start ``snakemake`` (``cmd``) and wait until its training has finished epoch 2: the
     process and a deadline (time.time()) for what follows."""
-    proc = _popen_snakemake(cmd, env)
+    proc = popen_snakemake(cmd, env)
     deadline = time.time() + 600
     while not (log.exists() and "train: epoch 2:" in log.read_text()):
         if proc.poll() is not None or time.time() > deadline:
@@ -579,7 +567,7 @@ def kill_rank_during_training(
         *extra,
         "results/runs/doomed/model.pt",
     )
-    proc = _popen_snakemake(cmd, env)
+    proc = popen_snakemake(cmd, env)
     try:
         deadline = time.time() + 600
         pid = None

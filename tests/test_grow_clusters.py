@@ -31,9 +31,9 @@ from conftest import (
     SGE_POLL,
     SLURM_POLL,
     default_config,
+    popen_snakemake,
     snakemake,
     snakemake_cmd,
-    snakemake_env,
     write_config,
 )
 
@@ -93,15 +93,7 @@ def config_with(digits: Path, workdir: Path, runs: list[dict]) -> list[str]:
 
 
 def start(cmd: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=snakemake_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return popen_snakemake(cmd, env, new_session=True)
 
 
 class Watch:
