@@ -133,6 +133,10 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
+#: The comm stage at tiny sizes, for a workflow test that is not about it (up to 64 KiB; the
+#: stage's defaults, up to 256 MiB at 0.2 s a size, take about a minute a job on 2 cores).
+TINY_COMM = {"max_bytes": 2**16, "seconds_per_size": 0.005}
+
 #: How the tests start Snakemake: as ``python -m snakemake``, with the executor plugins' status
 #: polls kept at ``--seconds-between-status-checks`` (:mod:`tests.clusters.steady_polls`).
 SNAKEMAKE = [sys.executable, str(REPO / "tests" / "clusters" / "steady_polls.py")]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from clusterbench import comm
 from clusterbench.config import EXIT_BAD_SETTINGS
-from conftest import REPO, SLURM_POLL, default_config, snakemake, write_config
+from conftest import REPO, SLURM_POLL, TINY_COMM, default_config, snakemake, write_config
 from test_report import pdf_text
 
 #: A job's settings that keep it to seconds on a 2-core machine.
@@ -87,7 +87,7 @@ def pipeline(tmp_path_factory) -> Path:
     cfg["download"]["cache_dir"] = str(workdir / "cache")
     cfg["run_defaults"]["epochs"] = 3
     cfg["runs"] = [r for r in cfg["runs"] if r["name"] in ("digits-cnn-1w", "digits-cnn-2w")]
-    cfg["comm"] = {"enabled": True, "max_bytes": 2**16, "seconds_per_size": 0.005}
+    cfg["comm"] = {"enabled": True, **TINY_COMM}
     write_config(workdir, cfg)
     snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
     return workdir

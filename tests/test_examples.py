@@ -28,7 +28,7 @@ import pytest
 import yaml
 from clusterbench import config as cb
 from clusterbench.models import problems as model_problems
-from conftest import REPO, run_snakemake
+from conftest import REPO, TINY_COMM, run_snakemake
 
 EXAMPLES = REPO / "config" / "examples"
 
@@ -152,7 +152,7 @@ def session_config(names: list[str], overlays: dict[str, dict]) -> dict:
     out["report"] = {"title": "config/examples/, each at tiny sizes"}
     # the multi-worker examples' comm jobs (one per environment and backend) at tiny sizes too:
     # the defaults (up to 256 MiB, 0.2 s a size) take about 40 s a job on 2 cores
-    out["comm"] = {"max_bytes": 2**16, "seconds_per_size": 0.005}
+    out["comm"] = dict(TINY_COMM)
     return out
 
 

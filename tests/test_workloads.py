@@ -26,7 +26,7 @@ from clusterbench.data.source import Reading, check, open_source
 from clusterbench.data.tokens import load_tokens
 from clusterbench.formats import FormatError, text
 from clusterbench.models import build_model
-from conftest import REPO
+from conftest import REPO, TINY_COMM
 
 #: The small offline text the tests and the example train on (self-written, 7 KB).
 TEXT = REPO / "config" / "examples" / "text" / "cluster-notes.txt"
@@ -346,8 +346,7 @@ WORKLOADS = {
         {"name": "cnn-digits", "dataset": "digits", "model": "small_cnn", "batch_size": 64},
     ],
     "report": {"title": "Workloads"},
-    # the comm stage at tiny sizes (its defaults took about 60 s of this module's run)
-    "comm": {"max_bytes": 2**16, "seconds_per_size": 0.005},
+    "comm": TINY_COMM,  # its defaults took about 60 s of this module's run
 }
 
 
