@@ -149,25 +149,13 @@ def test_uninstallable_cluster_fails_under_ci_and_skips_otherwise(monkeypatch, c
 
 
 def _sbatch(cluster, tmp_path: Path, *args: str, script: str) -> tuple[str, str]:
-    """Submit ``script`` with ``sbatch --wait``; return (job id, its output)."""
+    """Run ``script`` as a batch job to its end (it must complete); return (job id, its
+    output)."""
     out = tmp_path / "slurm-%j.out"
-    job = (
-        cluster.run(
-            [
-                "sbatch",
-                "--parsable",
-                "--wait",
-                f"--output={out}",
-                "--time=5",
-                *args,
-                f"--wrap={script}",
-            ],
-            timeout=180,
-        )
-        .stdout.strip()
-        .split(";")[0]
-    )
-    return job, (tmp_path / f"slurm-{job}.out").read_text()
+    job, state = cluster.batch([f"--output={out}", "--time=5", *args, f"--wrap={script}"])
+    text = (tmp_path / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", f"job {job} ended {state}: {text}"
+    return job, text
 
 
 @pytest.mark.slurm
@@ -184,7 +172,7 @@ def test_slurm_two_nodes_one_task_each(slurm_cluster, tmp_path: Path) -> None:
 
     def listed() -> str:
         """The job's sacct line once it has its final state: slurmdbd may still hold it as
-        RUNNING after `sbatch --wait` has returned (slurmctld tells it the end later)."""
+        RUNNING after squeue has shown it ended (slurmctld tells it the end later)."""
         res = slurm_cluster.run(
             ["sacct", "-a", "-X", "-n", "-P", "-j", job, "-o", "JobID,State,NNodes"], check=False
         )
