@@ -48,7 +48,9 @@ HOLD = ["--mem=2000", "--cpus-per-task=1", "--output=/dev/null"]  # no slurm-N.o
 
 def grow_run(name: str, **overrides) -> dict:
     """A digits run of 1 rank that may grow to 2 through worker jobs, time-boxed (its length
-    is the test's: the events it waits for happen within it)."""
+    is the test's: the events it waits for happen within it). A minute: on a quiet machine the
+    last event a test waits for came 17-24 s after the run started (2026-11-27); what is left
+    of the minute, the run trains on, one or two ranks busy."""
     return {
         "name": name,
         "dataset": "digits",
@@ -57,7 +59,7 @@ def grow_run(name: str, **overrides) -> dict:
         "max_workers": 2,
         "grow": "jobs",
         "epochs": None,
-        "minutes": 1.5,
+        "minutes": 1.0,
         "batch_size": 64,
         "mem_mb": RANK_MB,
         "runtime": 15,
@@ -147,8 +149,11 @@ def run_job(cluster, workdir: Path, watch: Watch) -> str:
 
     def find() -> str | None:
         out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z|%j"]).stdout
+        rows = [ln.split("|", 2) for ln in out.splitlines()]
+        # the worker jobs (cbgrow-<id>) work in the same directory (a name, not the line: the
+        # directory's path may hold "cbgrow")
         jobs = [
-            ln.split("|")[0] for ln in out.split() if f"|{workdir}|" in ln and "cbgrow" not in ln
+            job for job, cwd, name in rows if cwd == str(workdir) and not name.startswith("cbgrow-")
         ]
         return jobs[0] if len(jobs) == 1 else None
 
@@ -444,7 +449,7 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
     trains). The run finishes with every epoch
     once and nothing left in the queue."""
     workdir = tmp_path / "w"
-    run = grow_run("grows-sge", mem_mb=2000, minutes=1.25)
+    run = grow_run("grows-sge", mem_mb=2000)
     (target,) = config_with(digits, workdir, [run])
     holder = sge_cluster.run(["qsub", "-terse", "-pe", "mpi", "3", "-b", "y", "sleep", "600"])
     holder = holder.stdout.strip()
