@@ -49,25 +49,40 @@ CLUSTER_FIXTURES = {
 #: Which group a test that uses several clusters goes to: the first of these it uses.
 FIRST = ("slurm-cluster", "sge-cell", "ssh-hosts")
 #: The longest groups, longest first (seconds summed over a group's tests in make test on
-#: 2026-11-27: Slurm's 878, SGE's 321, then 269 down to 109). A worker takes the next group in
-#: collection order when it is free (make test's --no-loadscope-reorder turns off
-#: pytest-xdist's own order, the groups of most tests first, which left the demo's 2 tests to
-#: the end: 3 minutes alone, the other worker idle), so these go first. A group not listed
+#: 2026-11-27, fresh clone at 12915a8: Slurm's 934, SGE's 369, then 340 down to 37; the groups
+#: not listed took 25 s or less). A worker takes the next group in collection order when it is
+#: free (make test's --no-loadscope-reorder turns off pytest-xdist's own order, the groups of
+#: most tests first, which left the demo's 2 tests to the end: 3 minutes alone, the other
+#: worker idle), so these go first, and the last to start are short. A group not listed
 #: follows, in collection order; a stale entry costs minutes, never a result.
 LONGEST_FIRST = (
     "slurm-cluster",
     "sge-cell",
-    "tests/test_resume.py",
-    "tests/test_gpu_check.py",
     "tests/test_workflow.py",
-    "tests/test_bad_input.py",
-    "tests/test_examples.py",
     "tests/test_demo.py",
-    "tests/test_workloads.py",
-    "tests/test_report.py",
+    "tests/test_resume.py",
+    "tests/test_examples.py",
     "tests/test_integrity.py",
     "tests/test_dist.py",
+    "tests/test_workloads.py",
     "ssh-hosts",
+    "tests/test_gpu_check.py",
+    "tests/test_report.py",
+    "tests/test_in_place_workflow.py",
+    "tests/test_streaming.py",
+    "tests/test_own_model.py",
+    "tests/test_elastic.py",
+    "tests/test_train.py",
+    "tests/test_comm_stage.py",
+    "tests/test_experiments_workflow.py",
+    "tests/test_launch_signals.py",
+    "tests/test_bad_input.py",
+    "tests/test_step_times.py",
+    "tests/test_image_folder_workflow.py",
+    "tests/test_report_designs.py",
+    "tests/test_module.py",
+    "tests/test_compression.py",
+    "tests/test_launch.py",
 )
 
 
