@@ -26,6 +26,8 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import gpu_check as _gpu_check  # noqa: E402
 
 
 def _has_cuda() -> bool:
@@ -148,9 +150,10 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
-#: The comm stage at tiny sizes, for a workflow test that is not about it (up to 64 KiB; the
-#: stage's defaults, up to 256 MiB at 0.2 s a size, take about a minute a job on 2 cores).
-TINY_COMM = {"max_bytes": 2**16, "seconds_per_size": 0.005}
+#: The comm stage at tiny sizes, for a workflow test that is not about it: `make gpu-check
+#: --cpu-smoke`'s (up to 64 KiB; the stage's defaults, up to 256 MiB at 0.2 s a size, take
+#: about a minute a job on 2 cores).
+TINY_COMM = _gpu_check.CPU_SMOKE["comm"]
 
 #: How the tests start Snakemake: as ``python -m snakemake``, with the executor plugins' status
 #: polls kept at ``--seconds-between-status-checks`` (:mod:`tests.clusters.steady_polls`).

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clusterbench.launch.schedulers._sge_grow import NAME_PREFIX as SGE_WORKER
+from clusterbench.launch.schedulers._slurm_grow import NAME_PREFIX as SLURM_WORKER
 from conftest import (
     REPO,
     SGE_POLL,
@@ -150,11 +152,10 @@ def run_job(cluster, workdir: Path, watch: Watch) -> str:
     def find() -> str | None:
         out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z|%j"]).stdout
         rows = [ln.split("|", 2) for ln in out.splitlines()]
-        # the worker jobs (cbgrow-<id>) work in the same directory (a name, not the line: the
-        # directory's path may hold "cbgrow")
-        jobs = [
-            job for job, cwd, name in rows if cwd == str(workdir) and not name.startswith("cbgrow-")
-        ]
+        # the worker jobs work in the same directory (told by their name, not the line: the
+        # directory's path may hold the name's prefix)
+        ours = [(job, name) for job, cwd, name in rows if cwd == str(workdir)]
+        jobs = [job for job, name in ours if not name.startswith(SLURM_WORKER)]
         return jobs[0] if len(jobs) == 1 else None
 
     return watch.until("the run's job running", find)
@@ -212,7 +213,7 @@ def test_a_slurm_run_grows_when_a_node_frees_and_gives_it_back_when_cancelled_or
     watch = Watch(proc, log)
     try:
         job = run_job(slurm_cluster, workdir, watch)
-        name = f"cbgrow-{job}"
+        name = f"{SLURM_WORKER}{job}"
         watch.until("epoch 2 on node1 alone", lambda: "train: epoch 2:" in watch.text())
         assert watch.resets(1, 2) == 0
         (pending,) = slurm_jobs(slurm_cluster, name)
@@ -315,7 +316,7 @@ def test_interrupting_snakemake_cancels_the_worker_jobs(slurm_cluster, digits, t
     try:
         job = run_job(slurm_cluster, workdir, watch)
         grown(watch, 1)
-        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"cbgrow-{job}", "R")
+        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"{SLURM_WORKER}{job}", "R")
         proc.send_signal(signal.SIGINT)
         sent = time.time()
         proc.communicate(timeout=120)
@@ -367,7 +368,7 @@ def test_a_worker_job_ends_by_itself_when_its_launcher_is_killed(slurm_cluster, 
     try:
         job = run_job(slurm_cluster, workdir, watch)
         grown(watch, 1)
-        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"cbgrow-{job}", "R")
+        ((worker, _, _),) = slurm_jobs(slurm_cluster, f"{SLURM_WORKER}{job}", "R")
         os.kill(watch.until("the launcher's pid", lambda: launcher_pid(workdir)), signal.SIGKILL)
         killed = time.time()
         out, _ = proc.communicate(timeout=300)
@@ -431,7 +432,7 @@ def test_two_growing_runs_share_the_nodes_and_one_takes_both_after_the_other(
 def worker_nices(cluster) -> list[str] | None:
     """The nice of each queued worker job, once two are queued."""
     out = cluster.run(["squeue", "-h", "-t", "PD", "-o", "%j|%y"]).stdout.split()
-    nices = [line.split("|")[1] for line in out if line.startswith("cbgrow-")]
+    nices = [line.split("|")[1] for line in out if line.startswith(SLURM_WORKER)]
     return nices if len(nices) == 2 else None
 
 
@@ -461,7 +462,8 @@ def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
 
     def workers(state: str) -> list[str]:
         qstat = sge_cluster.run(["qstat"]).stdout
-        return re.findall(rf"^\s*(\d+)\s+\S+\s+cbgrow-\S*\s+\S+\s+{state}\s", qstat, re.M)
+        name = re.escape(SGE_WORKER)
+        return re.findall(rf"^\s*(\d+)\s+\S+\s+{name}\S*\s+\S+\s+{state}\s", qstat, re.M)
 
     try:
         watch.until("epoch 2 on one slot", lambda: "train: epoch 2:" in watch.text())
