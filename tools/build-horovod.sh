@@ -40,13 +40,22 @@ if [ -n "$has_gpu" ] && command -v nvcc >/dev/null 2>&1; then
     if [ -n "$torch_cuda" ]; then
         gpu_ops=NCCL
         say "a GPU, nvcc, and torch built for CUDA $torch_cuda: horovod gets NCCL"
+        # Horovod's CUDA kernels, by default, for every architecture this nvcc knows (from
+        # sm_75 to sm_121 with CUDA 13: many minutes of nvcc): for this machine's GPUs alone
+        # unless HOROVOD_BUILD_CUDA_CC_LIST names others ("80,90": A100s and H100s).
+        if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
+            HOROVOD_BUILD_CUDA_CC_LIST=$("$py" -c 'import torch
+print(",".join(sorted({"%d%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))')
+        fi
+        export HOROVOD_BUILD_CUDA_CC_LIST
+        say "CUDA kernels for compute capability $HOROVOD_BUILD_CUDA_CC_LIST"
     else
         say "a GPU and nvcc, but torch is a CPU build: building horovod without NCCL"
     fi
 fi
 # the build of torch too (2.13.0+cpu and 2.13.0+cu130 are other libraries to link against)
 torch_build=$("$py" -c 'import torch; print(torch.__version__.replace("+", "-"))')
-key="horovod-$HOROVOD_VERSION-p$PATCH_LEVEL-torch$torch_build-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)}"
+key="horovod-$HOROVOD_VERSION-p$PATCH_LEVEL-torch$torch_build-$pyver${gpu_ops:+-$(echo "$gpu_ops" | tr A-Z a-z)-sm${HOROVOD_BUILD_CUDA_CC_LIST//,/-}}"
 wheel_dir="$WHEELS/$key"
 
 # installed, built against this very torch (horovod/metadata.json records the torch it was
@@ -69,7 +78,15 @@ else
         say "building horovod $HOROVOD_VERSION from its sdist (C++17 patch, Gloo${gpu_ops:+, $gpu_ops}); takes ~6 min on 2 cores"
         build=$(mktemp -d)
         trap 'rm -rf "$build"' EXIT
-        pip download -q --no-deps --no-binary :all: -d "$build" "horovod==$HOROVOD_VERSION"
+        if [ -n "${HOROVOD_SDIST:-}" ]; then
+            # a build node without a package index: the sdist fetched elsewhere
+            # (pip download --no-deps --no-binary :all: horovod==$HOROVOD_VERSION)
+            [ "$(basename "$HOROVOD_SDIST")" = "horovod-$HOROVOD_VERSION.tar.gz" ] \
+                || { echo "HOROVOD_SDIST=$HOROVOD_SDIST: expected horovod-$HOROVOD_VERSION.tar.gz" >&2; exit 1; }
+            cp "$HOROVOD_SDIST" "$build/"
+        else
+            pip download -q --no-deps --no-binary :all: -d "$build" "horovod==$HOROVOD_VERSION"
+        fi
         tar -xzf "$build"/horovod-"$HOROVOD_VERSION".tar.gz -C "$build"
         src="$build/horovod-$HOROVOD_VERSION"
         for f in "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"; do
@@ -104,7 +121,13 @@ else
             fi
             nccl_env+=(HOROVOD_CUDA_HOME="$(dirname "$(dirname "$(command -v nvcc)")")")
         fi
-        env "${nccl_env[@]}" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+        # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses the cmake_minimum_required(< 3.5) of
+        # horovod's bundled third_party (gloo's) unless told which policies to assume
+        # CXXFLAGS: GCC 13's headers no longer pull in <string>, <stdexcept> and <cstdint>
+        # where horovod's (group_table.h, common.h) rely on it
+        env "${nccl_env[@]}" CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+            CXXFLAGS="${CXXFLAGS:-} -include string -include stdexcept -include cstdint" \
+            HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
             HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
             ${gpu_ops:+HOROVOD_GPU_OPERATIONS=$gpu_ops} \
             MAKEFLAGS="-j$(nproc)" \
