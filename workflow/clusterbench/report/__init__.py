@@ -159,12 +159,23 @@ def warn_missing_glyphs(texts: list[tuple[str, str]]) -> None:
 
 
 def write_figures(out_dir: Path, pages: list[Page], params: ReportParams, footer: str) -> None:
-    """``figures/<png>.png`` of every page that has a figure, its footer also in its metadata."""
+    """``figures/<png>.png`` of every page that has a figure, its footer also in its metadata.
+
+    The PNG's draw lays the page out (constrained layout: most of a draw's time); the layout
+    is then kept, not computed again for the PDF (:func:`keep_layout`)."""
     metadata = {"Title": params.title, "Description": footer}
     for page in pages:
         if page.png:
             with atomic_path(out_dir / "figures" / f"{page.png}.png") as tmp:
                 page.figure.savefig(tmp, format="png", metadata=metadata)
+            keep_layout(page.figure)
+
+
+def keep_layout(figure) -> None:
+    """Keep ``figure``'s axes where its last draw's layout engine put them: later saves draw
+    it as laid out. The positions are fractions of the figure, the same at any resolution."""
+    if figure.get_layout_engine() is not None:
+        figure.set_layout_engine("none")
 
 
 def write_outputs(
