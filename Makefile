@@ -5,10 +5,12 @@ VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
-# make test's two pytest workers (pytest-xdist): the Slurm tests in one group, the SGE tests in
-# another, each other module in its own; the longest groups first, in tests/conftest.py's order
-# (--no-loadscope-reorder); TEST_WORKERS= runs the suite in one process
-TEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+# make test's three pytest workers (pytest-xdist) on the reference machine's 2 cores: the third
+# fills the time the others spend waiting on the test clusters (docs/running.md, "The tests in
+# detail"); the Slurm tests in one group, the SGE tests in another, each other module in its
+# own; the longest groups first, in tests/conftest.py's order (--no-loadscope-reorder);
+# TEST_WORKERS= runs the suite in one process
+TEST_WORKERS ?= -n 3 --dist loadgroup --no-loadscope-reorder
 GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
