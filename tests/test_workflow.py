@@ -18,6 +18,7 @@ import html_report
 import pytest
 import yaml
 from clusterbench import config as cbconfig
+from clusterbench.plan import parse_dry_run
 from conftest import (
     REPO,
     copy_checkout,
@@ -205,13 +206,18 @@ def _edited(path: Path):
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def _change(workdir: Path, mutate, edit: Path | None = None) -> set[tuple[str, str]]:
-    """Rerun with the config changed by ``mutate`` (and the file ``edit`` edited meanwhile):
-    the stages that reran."""
+def _write_changed_config(workdir: Path, mutate) -> None:
+    """The default config (its download cache in ``workdir``), changed by ``mutate``."""
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(workdir / "cache")
     mutate(cfg)
     write_config(workdir, cfg)
+
+
+def _change(workdir: Path, mutate, edit: Path | None = None) -> set[tuple[str, str]]:
+    """Rerun with the config changed by ``mutate`` (and the file ``edit`` edited meanwhile):
+    the stages that reran."""
+    _write_changed_config(workdir, mutate)
     before = stage_mtimes(workdir)
     with _edited(edit) if edit else contextlib.nullcontext():
         run_local(workdir)
@@ -260,30 +266,19 @@ def test_one_runs_lr_reruns_that_run_and_the_report(finished: Path):
     assert reran == {("train", target), ("evaluate", target), ("report", "")}
 
 
-def _planned(out: str) -> dict[tuple[str, str], str]:
-    """A dry run's jobs of the stages of :data:`STAGE_DIRS`: {(stage, run): reason}."""
-    jobs: dict[tuple[str, str], str] = {}
-    for block in re.split(r"^(?=(?:local)?rule \w+:$)", out, flags=re.MULTILINE):
-        head = re.match(r"(?:local)?rule (\w+):$", block, re.MULTILINE)
-        if not head or head[1] not in STAGE_DIRS.values():
-            continue
-        run = re.search(r"^\s+wildcards: run=(\S+)$", block, re.MULTILINE)
-        reason = re.search(r"^\s+reason: (.*)$", block, re.MULTILINE)
-        jobs[(head[1], run[1] if run else "")] = reason[1] if reason else ""
-    return jobs
-
-
 def test_editing_the_training_code_reruns_training_and_what_follows(finished: Path):
     """Planned by a dry run, which changes nothing (a real rerun of edited code: the report's,
     below; training every run again would add a minute and test nothing more)."""
-    cfg = default_config()
-    cfg["download"]["cache_dir"] = str(finished / "cache")
-    _every_config_change(cfg)
-    write_config(finished, cfg)
+    _write_changed_config(finished, _every_config_change)
     before = stage_mtimes(finished)
     with _edited(checkout_of(finished) / "workflow/clusterbench/train.py"):
         dry = run_local(finished, "--dry-run")
-    planned = _planned(dry.stdout)
+    stages = set(STAGE_DIRS.values())
+    planned = {
+        (job.rule, job.wildcards.get("run", "")): job.reason
+        for job in parse_dry_run(dry.stdout).jobs
+        if job.rule in stages
+    }
     runs = {r["name"] for r in default_config()["runs"]}
     assert set(planned) == {(stage, run) for stage in ("train", "evaluate") for run in runs} | {
         ("report", "")

@@ -56,6 +56,8 @@ class DryRunJob:
     wildcards: dict[str, str]
     threads: int  # Snakemake omits the line when it is 1
     resources: dict[str, Any]  # evaluated; None where Snakemake shows <TBD>
+    #: Why Snakemake runs it (its ``reason:`` line); not part of the job's identity
+    reason: str = field(default="", compare=False)
 
 
 @dataclass
@@ -126,6 +128,7 @@ def parse_dry_run(text: str) -> DryRun:
                         k: resource_value(v)
                         for k, v in parse_pairs(fields.get("resources", "")).items()
                     },
+                    reason=fields.get("reason", ""),
                 )
             )
         elif line == "Job stats:" and not stats:
