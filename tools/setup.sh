@@ -45,28 +45,21 @@ torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)  # its C++ operators
 sys.exit(not ok)
 PY
 }
-# The pair's CUDA build takes about 5 GB in the venv, and pip first downloads its wheels (about
-# 3 GB) to its temporary folder: refused up front, naming the folders and sizes, rather than
-# failing half-installed with "No space left on device". --no-cache-dir: the downloaded wheels
-# are not kept a second time in pip's cache.
-TORCH_NEEDS_GB=${TORCH_NEEDS_GB:-9}
+# The pair's CUDA build takes about 6 GB in the venv, after pip has downloaded its wheels (about
+# 3 GB) to its temporary folder: refused up front, naming the folders and their free space,
+# rather than left half-installed by "No space left on device". --no-cache-dir: pip keeps no
+# second copy of the wheels in its cache.
+free_gb() { df -P -k "$1" | awk 'NR==2 {print int($4 / 1048576), $6}'; }
 check_space() {
-    local venv_fs tmp_fs free_venv free_tmp tmp=${TMPDIR:-/tmp}
-    venv_fs=$(df -P "$VENV" | awk 'NR==2 {print $6}')
-    tmp_fs=$(df -P "$tmp" | awk 'NR==2 {print $6}')
-    free_venv=$(df -P -k "$VENV" | awk 'NR==2 {print int($4 / 1048576)}')
-    free_tmp=$(df -P -k "$tmp" | awk 'NR==2 {print int($4 / 1048576)}')
-    if [ "$venv_fs" = "$tmp_fs" ]; then
-        [ "$free_venv" -ge "$TORCH_NEEDS_GB" ] && return 0
-        echo "set-up: torch $TORCH_VERSION + torchvision $TORCHVISION_VERSION need about" \
-             "$TORCH_NEEDS_GB GB free on $venv_fs (venv $VENV and pip's downloads in $tmp);" \
-             "$free_venv GB are free" >&2
-        return 1
-    fi
-    [ "$free_venv" -ge 6 ] && [ "$free_tmp" -ge 3 ] && return 0
+    local tmp=${TMPDIR:-/tmp} venv_gb venv_fs tmp_gb tmp_fs left
+    read -r venv_gb venv_fs < <(free_gb "$VENV")
+    read -r tmp_gb tmp_fs < <(free_gb "$tmp")
+    left=$tmp_gb
+    [ "$venv_fs" = "$tmp_fs" ] && left=$((tmp_gb - 6))   # one filesystem holds both
+    [ "$venv_gb" -ge 6 ] && [ "$left" -ge 3 ] && return 0
     echo "set-up: torch $TORCH_VERSION + torchvision $TORCHVISION_VERSION need about 6 GB free" \
-         "for the venv ($VENV on $venv_fs: $free_venv GB free) and 3 GB for pip's downloads" \
-         "(TMPDIR=$tmp on $tmp_fs: $free_tmp GB free)" >&2
+         "for the venv ($VENV, on $venv_fs: $venv_gb GB free) and 3 GB more for pip's downloads" \
+         "(TMPDIR=$tmp, on $tmp_fs: $tmp_gb GB free)" >&2
     return 1
 }
 if ! have_pair; then
