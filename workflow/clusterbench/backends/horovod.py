@@ -26,21 +26,24 @@ measured on the reference machine (it has no GPU): ``make gpu-check`` trains bot
 GPU of a machine and prints each one's exposed communication (benchmarks/README.md, "Gradients
 in one buffer or in buckets").
 
-The cost left is Horovod's background cycle (``HOROVOD_CYCLE_TIME``): a request waits for the
-next cycle to be negotiated, and *every* cycle, busy or idle, runs a small coordination
-collective. On CPUs the ranks' compute threads and these background threads share the cores, so
-a short cycle costs throughput: on the 2-core reference machine 2 ranks trained the demo's
-small CNN and a ResNet-20 (CIFAR-shaped) at these fractions of plain DDP (medians of 4-5
-interleaved runs; benchmarks/README.md):
+Horovod's background cycle (``HOROVOD_CYCLE_TIME``, Horovod's default 1 ms): a request waits
+for the next cycle to be negotiated, and *every* cycle, busy or idle, runs a small coordination
+exchange. On CPUs the ranks' compute threads fill the cores, and each cycle's wake pre-empted
+a rank's forward or backward. So :meth:`HorovodRuntime.wrap` (CPU, one buffer) makes those
+threads quiet (:mod:`clusterbench.backends._background`): they run only where a core is idle,
+which is when a rank waits for its allreduce. Then a short cycle no longer costs compute, and
+CPU runs keep Horovod's own default, as GPU runs do. On the 2-core reference machine, 2 ranks,
+ratios to plain DDP in the same round (3 interleaved rounds, medians; benchmarks/README.md,
+"Horovod's background threads kept quiet"):
 
-=====================  ======  ======  ======  ======
-HOROVOD_CYCLE_TIME     1 ms    2 ms    3 ms    5 ms
-small_cnn, digits      0.93    1.01    0.94    0.86
-ResNet-20, CIFAR-like  ~0.85   0.95    0.91    0.96
-=====================  ======  ======  ======  ======
+===============================  ===========================  =============================
+                                 before: threads awake, 2 ms  quiet, 1 ms (Horovod default)
+ResNet-20, CIFAR-like, bn agg.   0.845 (0.80-0.87)            0.944 (0.89-0.96)
+small_cnn, digits, bn aggregate  1.005 (1.00-1.04)            1.22 (1.09-1.36)
+ResNet-20, bn sync               0.384 (0.36-0.39)            0.471 (0.45-0.48)
+===============================  ===========================  =============================
 
-So CPU runs default to :data:`CYCLE_TIME_MS` (2 ms); GPU runs keep Horovod's own default (1 ms),
-where a step is shorter and cores are plenty. A value in the environment always wins.
+A value of ``HOROVOD_CYCLE_TIME`` in the environment always wins.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from clusterbench.backends import Collectives, DistributedOptimizer, ElasticRuntime, Identity
+from clusterbench.backends._background import BackgroundThreads, install_sleeping_wait
 from clusterbench.backends._grads import Bucket, GradBuckets, ReadyClock, bucket_mb
 
 if TYPE_CHECKING:
@@ -59,8 +63,6 @@ if TYPE_CHECKING:
 
     from clusterbench.bn._blocks import RunningStatsAggregator
 
-#: Horovod background-cycle time (ms) of CPU runs unless HOROVOD_CYCLE_TIME is set (see above).
-CYCLE_TIME_MS = "2"
 #: The optimiser each inner optimiser was last wrapped in (an elastic reset wraps it again).
 _WRAPPED: weakref.WeakKeyDictionary[Any, GradAllreduceOptimizer] = weakref.WeakKeyDictionary()
 
@@ -184,24 +186,36 @@ class HorovodRuntime(ElasticRuntime):
     GRAD_COMPRESSIONS = ("none", "fp16")
     COLLECTIVES = HorovodCollectives
 
-    def __init__(self, identity: Identity, device_type: str, hvd: Any) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        device_type: str,
+        hvd: Any,
+        background: BackgroundThreads | None = None,
+    ) -> None:
         super().__init__(identity, device_type)
         self.hvd = hvd
+        #: The threads ``hvd.init()`` started (:mod:`clusterbench.backends._background`).
+        self.background = background or BackgroundThreads(frozenset())
         self._autograd = _autograd_allreduce(hvd)
 
     @classmethod
     def start(cls, device_type: str) -> HorovodRuntime:
-        if device_type == "cpu":
-            os.environ.setdefault("HOROVOD_CYCLE_TIME", CYCLE_TIME_MS)
         import horovod.torch as hvd
 
-        hvd.init()
-        return cls(_identity(hvd), device_type, hvd)
+        background = BackgroundThreads.started_by(hvd.init)
+        return cls(_identity(hvd), device_type, hvd, background)
 
     # -- Horovod elastic (ElasticRuntime) ----------------------------------------------------
     def refresh(self) -> None:
         """Read rank and size again: after an elastic reset (``hvd.init`` in a new world)."""
         self.identity = _identity(self.hvd)
+
+    def _reset(self) -> None:
+        """Horovod elastic's reset (``hvd.shutdown()``, ``hvd.init()``), noting the threads
+        the new ``hvd.init()`` started: :meth:`wrap`, called again, quiets them."""
+        self.hvd.shutdown()
+        self.background = BackgroundThreads.started_by(self.hvd.init)
 
     def elastic_state(self, model: nn.Module, optimizer: Any, **values: Any) -> Any:
         """``hvd.elastic.TorchState`` of ``model``, ``optimizer`` and ``values``: committed,
@@ -212,8 +226,11 @@ class HorovodRuntime(ElasticRuntime):
         return self.hvd.elastic.TorchState(model=model, optimizer=optimizer, **values)
 
     def elastic_run(self, func: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``hvd.elastic.run(func)``: ``func(state)`` again after each reset of the world."""
-        return self.hvd.elastic.run(func)
+        """``hvd.elastic.run(func)``: ``func(state)`` again after each reset of the world (the
+        reset being :meth:`_reset`, Horovod's own plus the note of its new threads)."""
+        from horovod.common.elastic import run_fn
+
+        return run_fn(func, self._reset)
 
     def elastic_errors(self) -> tuple[type[BaseException], ...]:
         """The exceptions with which Horovod interrupts a rank for an elastic reset."""
@@ -280,6 +297,8 @@ class HorovodRuntime(ElasticRuntime):
         if self.size == 1:
             return model, DistributedOptimizer(optimizer)
         aggregator = self.aggregator(model, bn)
+        if grad_allreduce == "one" and self.device_type == "cpu":  # buckets: sent in backward
+            self.quiet_background()
         overlap = grad_allreduce == "buckets"
         clock = ReadyClock(self.device_type == "cuda") if timed and overlap else None
         wrapped = GradAllreduceOptimizer(
@@ -287,6 +306,15 @@ class HorovodRuntime(ElasticRuntime):
         )
         _WRAPPED[optimizer] = wrapped
         return model, wrapped
+
+    def quiet_background(self) -> None:
+        """Horovod's background threads only where a core is idle, and every wait for a
+        Horovod handle asleep (:mod:`clusterbench.backends._background`): for CPU training
+        with one gradient buffer, where nothing needs them while the ranks compute."""
+        from horovod.torch import mpi_ops
+
+        install_sleeping_wait(mpi_ops)
+        self.background.quiet()
 
 
 #: The backend's runtime (clusterbench.backends).
