@@ -48,8 +48,6 @@ class BackgroundThreads:
 
     def __init__(self, tids: frozenset[int]) -> None:
         self.tids = tids
-        #: Whether :meth:`quiet` has run (it cannot be undone).
-        self.quieted = False
 
     @classmethod
     def started_by(cls, start: Callable[[], Any]) -> BackgroundThreads:
@@ -72,7 +70,6 @@ class BackgroundThreads:
             except OSError:  # the thread ended, or the policy is refused here
                 continue
             moved.append(tid)
-        self.quieted = True
         return moved
 
 
