@@ -5,7 +5,8 @@ Unit tests: the threads a call started (and no other) move to ``SCHED_IDLE``; th
 polls until the handle is done and then returns Horovod's own result; every module of
 ``horovod.torch`` that holds ``synchronize`` gets it. The slow test runs two real Horovod ranks
 on the CPU: after ``wrap`` with one gradient buffer their Horovod threads are ``SCHED_IDLE``,
-the main thread is not, and a step and the runtime's collectives give the right answers.
+the main thread is not, and a step and the runtime's collectives give the right answers; with
+``CLUSTERBENCH_HOROVOD_QUIET=0`` the threads stay as Horovod started them.
 
 Run as a script (by ``clusterbench.launch`` in the slow test) this file is the worker.
 """
@@ -80,6 +81,15 @@ def test_the_sleeping_wait_polls_until_done_then_returns_synchronizes_result():
         wait("bad")
 
 
+def test_a_site_may_keep_the_threads_awake_and_a_bad_value_is_named():
+    from clusterbench.backends._background import QUIET_ENV, quiet_wanted
+
+    assert quiet_wanted({}) and quiet_wanted({QUIET_ENV: "1"}) and quiet_wanted({QUIET_ENV: ""})
+    assert not quiet_wanted({QUIET_ENV: "0"})
+    with pytest.raises(ValueError, match=r"\$CLUSTERBENCH_HOROVOD_QUIET must be 0 .* got 'no'"):
+        quiet_wanted({QUIET_ENV: "no"})
+
+
 def test_every_module_of_horovod_torch_holding_synchronize_gets_the_sleeping_wait(monkeypatch):
     import horovod.torch as hvd
     from clusterbench.backends._background import install_sleeping_wait
@@ -133,16 +143,18 @@ def worker(out_dir: str) -> None:
 
 
 @pytest.mark.slow
-def test_two_cpu_horovod_ranks_compute_beside_quiet_background_threads(tmp_path):
+@pytest.mark.parametrize("quiet", ["", "0"])
+def test_two_cpu_horovod_ranks_compute_beside_quiet_background_threads(quiet, tmp_path):
     script = [sys.executable, str(Path(__file__)), "worker", str(tmp_path)]
     cmd = [sys.executable, "-m", "clusterbench.launch", "--np", "2", "--", *script]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    env = {**os.environ, "CLUSTERBENCH_HOROVOD_QUIET": quiet}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
     for seen in ranks:
         assert seen["threads"], "hvd.init() started no thread that could be told apart"
         assert set(seen["before_wrap"]) == {os.SCHED_OTHER}
-        assert set(seen["after_wrap"]) == {os.SCHED_IDLE}
+        assert set(seen["after_wrap"]) == {os.SCHED_OTHER if quiet == "0" else os.SCHED_IDLE}
         assert seen["main"] == os.SCHED_OTHER
         assert seen["sum"] == 3.0 and seen["any"] is True
         assert seen["gathered"] == [{"rank": 0}, {"rank": 1}]

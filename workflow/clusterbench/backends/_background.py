@@ -17,6 +17,12 @@ on ``sched_yield``, which starves a ``SCHED_IDLE`` thread (a ResNet-20 step's al
 polls, Horovod's own ``hvd.poll`` loop; the last call is Horovod's ``synchronize``, which
 then returns at once (results and errors exactly as before).
 
+The cost: a quiet thread gets a core only when nothing else wants it. Where other work keeps
+every core busy (another job on the same cores, more runnable threads than cores), a waiting
+rank's collective then waits for that work to pause. ``make test`` (three test processes
+beside each 2-rank training on 2 cores) took its usual time, but a site whose nodes' cores are
+shared sets :data:`QUIET_ENV` to ``0``, and the threads stay awake, as Horovod starts them.
+
 An unprivileged thread may enter ``SCHED_IDLE`` but not leave it (Linux allows the way back
 only within ``RLIMIT_NICE``), so a quiet process stays quiet: the training asks for it
 (:meth:`clusterbench.backends.horovod.HorovodRuntime.wrap`); the comm stage, which times
@@ -28,11 +34,23 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Seconds a waiting rank sleeps between two polls of a Horovod handle, once quiet.
 POLL_SECONDS = 1e-4
+#: The environment variable that keeps Horovod's threads awake when ``0`` (unset or ``1``:
+#: quiet): a site's knob, no run setting.
+QUIET_ENV = "CLUSTERBENCH_HOROVOD_QUIET"
+
+
+def quiet_wanted(env: Mapping[str, str]) -> bool:
+    """Whether :data:`QUIET_ENV` in ``env`` lets the training quiet the threads; an error
+    naming it unless it is unset, ``0`` or ``1``."""
+    value = env.get(QUIET_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"${QUIET_ENV} must be 0 (threads awake) or 1 (quiet), got {value!r}")
+    return value != "0"
 
 
 def thread_ids() -> frozenset[int]:

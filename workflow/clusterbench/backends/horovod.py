@@ -43,7 +43,8 @@ small_cnn, digits, bn aggregate  1.005 (1.00-1.04)            1.22 (1.09-1.36)
 ResNet-20, bn sync               0.384 (0.36-0.39)            0.471 (0.45-0.48)
 ===============================  ===========================  =============================
 
-A value of ``HOROVOD_CYCLE_TIME`` in the environment always wins.
+A value of ``HOROVOD_CYCLE_TIME`` in the environment always wins; ``CLUSTERBENCH_HOROVOD_QUIET=0``
+keeps the threads awake (for nodes whose cores other work shares).
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from clusterbench.backends import Collectives, DistributedOptimizer, ElasticRuntime, Identity
-from clusterbench.backends._background import BackgroundThreads, install_sleeping_wait
+from clusterbench.backends._background import (
+    BackgroundThreads,
+    install_sleeping_wait,
+    quiet_wanted,
+)
 from clusterbench.backends._grads import Bucket, GradBuckets, ReadyClock, bucket_mb
 
 if TYPE_CHECKING:
@@ -297,7 +302,8 @@ class HorovodRuntime(ElasticRuntime):
         if self.size == 1:
             return model, DistributedOptimizer(optimizer)
         aggregator = self.aggregator(model, bn)
-        if grad_allreduce == "one" and self.device_type == "cpu":  # buckets: sent in backward
+        # buckets are sent during backward; $CLUSTERBENCH_HOROVOD_QUIET=0: a site's opt-out
+        if grad_allreduce == "one" and self.device_type == "cpu" and quiet_wanted(os.environ):
             self.quiet_background()
         overlap = grad_allreduce == "buckets"
         clock = ReadyClock(self.device_type == "cuda") if timed and overlap else None
