@@ -31,6 +31,7 @@ Horovod's collectives as a Horovod user calls them, does not.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -85,7 +86,7 @@ class BackgroundThreads:
         for tid in sorted(self.tids & thread_ids()):
             try:
                 os.sched_setscheduler(tid, policy, os.sched_param(0))
-            except OSError:  # the thread ended, or the policy is refused here
+            except OSError:  # it ended since, or the policy is refused here
                 continue
             moved.append(tid)
         return moved
@@ -95,13 +96,12 @@ def sleeping_wait(synchronize: Callable[[Any], Any], poll: Callable[[Any], bool]
     """``synchronize`` that sleeps between polls of the handle until it is done, then calls
     ``synchronize`` (which returns at once)."""
 
+    @functools.wraps(synchronize)
     def wait(handle: Any) -> Any:
         while not poll(handle):
             time.sleep(POLL_SECONDS)
         return synchronize(handle)
 
-    wait.__wrapped__ = synchronize  # type: ignore[attr-defined]
-    wait.__doc__ = synchronize.__doc__
     return wait
 
 
