@@ -28,6 +28,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import archives` etc. from tests/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import gpu_check as _gpu_check  # noqa: E402
+from snakemake_forks import Server  # noqa: E402
 
 
 def _has_cuda() -> bool:
@@ -209,12 +210,22 @@ def popen_snakemake(cmd: list[str], env: dict, *, new_session: bool = False) -> 
     )
 
 
+#: This worker's Snakemake fork server (tests/snakemake_forks.py): the runs of
+#: :func:`run_snakemake` started as :data:`SNAKEMAKE` pay for Snakemake's imports once.
+SNAKEMAKE_FORKS = Server()
+
+
 def run_snakemake(cmd: list[str], cwd: Path, results: Path, check: bool, timeout, env):
     """Run a snakemake command line; with ``check``, a failure shows its output and the job
-    logs under ``results``."""
-    proc = subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=snakemake_env(env)
-    )
+    logs under ``results``. One started as :data:`SNAKEMAKE` runs in a process forked from
+    :data:`SNAKEMAKE_FORKS` (the same Snakemake, its imports already made)."""
+    if cmd[: len(SNAKEMAKE)] == SNAKEMAKE:
+        argv = cmd[len(SNAKEMAKE) :]
+        proc = SNAKEMAKE_FORKS.run(argv, cwd, snakemake_env(env), timeout)
+    else:
+        proc = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=snakemake_env(env)
+        )
     if check and proc.returncode != 0:
         logs = "\n".join(
             f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted(results.glob("logs/*/*"))
