@@ -159,6 +159,7 @@ TINY_COMM = _gpu_check.CPU_SMOKE["comm"]
 #: How the tests start Snakemake: as ``python -m snakemake``, with the executor plugins' status
 #: polls kept at ``--seconds-between-status-checks`` (:mod:`tests.clusters.steady_polls`).
 SNAKEMAKE = [sys.executable, str(REPO / "tests" / "clusters" / "steady_polls.py")]
+PYTHON_M_SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: The cluster tests' status polls: every second (the test clusters' jobs last seconds).
 POLL = ["--seconds-between-status-checks", "1"]
 SLURM_POLL = [*POLL, "--slurm-init-seconds-before-status-checks", "1"]
@@ -217,11 +218,12 @@ SNAKEMAKE_FORKS = Server()
 
 def run_snakemake(cmd: list[str], cwd: Path, results: Path, check: bool, timeout, env):
     """Run a snakemake command line; with ``check``, a failure shows its output and the job
-    logs under ``results``. One started as :data:`SNAKEMAKE` runs in a process forked from
-    :data:`SNAKEMAKE_FORKS` (the same Snakemake, its imports already made)."""
-    if cmd[: len(SNAKEMAKE)] == SNAKEMAKE:
-        argv = cmd[len(SNAKEMAKE) :]
-        proc = SNAKEMAKE_FORKS.run(argv, cwd, snakemake_env(env), timeout)
+    logs under ``results``. One started as :data:`SNAKEMAKE` or ``python -m snakemake`` runs in
+    a process forked from :data:`SNAKEMAKE_FORKS` (the same Snakemake, its imports already made;
+    the steady polls change nothing without a remote executor)."""
+    prefix = next((p for p in (SNAKEMAKE, PYTHON_M_SNAKEMAKE) if cmd[: len(p)] == p), None)
+    if prefix is not None:
+        proc = SNAKEMAKE_FORKS.run(cmd[len(prefix) :], cwd, snakemake_env(env), timeout)
     else:
         proc = subprocess.run(
             cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=snakemake_env(env)

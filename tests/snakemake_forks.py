@@ -38,6 +38,9 @@ def child(job: dict) -> int:
         os.environ.update(job["env"])
         extra = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[1:1] = [p for p in extra if p not in sys.path]
+        import tempfile
+
+        tempfile.tempdir = None  # found again from this environment's TMPDIR
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     fd = os.open(job["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
