@@ -199,7 +199,8 @@ def snakemake_env(env=None) -> dict[str, str]:
 
 def popen_snakemake(cmd: list[str], env: dict, *, new_session: bool = False) -> subprocess.Popen:
     """``snakemake`` (``cmd``) started in the background from the repository, its output in one
-    pipe; with ``new_session``, in a session of its own (a test can kill its whole group)."""
+    pipe; with ``new_session``, in a session of its own (a test can kill its whole group). Its
+    SIGINT is a user's (:func:`default_sigint`): tests interrupt it."""
     return subprocess.Popen(
         cmd,
         cwd=REPO,
@@ -208,6 +209,7 @@ def popen_snakemake(cmd: list[str], env: dict, *, new_session: bool = False) -> 
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=new_session,
+        preexec_fn=default_sigint,
     )
 
 

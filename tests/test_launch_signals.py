@@ -30,6 +30,7 @@ import psutil
 import pytest
 from clusterbench.launch import runner
 from clusterbench.launch import signals as launch_signals
+from conftest import default_sigint
 
 PY = sys.executable
 STARTUP_S = 60  # the ranks are up within this (2 busy cores)
@@ -752,7 +753,11 @@ def test_interrupt_forwarding_does_not_wait_for_the_main_thread():
     training) still stops the launchers at once; their end wakes the main thread, whose handler
     then raises the KeyboardInterrupt Snakemake stops on. (Before, the training ran to its end.)"""
     proc = subprocess.run(
-        [sys.executable, "-c", SIGINT_ELSEWHERE], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", SIGINT_ELSEWHERE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=default_sigint,  # as Snakemake's, whatever this pytest inherited
     )
     assert proc.stdout.strip() == f"KeyboardInterrupt; launcher exit {-signal.SIGTERM}", (
         proc.stdout + proc.stderr
