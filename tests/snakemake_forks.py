@@ -27,7 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 
 def child(job: dict) -> int:
@@ -38,8 +44,6 @@ def child(job: dict) -> int:
         os.environ.update(job["env"])
         extra = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[1:1] = [p for p in extra if p not in sys.path]
-        import tempfile
-
         tempfile.tempdir = None  # found again from this environment's TMPDIR
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -127,28 +131,22 @@ class Server:
     time, with a timeout that kills the job's process as ``subprocess.run``'s does."""
 
     def __init__(self) -> None:
-        import subprocess
-        import threading
-
-        self._subprocess = subprocess
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._buf = b""  # what the server wrote past the last line read
 
-    def _server(self):
+    def _server(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = self._subprocess.Popen(
+            self._proc = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--serve"],
-                stdin=self._subprocess.PIPE,
-                stdout=self._subprocess.PIPE,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
             )
             self._buf = b""
         return self._proc
 
     def _reply(self, deadline: float | None) -> dict | None:
         """The server's next line; None when ``deadline`` (time.monotonic) passes first."""
-        import select
-        import time
-
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buf:
@@ -163,10 +161,6 @@ class Server:
         return json.loads(line)
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None):
-        import signal
-        import tempfile
-        import time
-
         with self._lock, tempfile.TemporaryDirectory(prefix="snakemake-fork-") as tmp:
             out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
             server = self._server()
@@ -180,14 +174,12 @@ class Server:
             if ended is None:
                 os.kill(pid, signal.SIGKILL)
                 self._reply(None)
-                raise self._subprocess.TimeoutExpired(["snakemake", *argv], timeout)
+                raise subprocess.TimeoutExpired(["snakemake", *argv], timeout)
             with open(out, encoding="utf-8", errors="replace") as o:
                 stdout = o.read()
             with open(err, encoding="utf-8", errors="replace") as e:
                 stderr = e.read()
-            return self._subprocess.CompletedProcess(
-                ["snakemake", *argv], ended["rc"], stdout, stderr
-            )
+            return subprocess.CompletedProcess(["snakemake", *argv], ended["rc"], stdout, stderr)
 
 
 if __name__ == "__main__":
