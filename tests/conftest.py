@@ -159,6 +159,8 @@ TINY_COMM = _gpu_check.CPU_SMOKE["comm"]
 #: How the tests start Snakemake: as ``python -m snakemake``, with the executor plugins' status
 #: polls kept at ``--seconds-between-status-checks`` (:mod:`tests.clusters.steady_polls`).
 SNAKEMAKE = [sys.executable, str(REPO / "tests" / "clusters" / "steady_polls.py")]
+#: Snakemake as a user starts it (the tests whose runs need no steady polls); run_snakemake
+#: forks a run started so, as one started as :data:`SNAKEMAKE`.
 PYTHON_M_SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: The cluster tests' status polls: every second (the test clusters' jobs last seconds).
 POLL = ["--seconds-between-status-checks", "1"]

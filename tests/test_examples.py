@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pytest
 import yaml
 from clusterbench import config as cb
 from clusterbench.models import problems as model_problems
-from conftest import REPO, TINY_COMM, run_snakemake
+from conftest import PYTHON_M_SNAKEMAKE, REPO, TINY_COMM, run_snakemake
 
 EXAMPLES = REPO / "config" / "examples"
 
@@ -190,7 +189,7 @@ def examples(tmp_path_factory) -> dict[str, Any]:
     work = tmp / "work"
     config = tmp / "examples.yaml"
     config.write_text(yaml.safe_dump(session_config(names, overlays), sort_keys=False))
-    cmd = [sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "local")]
+    cmd = [*PYTHON_M_SNAKEMAKE, "--profile", str(REPO / "profiles" / "local")]
     cmd += ["--snakefile", str(REPO / "Snakefile"), "--directory", str(work)]
     cmd += ["--configfile", str(config)]
     # own-model's jobs import config.examples.mynets from the checkout (its header says so)

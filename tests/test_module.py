@@ -29,6 +29,7 @@ import yaml
 from clusterbench import config as cbconfig
 from clusterbench.pipeline.code import STAMPS
 from conftest import (
+    PYTHON_M_SNAKEMAKE,
     REPO,
     default_config,
     run_snakemake,
@@ -88,7 +89,7 @@ def write_consumer(directory: Path, bench: dict) -> Path:
 
 def run_consumer(directory: Path, *args: str, check: bool = True, env=None, timeout=900):
     """``snakemake ARGS`` in the consumer's directory (its Snakefile, its working directory)."""
-    cmd = [sys.executable, "-m", "snakemake", *args]
+    cmd = [*PYTHON_M_SNAKEMAKE, *args]
     return run_snakemake(cmd, directory, directory / PREFIX / "results", check, timeout, env)
 
 
