@@ -35,8 +35,9 @@ rule comm:
             comm_jobs.job_params(PIPELINE.comm_of(wc), CFG["comm"])
         ),
         workers=lambda wc: PIPELINE.comm_of(wc).workers,
+        backend=lambda wc: PIPELINE.comm_of(wc).backend,
         out_dir=lambda wc, output: dir_of(output.json),
     shell:
-        "python -m clusterbench.launch --np {params.workers} -- "
+        "python -m clusterbench.launch --np {params.workers} --backend {params.backend} -- "
         "python {input.script:q} --params {params.params:q} --out-dir {params.out_dir:q} "
         "> {log:q} 2>&1"

@@ -7,14 +7,91 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-#: The clusterbench checkout: the parent of this file's directory. Not ``workflow.basedir``,
-#: which is the directory of the *main* Snakefile: that of the consuming workflow when
-#: clusterbench is a Snakemake module. A local path: scripts and stage modules are inputs.
-CHECKOUT = Path(workflow.current_basedir.get_path_or_uri(secret_free=False)).parent
-if not CHECKOUT.is_dir():
+def _uri(source):
+    """A Snakemake source file's path or URI (Snakemake 9.x added ``secret_free``)."""
+    try:
+        return source.get_path_or_uri(secret_free=True)
+    except TypeError:
+        return source.get_path_or_uri()
+
+
+def _git_source(basedir):
+    """(repository folder, ref, this folder's path in it) of a folder of a git source: a
+    module's ``gitfile(...)`` (a local repository) or ``github(...)``/``gitlab(...)`` (the
+    clone Snakemake keeps in its cache)."""
+    if hasattr(basedir, "repo_path"):
+        return Path(basedir.repo_path), basedir.ref, basedir.path
+    hosted = getattr(basedir, "hosted_repo", None)
+    if hosted is not None:
+        return Path(hosted.repo.git_dir), basedir.ref, basedir.path
     raise WorkflowError(
-        f"clusterbench must be a local checkout (module snakefile: a local path), not {CHECKOUT}"
+        f"clusterbench's rules are read from {_uri(basedir)}: clusterbench runs from a "
+        "local checkout or from a git source (a module whose snakefile is gitfile(...), "
+        "github(...) or gitlab(...) at a tag); see docs/running.md"
     )
+
+
+def _local_copy(basedir):
+    """The tree of the git source ``basedir`` is a folder of (the checkout: its parent) at
+    its ref, as a local folder: ``.snakemake/clusterbench/source/<commit>`` in the working
+    directory, made once per commit (atomically: a ``.complete`` file, then a rename), its
+    files dated when they were made, so that a new commit makes the stages whose code changed
+    stale, as an edit of a checkout does (clusterbench.pipeline.code)."""
+    import io
+    import shutil
+    import subprocess
+    import tarfile
+
+    repo, ref, path = _git_source(basedir)
+    tree = os.path.dirname(path.strip("/"))
+
+    def git(*args):
+        try:
+            return subprocess.run(
+                ["git", "-C", str(repo), *args], capture_output=True, check=True
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", b"") or str(exc).encode()
+            raise WorkflowError(
+                f"clusterbench's code at {ref} in {repo}: git {args[0]} failed: "
+                f"{detail.decode(errors='replace').strip()}"
+            ) from None
+
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
+    dest = Path(".snakemake", "clusterbench", "source", commit).resolve()
+    if (dest / ".complete").is_file():
+        return dest
+    made = dest.with_name(f"{commit}.{os.getpid()}.tmp")
+    shutil.rmtree(made, ignore_errors=True)
+    archive = git("archive", "--format=tar", f"{commit}:{tree}" if tree else commit)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(made, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    for file in made.rglob("*"):
+        os.utime(file)
+    (made / ".complete").write_text(f"{ref} {commit}\n")
+    try:
+        os.rename(made, dest)
+    except OSError:  # made meanwhile by another process: theirs is as good
+        shutil.rmtree(made, ignore_errors=True)
+    return dest
+
+
+def _checkout(basedir):
+    """The clusterbench checkout this file is part of, as a local folder: its parent folder
+    (never ``workflow.basedir``, the folder of the *main* Snakefile: the including workflow's
+    in a module). A local path as it is; a git source as its local copy (:func:`_local_copy`),
+    which a cluster job's Snakemake finds in ``CLUSTERBENCH_HOME`` (set by the workflow for
+    its jobs: clusterbench.pipeline.Pipeline.environment)."""
+    if type(basedir).__name__ == "LocalSourceFile":
+        return Path(_uri(basedir)).parent
+    home = os.environ.get("CLUSTERBENCH_HOME")
+    if workflow.remote_exec and home and (Path(home) / ".complete").is_file():
+        return Path(home)
+    return _local_copy(basedir)
+
+
+#: The clusterbench checkout: local files (scripts and stage modules are inputs).
+CHECKOUT = _checkout(workflow.current_basedir)
 
 # Make the package importable even from a snakemake that is not the project's venv.
 sys.path.insert(0, str(CHECKOUT / "workflow"))

@@ -28,6 +28,7 @@ from clusterbench.launch.cli import parse_args
 from clusterbench.launch.fixed import prepare
 from clusterbench.launch.schedulers import Allocation, Host, local, sge, slurm
 from clusterbench.launch.schedulers.slurm import parse_scontrol_job
+from clusterbench.launch.slots import assign
 from conftest import REPO
 from test_schedulers import SCONTROL_JOB_GPUS, SCONTROL_JOB_UNEVEN
 
@@ -433,9 +434,7 @@ def assert_torch_env_matches(r: dict) -> None:
 
 
 def test_torch_dist_env_of_a_slot() -> None:
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-
-    slots = get_host_assignments(parse_hosts("node1:2,node2:1"), 3)
+    slots = assign([("node1", 2), ("node2", 1)])
     envs = [runner.torch_dist_env(s, ("10.0.0.1", 4242)) for s in slots]
     assert [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"]) for e in envs] == [
         ("0", "0", "0"),

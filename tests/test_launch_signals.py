@@ -242,10 +242,13 @@ def _figures(label: str, values: list[float]) -> str:
 
 
 def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkeypatch) -> None:
-    """With the installed horovod: plain launch_gloo leaves Horovod's set_event_on_signal
-    (Event.set in a signal handler) installed while the ranks run; through the launcher's
-    StopSignals and shutdown_event_without_handlers the ranks run under _on_signal and get
-    the launcher's shutdown event, and the previous handlers come back afterwards."""
+    """With the installed horovod: plain launch_gloo (whose elastic twin, launch_gloo_elastic,
+    calls the same register_shutdown_event) leaves Horovod's set_event_on_signal (Event.set in
+    a signal handler) installed while the ranks run; through the launcher's StopSignals and
+    horovod_runner.shutdown_event_without_handlers the ranks run under _on_signal and get the
+    launcher's shutdown event, and the previous handlers come back afterwards."""
+    pytest.importorskip("horovod")
+    from clusterbench.launch.horovod_runner import shutdown_event_without_handlers
     from horovod.runner.common.util.settings import Settings
     from horovod.runner.gloo_run import launch_gloo
 
@@ -275,7 +278,7 @@ def test_horovod_installs_locking_handlers_and_the_launcher_keeps_its_own(monkey
     signals = launch_signals.StopSignals(
         shutdown, kill=lambda: None, sweep=lambda: None, final=lambda: None
     )
-    with signals, launch_signals.shutdown_event_without_handlers(shutdown):
+    with signals, shutdown_event_without_handlers(shutdown):
         run_two()
     assert len(seen) == 2
     for on_int, on_term, events in seen:
@@ -438,7 +441,7 @@ def test_another_handlers_signal_stops_nothing() -> None:
 
 
 def test_reaper_kills_a_session_and_what_left_it(tmp_path) -> None:
-    """A session leader below this process (as Horovod's middleman is), its child, and an orphan
+    """A session leader below this process (as a rank's shell is), its child, and an orphan
     of its process group that is no longer below this process: one sweep kills them all."""
     reaper = runner.Reaper()
     pid_file = tmp_path / "orphan.pid"
@@ -602,8 +605,8 @@ def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path) -> Non
 @needs_two_cpus
 @pytest.mark.parametrize("stubborn", ["", "0,1"], ids=["plain", "ignoring-sigterm"])
 def test_ranks_do_not_outlive_a_killed_launcher(tmp_path, stubborn) -> None:
-    """SIGKILL to the launcher alone: Horovod's middleman of each rank sees its pipe from the
-    launcher close and stops the rank (SIGTERM, SIGKILL after 5 s)."""
+    """SIGKILL to the launcher alone: its watchdog sees its pipe from the launcher close and
+    stops every rank (SIGTERM, SIGKILL after 5 s)."""
     run = Launch.start(tmp_path, "k", stubborn=stubborn)
     try:
         run.wait_ranks()
@@ -643,9 +646,9 @@ def test_a_dead_rank_fails_the_job(tmp_path) -> None:
 @pytest.mark.slow
 @needs_two_cpus
 def test_usr1_reaches_every_local_rank_and_they_keep_running(tmp_path) -> None:
-    """SIGUSR1 to the launcher (three times) reaches each rank's own process (not Horovod's
-    middleman or the shell between, which would die of it) every time; the ranks and the
-    launcher keep running, and end normally (exit 0) when told."""
+    """SIGUSR1 to the launcher (three times) reaches each rank's own process (not the shell
+    between, which would die of it) every time; the ranks and the launcher keep running, and
+    end normally (exit 0) when told."""
     run = Launch.start(tmp_path, "usr1", code=RANK_USR1)
     try:
         run.wait_ranks()

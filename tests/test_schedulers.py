@@ -18,8 +18,8 @@ import pytest
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import (
     choose_iface,
-    horovod_hosts,
     local_nodes,
+    rank_hosts,
     spread_ranks,
 )
 from clusterbench.launch.schedulers import (
@@ -41,6 +41,7 @@ from clusterbench.launch.schedulers.slurm import (
     parse_scontrol_nodes,
     running_steps,
 )
+from clusterbench.launch.slots import assign, describe
 
 # `sbatch -N2 -n3 -c2`: node1 got 4 CPUs, node2 2 CPUs, 2 CPUs per task.
 SCONTROL_JOB_UNEVEN = """\
@@ -263,12 +264,10 @@ def test_spread_ranks_too_many_names_both_numbers() -> None:
 
 
 def test_host_assignment_for_uneven_slots() -> None:
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-
     alloc = Allocation("sge", (Host("a", 3), Host("b", 1), Host("c", 2)))
-    hosts = horovod_hosts(alloc, 6)
-    assert hosts == "a:3,b:1,c:2"
-    slots = get_host_assignments(parse_hosts(hosts), 6)
+    hosts = rank_hosts(alloc, 6)
+    assert hosts == [("a", 3), ("b", 1), ("c", 2)]
+    slots = assign(hosts)
     got = [
         (s.hostname, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size, s.size)
         for s in slots
@@ -283,12 +282,35 @@ def test_host_assignment_for_uneven_slots() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "hosts",
+    [[("a", 3), ("b", 1), ("c", 2)], [("n1", 1)], [("n1", 2), ("n2", 2)], [("x", 1), ("y", 4)]],
+)
+def test_host_assignment_is_horovodruns(hosts) -> None:
+    """The launcher numbers the ranks as horovodrun does for the same host:slots list, so a
+    Horovod rank it starts sees the world horovodrun would have made."""
+    pytest.importorskip("horovod")
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+    theirs = get_host_assignments(parse_hosts(describe(hosts)), sum(n for _, n in hosts))
+    assert [vars(s) for s in assign(hosts)] == [
+        {k: getattr(t, k) for k in vars(assign(hosts)[0])} for t in theirs
+    ]
+
+
+def test_host_assignment_refuses_a_host_twice_or_without_ranks() -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        assign([("a", 1), ("a", 1)])
+    with pytest.raises(ValueError, match="at least one rank"):
+        assign([("a", 0)])
+
+
 def test_host_assignment_for_fewer_ranks_than_slots() -> None:
     alloc = parse_scontrol_job(SCONTROL_JOB_UNEVEN)  # node1:2, node2:1
-    assert horovod_hosts(alloc, 2) == "node1:1,node2:1"
-    assert horovod_hosts(alloc, 3) == "node1:2,node2:1"
+    assert rank_hosts(alloc, 2) == [("node1", 1), ("node2", 1)]
+    assert rank_hosts(alloc, 3) == [("node1", 2), ("node2", 1)]
     with pytest.raises(AllocationError, match=r"--np 4 .* 3 slot"):
-        horovod_hosts(alloc, 4)
+        rank_hosts(alloc, 4)
 
 
 # ------------------------------------------------------------------------------------------

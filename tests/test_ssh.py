@@ -112,12 +112,13 @@ def test_slots_are_filled_in_order_one_rank_each():
     assert fill_ranks(hosts, 5) == [("a", 2), ("b", 2), ("c", 1)]
     with pytest.raises(AllocationError, match=r"--np 6 is more than the 5 slot\(s\)"):
         fill_ranks(hosts, 6)
-    # the scheduler's Horovod host string
-    from clusterbench.launch.placement import horovod_hosts
+    # the scheduler's spread of the ranks
+    from clusterbench.launch.placement import rank_hosts
 
     alloc = schedulers.Allocation("ssh", tuple(schedulers.Host(h, n) for h, n in hosts))
-    assert horovod_hosts(alloc, 3, sshmod.SshScheduler().spread) == "a:2,b:1"
-    assert horovod_hosts(alloc, 3) == "a:1,b:1,c:1"  # the other schedulers: one per host first
+    assert rank_hosts(alloc, 3, sshmod.SshScheduler().spread) == [("a", 2), ("b", 1)]
+    # the other schedulers: one per host first
+    assert rank_hosts(alloc, 3) == [("a", 1), ("b", 1), ("c", 1)]
 
 
 def test_ssh_g_output_gives_the_host_name_ssh_connects_to():
@@ -568,7 +569,7 @@ def start_loop(hosts, tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, dic
 
 @pytest.mark.ssh
 def test_a_killed_launcher_leaves_no_rank_on_either_host(ssh_hosts, tmp_path):
-    """SIGKILL to the launcher: nothing of it can stop anything. Horovod's middleman ends the
+    """SIGKILL to the launcher: nothing of it can stop anything. The launcher's watchdog ends the
     local ssh client, and the agent at the remote end, its connection gone, stops the rank: no
     orphan on host b (ssh itself passes no signal on)."""
     launcher, out, script, pids = start_loop(ssh_hosts, tmp_path)

@@ -1,7 +1,8 @@
 """``clusterbench-launch`` (``python -m clusterbench.launch``): start one rank per slot of the
 allocation this job runs in: no ssh, no MPI, no torchrun.
 
-    clusterbench-launch --np W [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
+    clusterbench-launch --np W [--backend horovod|ddp]
+                        [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
                         [--grow-record PATH]]] [--scheduler auto|<name>] [--iface IF]
                         [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
@@ -10,7 +11,13 @@ The package:
 
 - :mod:`~clusterbench.launch.cli`: the options (``parse_args``), ``main``, ``cli``;
 - :mod:`~clusterbench.launch.fixed`: a launch of ``--np`` ranks: its
-  :class:`~clusterbench.launch.fixed.Plan` (``prepare``) and ``run`` (Horovod's Gloo runner);
+  :class:`~clusterbench.launch.fixed.Plan` (``prepare``) and ``run`` (a thread per rank);
+- :mod:`~clusterbench.launch.slots`: each rank's place (host, rank, local and cross rank);
+- :mod:`~clusterbench.launch.process`: one rank's command as a process of this machine
+  (started, streamed, stopped; the watchdog, ``watchdog.py``, that stops the ranks of a killed
+  launcher);
+- :mod:`~clusterbench.launch.horovod_runner`: the one module that uses Horovod's runner: its
+  rendezvous for Horovod ranks, its elastic driver (an install without Horovod runs DDP);
 - :mod:`~clusterbench.launch.elastic`: with ``--min-np``/``--max-np``, Horovod elastic's driver
   over the scheduler's host discovery;
 - :mod:`~clusterbench.launch.grow`: with ``--grow jobs``, the worker jobs an elastic run grows
@@ -24,7 +31,7 @@ The package:
 - :mod:`~clusterbench.launch.exclusive`: ``--lock``, one launch of a run at a time;
 - :mod:`~clusterbench.launch.placement`: where ranks go (slots, network interface);
 - :mod:`~clusterbench.launch.schedulers`: the registry of schedulers, one module each
-  (``local``, ``slurm``, ``sge``), with its parsers, how it starts and signals a rank, pins GPUs
+  (``local``, ``slurm``, ``sge``, ``ssh``), with its parsers, how it starts and signals a rank, pins GPUs
   and discovers hosts for Horovod elastic, and the workflow's side: its part of the train rule's
   resources, its pre-flight check (``unavailable``) and what a training job asks it for
   (``job_request``); the registry picks the one the job runs in (or the executor's);
@@ -34,8 +41,8 @@ The package:
 Each rank's output is streamed with a ``[rank]`` prefix. When a rank fails the others are
 stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with the failing
 rank's exit code and a message naming its rank, host, exit code and last log lines. Every rank
-gets Horovod's variables and the ``torch.distributed`` ones, so both training backends start the
-same way under every scheduler.
+gets the ``torch.distributed`` variables, and in a Horovod launch Horovod's too, so both
+training backends start the same way under every scheduler.
 """
 
 # The console script is `clusterbench.launch:cli`: the package's `cli` is the function, which

@@ -1,6 +1,7 @@
 """``clusterbench-launch``: the command line.
 
-    clusterbench-launch --np W [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
+    clusterbench-launch --np W [--backend horovod|ddp]
+                        [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
                         [--grow-record PATH]]] [--scheduler auto|<name>]
                         [--iface IF] [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
@@ -26,6 +27,8 @@ from clusterbench.launch.schedulers import AllocationError, LaunchError
 
 log = logging.getLogger("clusterbench.launch")
 
+#: What the ranks of a launch run: the training backends (clusterbench.backends).
+BACKENDS = ("horovod", "ddp")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 # Launcher verbosity for each Horovod log level; without one the launcher logs at INFO.
 _PY_LEVELS = {
@@ -46,12 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     """The options before ``--``."""
     parser = argparse.ArgumentParser(
         prog="clusterbench-launch",
-        description="Start one Horovod (Gloo) rank per slot of the current allocation.",
+        description="Start one rank per slot of the current allocation (torch.distributed's "
+        "variables for every rank; with --backend horovod also Horovod's rendezvous).",
         epilog="Environment: CLUSTERBENCH_SCHEDULER, CLUSTERBENCH_IFACE, CLUSTERBENCH_LOG_LEVEL, "
         "CLUSTERBENCH_GLOO_TIMEOUT (the flags win), CLUSTERBENCH_HOSTS_FILE (the hosts an elastic "
         "launch may use). SIGINT/SIGTERM stop every rank; SIGUSR1 is passed on to every rank.",
     )
     parser.add_argument("--np", type=int, required=True, help="number of ranks")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="horovod",
+        help="what the ranks run: horovod (default: Horovod's rendezvous and HOROVOD_* "
+        "variables beside torch.distributed's) or ddp (torch.distributed's alone: no Horovod "
+        "needed); elastic launches are Horovod's",
+    )
     parser.add_argument(
         "--scheduler",
         default=None,
@@ -143,6 +155,10 @@ def check_sizes(args: argparse.Namespace) -> None:
         raise LaunchError(f"--np must be at least 1, got {args.np}")
     if (args.min_np is None) != (args.max_np is None):
         raise LaunchError("elastic training needs both --min-np and --max-np")
+    if args.min_np is not None and args.backend != "horovod":
+        raise LaunchError(
+            f"elastic training (--min-np/--max-np) is Horovod's: not --backend {args.backend}"
+        )
     if args.min_np is not None and not 1 <= args.min_np <= args.np <= args.max_np:
         raise LaunchError(
             f"elastic bounds must satisfy 1 <= --min-np ({args.min_np}) <= --np ({args.np}) "

@@ -1,7 +1,8 @@
 """Horovod elastic launches: ``clusterbench-launch --np W --min-np A --max-np B -- CMD``.
 
-Horovod's Gloo elastic driver (:func:`horovod.runner.gloo_run.launch_gloo_elastic`) runs the
-rendezvous, assigns slots and decides when the world changes; this module gives it
+Horovod's Gloo elastic driver (through :mod:`clusterbench.launch.horovod_runner`, the one module
+that uses Horovod's runner) runs the rendezvous, assigns slots and decides when the world
+changes; this module gives it
 
 - a :class:`SchedulerDiscovery`: the scheduler's ``elastic_hosts`` (local: each slot of this
   host or of the hosts file ``CLUSTERBENCH_HOSTS_FILE``, one host per slot; Slurm: the job's
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -37,7 +37,7 @@ from typing import Any
 
 from clusterbench.core import preemption
 from clusterbench.core.rank_env import read_grow_record
-from clusterbench.launch import schedulers
+from clusterbench.launch import horovod_runner, schedulers
 from clusterbench.launch.common import (
     CPUS_PER_RANK_VAR,
     GROW_RECORD_VAR,
@@ -56,7 +56,7 @@ from clusterbench.launch.schedulers import (
     resolve,
     split_devices,
 )
-from clusterbench.launch.signals import StopSignals, shutdown_event_without_handlers
+from clusterbench.launch.signals import StopSignals
 
 log = logging.getLogger("clusterbench.launch")
 
@@ -106,12 +106,7 @@ class SchedulerDiscovery:
 
 def discovery(scheduler: Scheduler, in_use: Callable[[], set[str]] = set) -> Any:
     """A :class:`SchedulerDiscovery` that is also a Horovod ``HostDiscovery``."""
-    from horovod.runner.elastic.discovery import HostDiscovery
-
-    class Discovery(SchedulerDiscovery, HostDiscovery):
-        pass
-
-    return Discovery(scheduler, in_use)
+    return horovod_runner.host_discovery(SchedulerDiscovery)(scheduler, in_use)
 
 
 class ElasticRankRunner(RankRunner):
@@ -196,6 +191,7 @@ class ElasticPlan:
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> ElasticPlan:
     """What can be checked before the elastic driver starts: the scheduler, its allocation,
     the hosts discovery gives now (enough for ``--np`` ranks), the network interface."""
+    horovod_runner.require("elastic training (--min-np/--max-np)")
     scheduler = schedulers.select(args.scheduler, env)()
     alloc = scheduler.allocation(env)
     hosts = scheduler.elastic_hosts()
@@ -254,10 +250,6 @@ def run(plan: ElasticPlan) -> int:
     """Run the elastic driver to the end; 0 when the training finished, the exit code of a
     preemption, 128 + a stop signal, or 1 when Horovod gave up (too few slots, every host
     failed)."""
-    from horovod.runner.elastic.settings import ElasticSettings
-    from horovod.runner.gloo_run import launch_gloo_elastic
-    from horovod.runner.http.http_server import RendezvousServer
-
     args = plan.args
     log.info(
         "%s scheduler, Horovod elastic: %d rank(s) to start, between %d and %d; hosts now: %s",
@@ -271,16 +263,6 @@ def run(plan: ElasticPlan) -> int:
     verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
     runners: list[ElasticRankRunner] = []
     found = discovery(plan.scheduler, lambda: {s.hostname for r in runners for s in r.running()})
-    settings = ElasticSettings(
-        discovery=found,
-        min_num_proc=args.min_np,
-        max_num_proc=args.max_np,
-        elastic_timeout=ELASTIC_TIMEOUT_S,
-        reset_limit=None,
-        num_proc=args.np,
-        verbose=verbose,
-        nics={plan.iface.iface},
-    )
     shutdown = threading.Event()
     runner = ElasticRankRunner(plan.scheduler, plan.inherited, shutdown, found)
     runners.append(runner)
@@ -295,16 +277,17 @@ def run(plan: ElasticPlan) -> int:
     error: str | None = None
     with signals:
         try:
-            with shutdown_event_without_handlers(shutdown):
-                launch_gloo_elastic(
-                    args.command,
-                    runner.exec_command,
-                    settings,
-                    env,
-                    lambda driver: [plan.iface.iface],
-                    RendezvousServer(verbose),
-                    sys.executable,
-                )
+            horovod_runner.run_elastic(
+                args.command,
+                runner.exec_command,
+                found,
+                (args.np, args.min_np, args.max_np),
+                ELASTIC_TIMEOUT_S,
+                plan.iface.iface,
+                env,
+                shutdown,
+                verbose,
+            )
         except RuntimeError as exc:
             error = str(exc)
         finally:

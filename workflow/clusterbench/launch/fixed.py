@@ -2,18 +2,23 @@
 
 :func:`prepare` checks everything that can be checked before a rank starts and makes the
 :class:`Plan`: the scheduler (detected through the registry of
-:mod:`clusterbench.launch.schedulers`, or ``--scheduler``), its allocation, Horovod's
-``host:slots`` string, the network interface, each rank's GPU and rank 0's address.
-:func:`run` hands the plan to Horovod's Gloo runner
-(:func:`horovod.runner.gloo_run.launch_gloo`), which does the rendezvous, the slot assignment
-and every rank's Horovod environment, with the rank runner of :mod:`clusterbench.launch.runner`
-as its ``exec_command``; the launcher's signals are :mod:`clusterbench.launch.signals`'.
+:mod:`clusterbench.launch.schedulers`, or ``--scheduler``), its allocation, the ranks' slots
+(:mod:`clusterbench.launch.slots`), the network interface, each rank's GPU and rank 0's
+address. :func:`run` starts one rank per slot, each on a thread of its own, with the rank
+runner of :mod:`clusterbench.launch.runner` (through the scheduler: a local process, an
+``srun`` step, ``qrsh -inherit``, ssh), and waits for them all. Every rank gets the
+``torch.distributed`` variables; a Horovod launch (``--backend horovod``) also starts Horovod's
+rendezvous and gives each rank its ``HOROVOD_*`` variables
+(:mod:`clusterbench.launch.horovod_runner`, the one module that uses Horovod's runner). The
+launcher's signals are :mod:`clusterbench.launch.signals`'.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import shlex
 import socket
 import threading
 import uuid
@@ -21,13 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from clusterbench.core import preemption
-from clusterbench.launch import schedulers
+from clusterbench.launch import horovod_runner, schedulers, slots
 from clusterbench.launch.common import free_port, local_ifaces, rank_env, route_source
-from clusterbench.launch.placement import IfaceChoice, choose_iface, horovod_hosts, local_nodes
+from clusterbench.launch.placement import IfaceChoice, choose_iface, local_nodes, rank_hosts
 from clusterbench.launch.runner import RankRunner, failure_message
 from clusterbench.launch.schedulers import Allocation, Scheduler, resolve, split_devices
 from clusterbench.launch.schedulers.local import LocalScheduler
-from clusterbench.launch.signals import StopSignals, shutdown_event_without_handlers
+from clusterbench.launch.signals import StopSignals
+from clusterbench.launch.slots import Slot
 
 log = logging.getLogger("clusterbench.launch")
 
@@ -38,7 +44,7 @@ class Plan:
     scheduler: Scheduler  # whose allocation this is
     starter: Scheduler  # what starts the ranks: the scheduler, or local for a single rank
     allocation: Allocation
-    hosts: str  # Horovod's host:slots string
+    slots: list[Slot]  # one per rank, rank 0 first
     iface: IfaceChoice
     devices: dict[int, str | None]
     env: dict[str, str]  # extra environment of every rank
@@ -50,18 +56,25 @@ class Plan:
         """How the ranks start, for the log."""
         return "one local process" if self.starter is not self.scheduler else self.starter.how
 
+    @property
+    def hosts(self) -> str:
+        """``host:ranks,...``, for the log."""
+        counts: dict[str, int] = {}
+        for slot in self.slots:
+            counts[slot.hostname] = counts.get(slot.hostname, 0) + 1
+        return slots.describe(list(counts.items()))
+
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     """Everything that can be checked before a rank starts."""
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-
+    if args.backend == "horovod":
+        horovod_runner.require("--backend horovod (a Horovod run)")
     scheduler = schedulers.select(args.scheduler, env)()
     alloc = scheduler.allocation(env)
     addresses = scheduler.addresses(alloc)
-    hosts = horovod_hosts(alloc, args.np, scheduler.spread)
-    slots = get_host_assignments(parse_hosts(hosts), args.np)
+    ranks = slots.assign(rank_hosts(alloc, args.np, scheduler.spread))
 
-    used = {s.hostname for s in slots}
+    used = {s.hostname for s in ranks}
     host_name = socket.gethostname()
     ifaces = local_ifaces()
     iface = choose_iface(
@@ -77,14 +90,14 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     # A single rank runs right here as a local process: no step of its own (and a one-slot SGE
     # job's PE need not allow qrsh -inherit), and it keeps the GPUs its environment already has
     # (where the scheduler's hosts are elsewhere, as ssh's may be, it runs on its host).
-    single = args.np == 1 and scheduler.single_rank_here(slots[0].hostname, here)
+    single = args.np == 1 and scheduler.single_rank_here(ranks[0].hostname, here)
     starter = LocalScheduler() if single else scheduler
     starter.bind(alloc, args.np, f"cb-{uuid.uuid4().hex[:8]}", here)
 
     inherited = split_devices(env.get("CUDA_VISIBLE_DEVICES"))
     by_name = {h.name: h for h in alloc.hosts}
     devices: dict[int, str | None] = {}
-    for s in slots:
+    for s in ranks:
         host = by_name[s.hostname]
         device = starter.rank_device(host, s.local_rank, s.local_size, inherited)
         # one rank keeps the GPUs its environment has, unless the scheduler grants some
@@ -93,7 +106,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
 
     extra = rank_env(args, scheduler, iface)
     # torch.distributed's rendezvous: a TCPStore served by rank 0, on rank 0's node address.
-    first = slots[0].hostname
+    first = ranks[0].hostname
     master_addr = addresses.get(first) or iface.address
     if first not in here:
         log.warning(
@@ -101,14 +114,11 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
             first,
         )
     master = (master_addr, free_port(master_addr if first in here else ""))
-    return Plan(args, scheduler, starter, alloc, hosts, iface, devices, extra, here, master)
+    return Plan(args, scheduler, starter, alloc, ranks, iface, devices, extra, here, master)
 
 
 def run(plan: Plan) -> int:
-    """Start the ranks through Horovod's Gloo runner; the failing rank's exit code or 0."""
-    from horovod.runner.common.util.settings import Settings
-    from horovod.runner.gloo_run import launch_gloo
-
+    """Start every rank and wait for them all; the failing rank's exit code or 0."""
     args = plan.args
     log.info(
         "%s scheduler (%s): %d rank(s) on %s (allocation: %s)",
@@ -132,26 +142,14 @@ def run(plan: Plan) -> int:
         log.info(note)
 
     runner = RankRunner(plan.starter, plan.devices, plan.master)
-    verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
-    settings = Settings(hosts=plan.hosts, num_proc=args.np, verbose=verbose)
     shutdown = threading.Event()
     signals = StopSignals(
         shutdown, runner.kill_all, runner.sweep, runner.reaper.sweep, forward=runner.forward
     )
     with signals:
         try:
-            with shutdown_event_without_handlers(shutdown):
-                launch_gloo(
-                    args.command,
-                    runner.exec_command,
-                    settings,
-                    [plan.iface.iface],
-                    plan.env,
-                    plan.iface.address,
-                )
-        except RuntimeError:
-            if runner.failure() is None and not runner.preempted() and signals.first is None:
-                raise
+            with _rendezvous(plan) as slot_env:
+                _start_all(plan, runner, slot_env, shutdown)
         finally:
             if signals.killed_at is not None:
                 runner.reaper.sweep()  # nothing started for a rank outlives a kill
@@ -174,3 +172,36 @@ def run(plan: Plan) -> int:
         return 0
     log.error(failure_message(failed, args.np))
     return failed.exit_code if 0 < failed.exit_code < 256 else 1
+
+
+@contextlib.contextmanager
+def _rendezvous(plan: Plan):
+    """Each rank's environment beside the plan's: Horovod's (its rendezvous running for the
+    time of the ``with``) in a Horovod launch, nothing more in a DDP one."""
+    if plan.args.backend != "horovod":
+        yield lambda slot: {}
+        return
+    verbose = 2 if log.isEnabledFor(logging.DEBUG) else 0
+    with horovod_runner.rendezvous(
+        plan.slots, plan.iface.address, plan.iface.iface, verbose
+    ) as server:
+        yield server.env
+
+
+def _start_all(plan: Plan, runner: RankRunner, slot_env, shutdown: threading.Event) -> None:
+    """One thread per rank, each running its rank to the end; returns when all have ended."""
+    command = " ".join(shlex.quote(word) for word in plan.args.command)
+    common = {**plan.env, "PYTHONUNBUFFERED": "1"}
+    threads = []
+    for slot in plan.slots:
+        words = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**slot_env(slot), **common}.items())
+        thread = threading.Thread(
+            target=runner.exec_command,
+            args=(f"{words} {command}", slot, [shutdown]),
+            name=f"rank-{slot.rank}",
+            daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()

@@ -1,6 +1,6 @@
 """Where the ranks go, whatever the scheduler: pure functions, text and data in, data out.
 
-How ``--np`` ranks spread over an allocation's hosts (Horovod's ``host:slots`` string, with
+How ``--np`` ranks spread over an allocation's hosts (with
 :func:`~clusterbench.launch.schedulers.spread_ranks`, Slurm's block distribution, which the Slurm
 scheduler also uses), which hosts are this machine, and the network interface Gloo binds to.
 The schedulers (:mod:`clusterbench.launch.schedulers`) read the allocation; a launch
@@ -19,18 +19,18 @@ from clusterbench.launch.schedulers import Allocation, AllocationError, spread_r
 # ranks on hosts
 
 
-def horovod_hosts(
+def rank_hosts(
     allocation: Allocation,
     np: int,
     spread: Callable[[Sequence[tuple[str, int]], int], list[tuple[str, int]]] = spread_ranks,
-) -> str:
-    """Horovod's ``host:slots,...`` string for ``np`` ranks of ``allocation``, spread over its
-    hosts by ``spread`` (the scheduler's: one per host first, or every slot in order)."""
+) -> list[tuple[str, int]]:
+    """The hosts of ``allocation`` that get ranks, and how many each, for ``np`` ranks spread
+    over its hosts by ``spread`` (the scheduler's: one per host first, or every slot in order);
+    :func:`clusterbench.launch.slots.assign` numbers them."""
     for h in allocation.hosts:
         if ":" in h.name or "," in h.name:
             raise AllocationError(f"host name {h.name!r} contains ':' or ','")
-    used = spread([(h.name, h.slots) for h in allocation.hosts], np)
-    return ",".join(f"{h}:{n}" for h, n in used)
+    return spread([(h.name, h.slots) for h in allocation.hosts], np)
 
 
 # ------------------------------------------------------------------------------------------

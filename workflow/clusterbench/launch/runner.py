@@ -1,12 +1,13 @@
 """The rank runner: start every rank, watch them, fail fast, pass signals on.
 
-:class:`RankRunner` is the ``exec_command`` Horovod's Gloo runner
-(:func:`horovod.runner.gloo_run.launch_gloo`) calls once per slot: it starts the slot's command
-through the scheduler (:class:`~clusterbench.launch.schedulers.Scheduler`), streams its
-output with a ``[rank]`` prefix, and when a rank fails stops the others (SIGTERM, then SIGKILL
-after a grace period) and remembers which rank failed first (:func:`failure_message`).
-:class:`Reaper` kills what is left. The launcher's own signals (stop every rank, pass a
-warning on) are in :mod:`clusterbench.launch.signals`.
+:class:`RankRunner` runs one slot's command (``exec_command``, called on a thread per rank by a
+fixed launch, :mod:`clusterbench.launch.fixed`, and by Horovod's elastic driver): it starts it
+through the scheduler (:class:`~clusterbench.launch.schedulers.Scheduler`) as a process of this
+machine (:mod:`clusterbench.launch.process`: the rank itself, or the ``srun``, ``qrsh`` or
+``ssh`` that carries it), streams its output with a ``[rank]`` prefix, and when a rank fails
+stops the others (SIGTERM, then SIGKILL after a grace period) and remembers which rank failed
+first (:func:`failure_message`). :class:`Reaper` kills what is left. The launcher's own signals
+(stop every rank, pass a warning on) are in :mod:`clusterbench.launch.signals`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import IO, Any
 
 from clusterbench.core import preemption
 from clusterbench.core.rank_env import NODE_VAR
+from clusterbench.launch import process
 from clusterbench.launch.schedulers import RANK_ID_VAR, LaunchError, Scheduler
 
 log = logging.getLogger("clusterbench.launch")
@@ -39,11 +41,11 @@ GRACE_S = 5.0  # between SIGTERM to a remote rank and killing its srun/qrsh
 PREEMPTED_WAIT_S = 60.0
 
 
-# safe_shell_exec runs the command with `sh -c`. A shell that exec's its last command would
-# *be* the rank, and safe_shell_exec's termination (SIGTERM the shell's children, then SIGSTOP
-# the shell, then SIGKILL) would stop the rank instead of letting it handle SIGTERM. With a
-# trailing `exit` the shell stays the rank's parent and the rank gets SIGTERM first. The shell
-# ignores the preemption warnings (see RankRunner.exec_command).
+# The rank's command runs with `sh -c` (clusterbench.launch.process). A shell that exec's its
+# last command would *be* the rank, and the termination (SIGTERM the shell's children, then
+# SIGSTOP the shell, then SIGKILL) would stop the rank instead of letting it handle SIGTERM.
+# With a trailing `exit` the shell stays the rank's parent and the rank gets SIGTERM first. The
+# shell ignores the preemption warnings (see RankRunner.exec_command).
 def _keep_shell(command: str) -> str:
     return f"{preemption.IGNORE_IN_SHELL}; {command}; exit $?"
 
@@ -100,14 +102,14 @@ def torch_dist_env(slot_info: Any, master: tuple[str, int]) -> dict[str, str]:
 
 
 class RankRunner:
-    """``exec_command(command, slot_info, events)`` for :func:`launch_gloo`: runs one slot's
-    command through ``scheduler`` with :func:`safe_shell_exec.execute` (``[rank]``-prefixed
-    output) and stops all ranks when one fails or an event (the launcher's shutdown event, set
-    by :class:`StopSignals`) is set: a remote rank first through ``scheduler.signal_rank``
-    (SIGTERM, then SIGKILL, each followed by a grace period), then safe_shell_exec's own
-    SIGTERM/SIGKILL of the local process (srun, qrsh or the rank). :meth:`kill_all` is the short
-    way: SIGKILL to every rank at once. :meth:`forward` passes a signal on to every rank and
-    stops nothing.
+    """``exec_command(command, slot_info, events)``: runs one slot's command through
+    ``scheduler`` with :func:`clusterbench.launch.process.run` (``[rank]``-prefixed output) and
+    stops all ranks when one fails or an event (the launcher's shutdown event, set by
+    :class:`StopSignals`) is set: a remote rank first through ``scheduler.signal_rank``
+    (SIGTERM, then SIGKILL, each followed by a grace period), then
+    :func:`~clusterbench.launch.process.terminate`'s SIGTERM/SIGKILL of the local process (srun,
+    qrsh or the rank). :meth:`kill_all` is the short way: SIGKILL to every rank at once.
+    :meth:`forward` passes a signal on to every rank and stops nothing.
 
     Every rank gets ``CLUSTERBENCH_RANK_ID=<tag>.<rank>`` (how the local scheduler finds its
     process) and the ``torch.distributed`` variables (:func:`torch_dist_env`)."""
@@ -132,9 +134,6 @@ class RankRunner:
         self._preempted_timer: threading.Timer | None = None
 
     def exec_command(self, command: str, slot_info: Any, events: list | None) -> tuple[int, float]:
-        from horovod.runner.common.util import safe_shell_exec
-        from horovod.runner.util.threads import on_event
-
         rank, host = slot_info.rank, slot_info.hostname
         extra = {
             RANK_ID_VAR: f"{self.scheduler.tag}.{rank}",
@@ -152,7 +151,7 @@ class RankRunner:
 
         def stop() -> None:
             try:
-                # A local rank gets safe_shell_exec's SIGTERM (and SIGKILL) at once.
+                # A local rank gets process.terminate's SIGTERM (and SIGKILL) at once.
                 for sig in (signal.SIGTERM, signal.SIGKILL) if self.scheduler.remote else ():
                     sent = self.scheduler.signal_rank(slot_info, sig)
                     log.debug("rank %d: %s %s", rank, sig.name, "sent" if sent else "not sent")
@@ -165,8 +164,8 @@ class RankRunner:
             return self.scheduler.observe(slot_info, text)
 
         for event in external:
-            on_event(event, self.on_external_event(stop), stop=done, silent=True)
-        on_event(self.stop_all, stop, stop=done, silent=True)
+            _watch(event, self.on_external_event(stop), done)
+        _watch(self.stop_all, stop, done)
         with self._lock:
             start = next(self._starts)
         try:
@@ -178,20 +177,18 @@ class RankRunner:
             log.debug("rank %d on %s: %s", rank, host, shell_command)
             # A scheduler may send the preemption warnings to every process of the job (a
             # one-worker Slurm job's step); nothing between the launcher and the rank may die
-            # of one and take the rank down. What this thread starts (Horovod's middleman,
-            # multiprocessing's resource tracker) starts with them blocked; the middleman's
-            # subprocess, the rank's shell, gets an empty mask again and ignores them
-            # (_keep_shell), and so does what it starts until it installs its own handlers, as
-            # the ranks do (clusterbench.core.preemption.install). The launcher's main thread still
-            # receives them.
+            # of one and take the rank down. The rank's shell ignores them (_keep_shell), and so
+            # does what it starts until it installs its own handlers, as the ranks do
+            # (clusterbench.core.preemption.install); the launcher's watchdog ignores them too.
+            # The launcher's main thread still receives them (this thread has them blocked).
             signal.pthread_sigmask(signal.SIG_BLOCK, preemption.WARNING_SIGNALS)
-            exit_code = safe_shell_exec.execute(
+            exit_code = process.run(
                 _keep_shell(shell_command),
                 env=self.scheduler.start_env,
                 index=rank,
                 stdout=_TailStream(sys.stdout, tail, self._out_lock, drop),
                 stderr=_TailStream(sys.stderr, tail, self._out_lock, drop),
-                events=[kill],
+                stop=kill,
             )
         except Exception as exc:  # noqa: BLE001 - any failure to run the rank is its failure
             tail.append(f"launcher: could not run rank {rank}: {exc!r}")
@@ -211,8 +208,7 @@ class RankRunner:
         return self.devices.get(slot_info.rank)
 
     def on_external_event(self, stop_rank: Callable[[], None]) -> Callable[[], None]:
-        """What an event Horovod hands the slot (the launcher's shutdown) does: stop every
-        rank."""
+        """What an event handed to the slot (the launcher's shutdown) does: stop every rank."""
         return self.stop_all.set
 
     def ended(self, result: RankResult, slot_info: Any) -> None:
@@ -320,6 +316,11 @@ class RankRunner:
         return min(primary, key=lambda r: r.ended)
 
 
+def _watch(event: threading.Event, action: Callable[[], None], done: threading.Event) -> None:
+    """``action()`` on a thread of its own once ``event`` is set, unless ``done`` comes first."""
+    threading.Thread(target=process.when_set, args=([event], action, done), daemon=True).start()
+
+
 _PEER_FAILURE = (
     "Horovod has been shut down",
     "Connection closed by peer",
@@ -358,14 +359,14 @@ class Reaper:
     """SIGKILL to everything this launcher started, at once: on a second stop signal, at the end
     of a stop's grace period, before a forced exit.
 
-    Horovod's safe_shell_exec starts each rank through a middleman process that calls
-    ``os.setsid()``: the middleman, the rank's shell, the rank and whatever the rank starts
-    share one process group (the middleman's pid), apart from the launcher's own. A sweep kills
-    each such group (``killpg``; a group is remembered from the first sweep that sees its
-    middleman below this process until it is found empty), then every process still below this
-    one (srun, qrsh, a process that left its group), except multiprocessing's resource tracker,
-    which ends by itself with the launcher, and processes older than the reaper (when the
-    launcher runs inside another program, that program's other children are left alone).
+    Each rank's shell starts in a session of its own (:mod:`clusterbench.launch.process`): the
+    shell, the rank and whatever the rank starts share one process group (the shell's pid),
+    apart from the launcher's own. A sweep kills each such group (``killpg``; a group is
+    remembered from the first sweep that sees its leader below this process until it is found
+    empty), then every process still below this one (srun, qrsh, a process that left its
+    group), except the launcher's watchdog and multiprocessing's resource tracker, which end by
+    themselves with the launcher, and processes older than the reaper (when the launcher runs
+    inside another program, that program's other children are left alone).
     """
 
     def __init__(self) -> None:
@@ -379,10 +380,11 @@ class Reaper:
         import psutil
 
         tracker = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+        spared = {tracker, process.WATCHDOG.pid}
 
         def ours(proc: psutil.Process) -> bool:
             try:
-                return proc.pid != tracker and proc.create_time() >= self.since
+                return proc.pid not in spared and proc.create_time() >= self.since
             except psutil.Error:  # gone already
                 return False
 

@@ -4,7 +4,8 @@
 the launcher exits with ``128 + signal`` within a bounded time whatever the ranks do); SIGUSR1
 and SIGUSR2, the preemption warnings, are passed on to every rank (the rank runner's
 ``forward``) and change nothing else. No lock is taken in a signal handler, and Horovod's own
-handlers, which take one, are never installed (:func:`shutdown_event_without_handlers`).
+handlers, which take one, are never installed
+(:func:`clusterbench.launch.horovod_runner.shutdown_event_without_handlers`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from clusterbench.core import preemption
 
 log = logging.getLogger("clusterbench.launch")
 
-# After a stop signal (SIGINT/SIGTERM) every rank gets SIGTERM at once (Horovod's middleman
-# follows with SIGKILL after its own 5 s); what is left of the ranks is killed (SIGKILL) after
-# KILL_AFTER_S, and the launcher exits by EXIT_AFTER_S whatever still runs. A second signal
-# kills every rank at once and the launcher exits within EXIT_AFTER_SECOND_S of it.
+# After a stop signal (SIGINT/SIGTERM) every rank gets SIGTERM at once (the rank runner
+# follows with SIGKILL after its own 5 s: clusterbench.launch.process.GRACE_S); what is left of
+# the ranks is killed (SIGKILL) after KILL_AFTER_S, and the launcher exits by EXIT_AFTER_S
+# whatever still runs. A second signal kills every rank at once and the launcher exits within
+# EXIT_AFTER_SECOND_S of it.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 KILL_AFTER_S = 8.0
 EXIT_AFTER_S = 12.0
@@ -55,7 +57,7 @@ class StopSignals:
     every rank, nothing else (no stop, no escalation; ignored once the ranks are being stopped).
     For stop signals it does, in order:
 
-    - first signal: ``shutdown.set()`` (the event Horovod hands every rank's ``exec_command``:
+    - first signal: ``shutdown.set()`` (the event every rank's ``exec_command`` is handed:
       every rank gets SIGTERM, then SIGKILL after a grace period);
     - a second signal, or ``kill_after`` seconds after the first: ``kill()`` (SIGKILL to every
       rank at once), then ``sweep()`` every :data:`SWEEP_EVERY_S`;
@@ -283,23 +285,3 @@ def _write_stderr(text: str, wait_s: float = 0.5) -> None:
     thread = threading.Thread(target=write, daemon=True)
     thread.start()
     thread.join(wait_s)
-
-
-@contextlib.contextmanager
-def shutdown_event_without_handlers(shutdown: threading.Event):
-    """``launch_gloo`` handing ``shutdown`` to every rank, without Horovod's signal handlers.
-
-    horovod 0.28.1's ``launch_gloo`` calls ``gloo_run.register_shutdown_event()`` (by its module
-    global name, at each call), which installs SIGINT and SIGTERM handlers that call
-    ``Event.set``: a ``Condition`` lock taken in a signal handler, which deadlocks when a second
-    signal comes while the first one's handler holds it. It is the only place in
-    ``horovod.runner`` that installs a signal handler, so while this is in force Horovod leaves
-    the launcher's handlers (:class:`StopSignals`) in place."""
-    from horovod.runner import gloo_run
-
-    original = gloo_run.register_shutdown_event
-    gloo_run.register_shutdown_event = lambda: shutdown
-    try:
-        yield
-    finally:
-        gloo_run.register_shutdown_event = original

@@ -40,12 +40,13 @@ def train_command(
     """The options of ``run``'s train job, its dataset's files beside ``data_file`` and its
     outputs beside ``info_file``, each quoted for the shell.
 
-    The launcher: the workers (an elastic run's bounds too) and the lock that lets one job at a
+    The launcher: the workers (an elastic run's bounds too), the backend (Horovod's
+    rendezvous, or none) and the lock that lets one job at a
     time train the run (clusterbench.launch.exclusive). The stage: where the data and the outputs
     are, and how the data is read (loading, loader_workers, staging): no result changes with it,
     so it is no rerun trigger."""
     out_dir = dir_of(info_file)
-    launch = f"--np {run['workers']} "
+    launch = f"--np {run['workers']} --backend {run['backend']} "
     if cbconfig.is_elastic(run):
         low, high = cbconfig.worker_bounds(run)
         launch += f"--min-np {low} --max-np {high} "

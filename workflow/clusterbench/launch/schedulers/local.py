@@ -114,7 +114,7 @@ class LocalScheduler(Scheduler):
 
     def signal_rank(self, slot_info: Any, sig: signal.Signals) -> bool:
         """``sig`` to the rank's own process: the topmost process below this launcher whose
-        environment holds this rank's :data:`RANK_ID_VAR` (not Horovod's middleman or the shell
+        environment holds this rank's :data:`RANK_ID_VAR` (not the shell
         between, which would die of a signal they do not handle)."""
         proc = self._rank_process(slot_info.rank)
         if proc is None:
