@@ -1,6 +1,7 @@
-# clusterbench: dataset -> preprocess -> Horovod training -> evaluation -> PDF report.
+# clusterbench: dataset -> preprocess -> data-parallel training (Horovod or DDP) -> evaluation
+# -> PDF report.
 #
-#   snakemake --profile profiles/local      (or profiles/slurm, profiles/sge)
+#   snakemake --profile profiles/local      (or profiles/slurm, profiles/sge, profiles/ssh)
 #
 # The workflow never changes with the cluster: profiles choose the executor, and the train rule's
 # launcher (clusterbench.launch) reads whatever allocation it runs in.

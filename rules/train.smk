@@ -1,6 +1,7 @@
-# One Horovod rank per worker, started by clusterbench.launch in whatever allocation the job runs
-# in (local subprocesses, srun steps, qrsh -inherit). The command is the same in every profile;
-# resources (clusterbench.pipeline.resources) size the job for each executor and are no rerun trigger.
+# One rank per worker (Horovod or DDP), started by clusterbench.launch in whatever allocation the
+# job runs in (local subprocesses, srun steps, qrsh -inherit, ssh to the hosts file's hosts). The
+# command is the same in every profile; resources (clusterbench.pipeline.resources) size the job
+# for each executor and are no rerun trigger.
 # A run's `priority` orders the local train jobs (Snakemake picks the highest first) and becomes
 # Slurm's --nice / SGE's -p through the resources; neither it nor `qos` is a rerun trigger.
 # `--lock`: one job at a time trains a run (a requeued Slurm job and Snakemake's retry of it

@@ -1,13 +1,17 @@
-"""The package's structure, held to docs/ARCHITECTURE.md's list of its layers ("The package,
-layer by layer"): every module listed, in one layer; no import up the layers, no circle between
-the parts of a layer nor between modules; no function over 80 lines. Imports inside functions
-count as much as those at the top of a module."""
+"""The package's structure, held to docs/ARCHITECTURE.md's map of its layers ("The package,
+layer by layer"). The map places each part of the package in one layer: a top-level folder
+(``core/``: every module under it) or a top-level module (``train.py``). A new module in a
+folder needs no edit of the map; a new top-level folder or module that the map does not place
+fails here, as does a part the map places that the package does not have. No import runs up the
+layers, no circle between the parts of a layer nor between modules, no function over 80 lines.
+Imports inside functions count as much as those at the top of a module."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -15,11 +19,12 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "workflow" / "clusterbench"
 DOC = REPO / "docs" / "ARCHITECTURE.md"
 HEADING = "## The package, layer by layer"
+LONGEST = 80
 
 
 def documented_layers(text: str) -> dict[str, int]:
-    """Module file (relative to the package) -> its layer, from the first code block after
-    :data:`HEADING` in ``text``: ``layer N  words`` lines, then the layer's ``  path.py  words``
+    """Part (``core/``, ``train.py``) -> its layer, from the first code block after
+    :data:`HEADING` in ``text``: ``layer N  words`` lines, then the layer's ``  part  words``
     lines."""
     after = text.split(HEADING, 1)[1]
     block = after.split("```", 2)[1]
@@ -28,12 +33,12 @@ def documented_layers(text: str) -> dict[str, int]:
     for line in block.splitlines():
         if match := re.match(r"^layer (\d+)\s", line):
             layer = int(match.group(1))
-        elif match := re.match(r"^  (\S+\.py)(\s|$)", line):
+        elif match := re.match(r"^  (\w+/|\w+\.py)(\s|$)", line):
             assert layer is not None, f"{line!r} comes before any layer"
             assert match.group(1) not in layers, f"{match.group(1)} is listed twice"
             layers[match.group(1)] = layer
         elif line.strip():
-            raise AssertionError(f"{DOC}: not a layer or module line: {line!r}")
+            raise AssertionError(f"{DOC}: not a layer or part line: {line!r}")
     return layers
 
 
@@ -45,13 +50,23 @@ def module_name(relative: str) -> str:
 
 
 def part_of(relative: str) -> str:
-    """The part a module belongs to: its top folder, or itself at the package's top level."""
+    """The part a module belongs to, as the map names it: its top folder (``core/``), or
+    itself at the package's top level (``train.py``)."""
     parts = Path(relative).parts
-    return parts[0] if len(parts) > 1 else Path(relative).stem
+    return f"{parts[0]}/" if len(parts) > 1 else parts[0]
 
 
-def package_files() -> set[str]:
-    return {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+def package_files(package: Path = PACKAGE) -> set[str]:
+    return {str(p.relative_to(package)) for p in package.rglob("*.py")}
+
+
+def placement_problems(files: set[str], listed: dict[str, int]) -> list[str]:
+    """The parts of the package that the map places in no layer, and the parts it places that
+    the package does not have."""
+    parts = {part_of(f) for f in files}
+    return [f"{p}: in no layer of the map" for p in sorted(parts - set(listed))] + [
+        f"{p}: in the map, not in the package" for p in sorted(set(listed) - parts)
+    ]
 
 
 def imports(path: Path, modules: set[str]) -> set[str]:
@@ -72,48 +87,27 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def layout() -> tuple[dict[str, int], dict[str, set[str]], dict[str, str]]:
-    """(module -> layer, module -> the modules it imports, module -> file)."""
-    listed = documented_layers(DOC.read_text(encoding="utf-8"))
-    files = {module_name(f): f for f in package_files()}
-    layer = {module_name(f): n for f, n in listed.items()}
-    graph = {name: imports(PACKAGE / f, set(files)) - {name} for name, f in files.items()}
-    return layer, graph, files
+class Layout(NamedTuple):
+    layer: dict[str, int]  # module -> its layer (that of its part)
+    graph: dict[str, set[str]]  # module -> the modules it imports
+    files: dict[str, str]  # module -> its file, relative to the package
 
 
-def test_the_documented_list_is_the_package():
-    listed = set(documented_layers(DOC.read_text(encoding="utf-8")))
-    assert len(listed) > 150  # the list is read
-    assert sorted(package_files() - listed) == [], "modules docs/ARCHITECTURE.md does not list"
-    assert sorted(listed - package_files()) == [], "listed modules that do not exist"
+def read_layout(package: Path, listed: dict[str, int]) -> Layout:
+    files = {module_name(f): f for f in package_files(package)}
+    layer = {name: listed[part_of(f)] for name, f in files.items() if part_of(f) in listed}
+    graph = {name: imports(package / f, set(files)) - {name} for name, f in files.items()}
+    return Layout(layer, graph, files)
 
 
-def test_no_import_runs_up_the_layers(layout):
+def upward_imports(layout: Layout) -> list[str]:
     layer, graph, files = layout
-    assert "clusterbench.config.schema" in graph["clusterbench.config.validate"]  # it sees
-    upward = sorted(
+    return sorted(
         f"{files[a]} (layer {layer[a]}) imports {files[b]} (layer {layer[b]})"
         for a, deps in graph.items()
         for b in deps
-        if layer[b] > layer[a]
+        if a in layer and b in layer and layer[b] > layer[a]
     )
-    assert upward == []
-
-
-def test_the_config_is_a_foundation(layout):
-    """config imports the core and the extension points' registries, nothing above them."""
-    layer, graph, files = layout
-    config = {
-        m for m in graph if m == "clusterbench.config" or m.startswith("clusterbench.config.")
-    }
-    above = sorted(
-        f"{files[a]} imports {files[b]}"
-        for a in config
-        for b in graph[a]
-        if b not in config and layer[b] >= layer["clusterbench.config"]
-    )
-    assert above == []
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -151,37 +145,27 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_cycles_finds_a_circle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-
-
-def test_no_import_cycle_between_modules(layout):
-    _, graph, _ = layout
-    assert cycles(graph) == []
-
-
-def test_no_cycle_between_the_parts_of_a_layer(layout):
-    """The parts of one layer (its folders and top-level modules) may import each other, but
-    not in a circle: within a layer, too, one part stands on the other."""
+def part_cycles(layout: Layout) -> list[list[str]]:
+    """Circles between the parts of one layer (its folders and top-level modules): they may
+    import each other, but within a layer, too, one part stands on the other."""
     layer, graph, files = layout
     parts: dict[str, set[str]] = {}
     for a, deps in graph.items():
         pa = part_of(files[a])
         parts.setdefault(pa, set())
-        parts[pa] |= {part_of(files[b]) for b in deps if layer[b] == layer[a]} - {pa}
-    assert cycles(parts) == []
+        same = {part_of(files[b]) for b in deps if b in layer and layer[b] == layer.get(a)}
+        parts[pa] |= same - {pa}
+    return cycles(parts)
 
 
-def test_no_function_over_80_lines():
-    lengths = {
-        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}": node.end_lineno - node.lineno + 1
-        for path in PACKAGE.rglob("*.py")
+def function_lengths(package: Path = PACKAGE) -> dict[str, int]:
+    """``file:line name`` -> the length in lines of every function of the package."""
+    return {
+        f"{path.relative_to(package)}:{node.lineno} {node.name}": node.end_lineno - node.lineno + 1
+        for path in package.rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
-    assert len(lengths) > 1000  # every module is read
-    assert {f: n for f, n in lengths.items() if n > 80} == {}
 
 
 def private_imports(path: Path) -> list[str]:
@@ -195,6 +179,59 @@ def private_imports(path: Path) -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------------------------- the package
+
+
+@pytest.fixture(scope="module")
+def listed() -> dict[str, int]:
+    return documented_layers(DOC.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def layout(listed) -> Layout:
+    return read_layout(PACKAGE, listed)
+
+
+def test_the_map_places_every_part_of_the_package(listed):
+    assert len(listed) > 15 and len(set(listed.values())) >= 8  # the map is read
+    assert placement_problems(package_files(), listed) == []
+
+
+def test_no_import_runs_up_the_layers(layout):
+    assert "clusterbench.config.schema" in layout.graph["clusterbench.config.validate"]  # it sees
+    assert len(layout.files) > 150  # every module is read
+    assert upward_imports(layout) == []
+
+
+def test_the_config_is_a_foundation(layout):
+    """config imports the core and the extension points' registries, nothing above them."""
+    layer, graph, files = layout
+    config = {
+        m for m in graph if m == "clusterbench.config" or m.startswith("clusterbench.config.")
+    }
+    above = sorted(
+        f"{files[a]} imports {files[b]}"
+        for a in config
+        for b in graph[a]
+        if b not in config and layer[b] >= layer["clusterbench.config"]
+    )
+    assert above == []
+
+
+def test_no_import_cycle_between_modules(layout):
+    assert cycles(layout.graph) == []
+
+
+def test_no_cycle_between_the_parts_of_a_layer(layout):
+    assert part_cycles(layout) == []
+
+
+def test_no_function_over_80_lines():
+    lengths = function_lengths()
+    assert len(lengths) > 1000  # every module is read
+    assert {f: n for f, n in lengths.items() if n > LONGEST} == {}
+
+
 def test_no_module_imports_another_modules_private_name():
     found = {
         str(path.relative_to(PACKAGE)): names
@@ -202,6 +239,14 @@ def test_no_module_imports_another_modules_private_name():
         if (names := private_imports(path))
     }
     assert found == {}
+
+
+# ---------------------------------------------------------------------------------- the checker
+
+
+def test_cycles_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_an_upward_import_is_seen(tmp_path):
@@ -212,3 +257,55 @@ def test_an_upward_import_is_seen(tmp_path):
     assert imports(source, modules) == {"clusterbench.report.tables"}
     source.write_text("from clusterbench.config.schema import _x, y\n")
     assert private_imports(source) == ["clusterbench.config.schema._x"]
+
+
+TOY_MAP = f"""{HEADING}
+
+```
+layer 1  the bottom
+  __init__.py    the version
+  low/           a folder
+  side/          another
+layer 2  the top
+  high/          a folder above
+  top.py         a module
+  gone/          a folder the package does not have
+```
+"""
+
+TOY_PACKAGE = {
+    "__init__.py": "",
+    "low/__init__.py": "",
+    "low/a.py": "def f():\n    from clusterbench.high import b\n",  # up the layers
+    "low/e.py": "from clusterbench.side import d\n",  # low/ -> side/ ...
+    "low/new.py": "from clusterbench.side import d\n",  # a new module in a placed folder
+    "side/d.py": "import clusterbench.low.a\n",  # ... and side/ -> low/: a circle of parts
+    "high/b.py": "from clusterbench.high import c\n",  # b -> c ...
+    "high/c.py": "import clusterbench.high.b\n",  # ... and c -> b: a circle of modules
+    "top.py": "def long():\n" + "    x = 1\n" * LONGEST,
+    "extra/__init__.py": "",  # a new folder, in no layer
+}
+
+
+def test_the_checker_finds_what_it_is_for(tmp_path):
+    """On a toy package: an unplaced folder and a placed one that is gone, an upward import, a
+    circle of modules, a circle of one layer's parts and a long function are each found; a new
+    module in a placed folder is no problem."""
+    for relative, text in TOY_PACKAGE.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    listed = documented_layers(TOY_MAP)
+    assert listed == {"__init__.py": 1, "low/": 1, "side/": 1, "high/": 2, "top.py": 2, "gone/": 2}
+    assert placement_problems(package_files(tmp_path), listed) == [
+        "extra/: in no layer of the map",
+        "gone/: in the map, not in the package",
+    ]
+    toy = read_layout(tmp_path, listed)
+    assert toy.layer["clusterbench.low.new"] == 1
+    assert upward_imports(toy) == ["low/a.py (layer 1) imports high/b.py (layer 2)"]
+    assert cycles(toy.graph) == [["clusterbench.high.b", "clusterbench.high.c"]]
+    assert part_cycles(toy) == [["low/", "side/"]]
+    long = {f: n for f, n in function_lengths(tmp_path).items() if n > LONGEST}
+    assert long == {"top.py:1 long": LONGEST + 1}
+    with pytest.raises(AssertionError, match="not a layer or part line"):
+        documented_layers(TOY_MAP.replace("  top.py", "top.py"))

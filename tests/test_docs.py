@@ -6,10 +6,14 @@ A key is recognised three ways: a dotted path in backticks whose first part is a
 key of it, at any depth, must be in the schema: `runs` entries against a run's settings); and a
 `key: value` in backticks whose key is a run setting's shape (snake_case), checked against every
 key the schema has anywhere, beside the scheduler resources and profile keys the pages also name.
+
+docs/report.md's list of the report's pages is the page modules of report/pages/, in the
+report's order.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
@@ -348,6 +352,62 @@ def test_every_config_key_named_exists_in_the_schema(page):
     assert not problems, "\n".join(problems)
 
 
+# ---------------------------------------------------------------------------------- report pages
+
+
+REPORT_PAGE = REPO / "docs" / "report.md"
+PAGES_DIR = PACKAGE / "report" / "pages"
+PAGES_HEADING = "## The report's pages"
+
+
+def page_modules(folder: Path = PAGES_DIR) -> list[str]:
+    """The report's page modules in the report's order (``ORDER``, then name, as
+    :func:`clusterbench.report.pages.ordered` draws them), each ``ORDER`` read from its source:
+    a page module imports matplotlib, this test does not."""
+    found = []
+    for path in folder.glob("*.py"):
+        if path.name.startswith("_"):
+            continue  # the package itself, and helpers: the registry skips them too
+        orders = [
+            node.value.value
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["ORDER"]
+            and isinstance(node.value, ast.Constant)
+        ]
+        assert len(orders) == 1, f"{path}: no literal ORDER = <number> at its top level"
+        found.append((orders[0], path.stem))
+    return [name for _, name in sorted(found)]
+
+
+def listed_pages(text: str) -> list[str]:
+    """The page modules a page lists: the second cell (a module in backticks) of each row of
+    the table under :data:`PAGES_HEADING`, in order."""
+    section = text.split(PAGES_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [m.group(1) for row in rows if (m := re.match(r"^\|[^|]*\|\s*`(\w+)`\s*\|", row))]
+
+
+def page_list_problems(listed: list[str], modules: list[str]) -> list[str]:
+    problems = [
+        f"page module {m}: not in docs/report.md's list" for m in modules if m not in listed
+    ]
+    problems += [
+        f"{m}: listed in docs/report.md, no page module" for m in listed if m not in modules
+    ]
+    if not problems and listed != modules:
+        problems.append(f"docs/report.md lists the pages out of the report's order: {modules}")
+    return problems
+
+
+def test_report_md_lists_every_page_in_order():
+    """docs/report.md's page list is the report's pages: a page added to the report and not to
+    the list, or listed and gone, or out of order, fails here."""
+    modules = page_modules()
+    assert len(modules) >= 20  # the pages are read
+    assert page_list_problems(listed_pages(REPORT_PAGE.read_text()), modules) == []
+
+
 # ---------------------------------------------------------------------------------- the checker
 
 
@@ -381,3 +441,23 @@ def test_the_checker_finds_what_it_is_for(tmp_path):
     assert "lr_shedule" not in KEYS and "lr_schedule" in KEYS
     ((number, value),) = config_blocks(page)
     assert list(yaml_problems(value, SCHEMA, "")) == ["runs[0].workerz: no such key in the schema"]
+
+
+def test_the_page_list_check_finds_what_it_is_for(tmp_path):
+    """A page module missing from the list, a listed page that is gone and a list out of order
+    are each found; page modules are read in ORDER, then name."""
+    for name, order in (("title", 10), ("b", 20), ("a", 20), ("_helper", 1)):
+        (tmp_path / f"{name}.py").write_text(f'"""A page."""\n\nORDER = {order}\n')
+    (tmp_path / "__init__.py").write_text("")
+    modules = page_modules(tmp_path)
+    assert modules == ["title", "a", "b"]
+    text = f"# R\n\n{PAGES_HEADING}\n\n| page | module |\n|---|---|\n| t | `title` |\n| a | `a` |\n"
+    assert listed_pages(text + "\n## Next\n\n| x | `b` |\n") == ["title", "a"]
+    assert page_list_problems(["title", "a"], modules) == [
+        "page module b: not in docs/report.md's list"
+    ]
+    assert page_list_problems(["title", "a", "b", "gone"], modules) == [
+        "gone: listed in docs/report.md, no page module"
+    ]
+    assert "out of the report's order" in page_list_problems(["a", "title", "b"], modules)[0]
+    assert page_list_problems(modules, modules) == []

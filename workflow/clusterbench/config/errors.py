@@ -1,7 +1,9 @@
 """The one error type for bad settings, and how a key is named in every message.
 
 Every stage's ``main`` turns :class:`ConfigError` into :data:`EXIT_BAD_SETTINGS` with its
-message alone (:func:`bad_settings`); messages name a key by its path (:func:`key_path`).
+message alone (:func:`bad_settings`); messages name a key by its path (:func:`key_path`). A
+failure of the work itself (a damaged file, a failed download) is no ConfigError: it exits 1, or
+raises.
 Standard library only.
 """
 

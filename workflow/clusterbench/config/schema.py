@@ -4,7 +4,9 @@ settings, and checking a value against a definition with messages that name each
 
 ``workflow/schemas/config.schema.yaml`` is the only place a setting is defined; this module
 reads it once per process. The choices of ``backend``, ``bn`` and a dataset's ``format`` are
-their registries' plugins, added when it is loaded (:func:`load_schema`).
+their registries' plugins, added when it is loaded (:func:`load_schema`). A new run key is its
+line in the schema, with its ``x-slice`` tag (and a training key's ``x-speed``), and its row in
+config/README.md, which ``tests/test_config_docs.py`` checks against the schema's default.
 
 Imported by the Snakefile at parse time (in every cluster job too): the standard library,
 yaml and jsonschema only, and the registries (which import no plugin's heavy code).

@@ -1,5 +1,5 @@
 """``clusterbench-launch`` (``python -m clusterbench.launch``): start one rank per slot of the
-allocation this job runs in: no ssh, no MPI, no torchrun.
+allocation this job runs in (or of a hosts file's hosts, over ssh): no MPI, no torchrun.
 
     clusterbench-launch --np W [--backend horovod|ddp]
                         [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
@@ -31,10 +31,10 @@ The package:
 - :mod:`~clusterbench.launch.exclusive`: ``--lock``, one launch of a run at a time;
 - :mod:`~clusterbench.launch.placement`: where ranks go (slots, network interface);
 - :mod:`~clusterbench.launch.schedulers`: the registry of schedulers, one module each
-  (``local``, ``slurm``, ``sge``, ``ssh``), with its parsers, how it starts and signals a rank, pins GPUs
-  and discovers hosts for Horovod elastic, and the workflow's side: its part of the train rule's
-  resources, its pre-flight check (``unavailable``) and what a training job asks it for
-  (``job_request``); the registry picks the one the job runs in (or the executor's);
+  (``local``, ``slurm``, ``sge``, ``ssh``), with its parsers, how it starts and signals a rank,
+  pins GPUs and discovers hosts for Horovod elastic, and the workflow's side: its part of the
+  train rule's resources, its pre-flight check (``unavailable``) and what a training job asks
+  it for (``job_request``); the registry picks the one the job runs in (or the executor's);
 - :mod:`~clusterbench.launch.slurm_batch`: the Slurm profile's stand-in for the batch shell,
   which passes Slurm's preemption warning on to the job.
 

@@ -14,6 +14,12 @@ Your own model's module is code too: its files (the module's own and its package
 ``__init__.py``, found without importing them: :func:`clusterbench.models.custom.module_files`)
 are the stamp ``model-<module>.sha256``, an input of the train jobs of the runs that train it
 (:func:`model_stamp`). Modules it imports in turn are not (as a stage's shared modules are not).
+
+The shared packages a stage imports (``core``, ``config``, ``models``, ``formats``, ``bn``,
+``backends``, ``data``, ``launch``, ``pipeline``, ``records``) are in no stamp: most are imported
+by several stages, and watching them would rerun every stage for any edit. After editing one,
+the user forces what it affects (``snakemake --forcerun train``); docs/ARCHITECTURE.md, "Code
+stamps", says so.
 """
 
 from __future__ import annotations

@@ -18,10 +18,8 @@ benchmark record), ``skipped.csv``, ``scaling_model.csv`` (each multi-worker run
 predicted and measured: :mod:`~clusterbench.report.scaling_model`), ``figures/*.png``,
 ``captions.rst`` (the figures' captions for Snakemake's HTML report,
 :mod:`~clusterbench.report.captions`) and, last, ``report.pdf`` (A4 landscape): the pages of
-the page modules of :mod:`clusterbench.report.pages`, in their order (title page with a
-summary and provenance, results, runs, provenance of each run, time per epoch, throughput,
-scaling, the interconnect, the scaling model, backends, training curves, confusion matrix of
-the best run, Snakemake jobs, and the experiments' pages where there are experiments). Every
+the page modules of :mod:`clusterbench.report.pages`, in their order (that package's docstring
+lists them; docs/report.md shows each, and ``tests/test_docs.py`` holds it to the modules). Every
 page and every PNG figure carries the same footer
 (:func:`~clusterbench.report.book.footer_text`: title, config hash, commit of the report's
 code).

@@ -9,6 +9,19 @@ TensorBoard events, ``run.json``, ``model.pt`` (last), then the run's checkpoint
 * A start removes an earlier attempt's ``model.pt`` (the done marker) first. Started afresh,
   it drops unfinished TensorBoard events; continuing from a checkpoint, it keeps that
   checkpoint's metrics and drops the events logged after it.
+* ``checksums.json`` last: the size and sha256 of ``run.json``, ``metrics.jsonl`` and
+  ``model.pt`` (:data:`clusterbench.core.integrity.RUN_FILES`), which the workflow checks before
+  a job reads them.
+
+Where the records' fields are made: a checkpoint's in :meth:`Outputs.checkpoint`; a line of
+``metrics.jsonl`` by :func:`clusterbench.training.record.epoch_record` (the loop adds the
+step-time breakdown, ``step_seconds``, and an elastic run's ``world_sizes``, ``resets`` and
+``worker_jobs``); ``run.json`` (``run``, ``experiment``, ``world``, ``effective``,
+``step_work``, ``throughput``, ``provenance``, ``data``, ...) and ``model.pt`` (``arch``,
+``state_dict``, the data's normalisation) by ``Trainer.finish`` in
+:mod:`clusterbench.training.loop`. They are read back by :mod:`clusterbench.records.runs`;
+``model.pt`` loads with ``torch.load(..., weights_only=True)`` and
+:func:`clusterbench.models.build_model` rebuilds its network.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schedulers clusterbench knows, and which one the launcher runs under.
 
 Each scheduler is one module of this package, named after it (``local.py``, ``slurm.py``,
-``sge.py``): a plugin of :data:`REGISTRY`, whose ``SCHEDULER`` is its
+``sge.py``, ``ssh.py``): a plugin of :data:`REGISTRY`, whose ``SCHEDULER`` is its
 :class:`~clusterbench.launch.schedulers._base.Scheduler` subclass. Its name is that of the
 Snakemake executor that submits to it: the workflow asks ``SCHEDULERS[executor]`` for its part
 of the train rule's resources, its pre-flight check and what a job asks for. Modules whose name

@@ -1,6 +1,7 @@
 """What every scheduler implements (:class:`Scheduler`), and what they share.
 
-A *scheduler* is the cluster system the launcher runs in: none (``local``), Slurm or SGE. Each
+A *scheduler* is the cluster system the launcher runs in: none (``local``), Slurm, SGE, or a
+hosts file of machines reached over ssh (``ssh``). Each
 is one module of this package (a plugin of :data:`clusterbench.launch.schedulers.REGISTRY`)
 whose ``SCHEDULER`` is a subclass of :class:`Scheduler`. It says whether the launcher runs inside
 one of its allocations (``detect``; the schedulers are asked in the order of their
