@@ -7,7 +7,7 @@
 # launcher (clusterbench.launch) reads whatever allocation it runs in.
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.17")
 
 
 report: "workflow/report/workflow.rst"

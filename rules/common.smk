@@ -97,9 +97,16 @@ CHECKOUT = _checkout(workflow.current_basedir)
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
+from clusterbench.pipeline.adapter import unreadable
+
+# A Snakemake whose internals clusterbench reads are not where they were: refused now, naming
+# its version and the releases clusterbench runs with (clusterbench.pipeline.adapter).
+_unreadable = unreadable(workflow, CHECKOUT / "pyproject.toml")
+if _unreadable:
+    raise WorkflowError(_unreadable)
 from clusterbench.pipeline import interrupt
 from clusterbench.core import preemption
-from clusterbench.pipeline import Pipeline, SnakemakeAdapter
+from clusterbench.pipeline import Pipeline, SnakemakeAdapter, software
 from clusterbench.pipeline.commands import dir_of, evaluate_dirs
 from clusterbench.pipeline.layout import stored_files
 from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS
@@ -139,6 +146,11 @@ except cbconfig.ConfigError as exc:
 #: (a module's own, under their module names).
 PIPELINE = Pipeline(CFG, SnakemakeAdapter(workflow, rules), CHECKOUT)
 RUNS = PIPELINE.runs
+# A Horovod run in an install without Horovod: refused now, before any job, naming the runs
+# and how to install it (clusterbench.pipeline.software).
+_missing = software.missing(RUNS)
+if _missing and not workflow.remote_exec:
+    raise WorkflowError(_missing)
 DATASETS = PIPELINE.datasets
 #: The datasets generated where they train (format synthetic, synthetic-text): no arrays, their
 #: preprocessing writes meta.json alone (rules/preprocess.smk).

@@ -601,16 +601,12 @@ def tiny_run_config(tmp_path: Path, **run) -> dict:
 
 
 def snakemake_on_a(hosts, workdir: Path, *args: str, check=True, timeout=900, **env):
-    """Snakemake with the ssh profile, on host a (in its namespace)."""
+    """Snakemake with the ssh profile, on host a (in its namespace), as a user runs it: the
+    hosts file named, and nothing else (the profile selects the ssh scheduler by itself)."""
     cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "ssh"), *args)
-    return run_snakemake(
-        hosts.netns_exec(0, cmd),
-        REPO,
-        workdir / "results",
-        check,
-        timeout,
-        launcher_env(hosts, **env),
-    )
+    env = launcher_env(hosts, **env)
+    env.pop("CLUSTERBENCH_SCHEDULER", None)
+    return run_snakemake(hosts.netns_exec(0, cmd), REPO, workdir / "results", check, timeout, env)
 
 
 @pytest.mark.ssh

@@ -1,6 +1,9 @@
 """The project's dependencies, read from their one declaration: pyproject.toml.
 
-    python tools/deps.py pin torch        the pinned version of one package (for tools/setup.sh)
+    python tools/deps.py pin torch        the pinned version of one package (for tools/setup.sh):
+                                          its == in pyproject.toml (an extra's too), or for a
+                                          range, the newest tested (tools/constraints.txt)
+    python tools/deps.py oldest snakemake the oldest release of a package's range (>=)
     python tools/deps.py conda            workflow/envs/clusterbench.yaml, as it must read
     python tools/deps.py conda --write    regenerate that file
 
@@ -18,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 CONDA_ENV = ROOT / "workflow" / "envs" / "clusterbench.yaml"
+CONSTRAINTS = ROOT / "tools" / "constraints.txt"
 #: Built after the environment is created (clusterbench.post-deploy.sh), not installed by pip.
 BUILT_SEPARATELY = ("horovod",)
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -48,6 +52,27 @@ def dependencies() -> list[str]:
         return list(tomllib.load(fh)["project"]["dependencies"])
 
 
+def extras() -> dict[str, list[str]]:
+    """``[project.optional-dependencies]``: extra -> its requirement strings."""
+    with open(PYPROJECT, "rb") as fh:
+        return dict(tomllib.load(fh)["project"].get("optional-dependencies", {}))
+
+
+def constraints() -> list[str]:
+    """tools/constraints.txt's requirement lines (the newest tested release of each range)."""
+    lines = CONSTRAINTS.read_text().splitlines() if CONSTRAINTS.exists() else []
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def requirement(package: str) -> str:
+    """``package``'s requirement string in pyproject.toml (dependencies or an extra)."""
+    every = dependencies() + [r for reqs in extras().values() for r in reqs]
+    for req in every:
+        if name_of(req) == package.lower():
+            return req
+    raise SystemExit(f"{PYPROJECT}: no dependency named {package!r}")
+
+
 def name_of(requirement: str) -> str:
     match = _NAME.match(requirement)
     if not match:
@@ -56,14 +81,25 @@ def name_of(requirement: str) -> str:
 
 
 def pin(package: str) -> str:
-    """The ``==`` version of ``package`` in pyproject.toml; exits naming the file otherwise."""
-    for requirement in dependencies():
-        if name_of(requirement) == package.lower():
-            _, sep, version = requirement.partition("==")
-            if not sep or not version.strip():
-                raise SystemExit(f"{PYPROJECT}: {requirement!r} is not pinned with ==")
-            return version.strip()
-    raise SystemExit(f"{PYPROJECT}: no dependency named {package!r}")
+    """The release of ``package`` make setup installs: its ``==`` in pyproject.toml, or for a
+    range the ``==`` of tools/constraints.txt; exits naming the file otherwise."""
+    req = requirement(package)
+    _, sep, version = req.partition("==")
+    if sep and version.strip():
+        return version.strip()
+    for line in constraints():
+        if name_of(line) == package.lower() and "==" in line:
+            return line.partition("==")[2].strip()
+    raise SystemExit(f"{PYPROJECT}: {req!r} is a range with no == in {CONSTRAINTS}")
+
+
+def oldest(package: str) -> str:
+    """The oldest release of ``package``'s range (its ``>=``) in pyproject.toml."""
+    req = requirement(package)
+    for part in req[len(name_of(req)) :].split(","):
+        if part.strip().startswith(">="):
+            return part.strip()[2:].strip()
+    raise SystemExit(f"{PYPROJECT}: {req!r} states no oldest release (>=)")
 
 
 def python_version() -> str:
@@ -85,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pin", help="print a package's pinned version").add_argument("package")
+    sub.add_parser("oldest", help="print the oldest release of a range").add_argument("package")
     conda = sub.add_parser("conda", help="print (or --write) the conda environment file")
     conda.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "pin":
         print(pin(args.package))
+    elif args.command == "oldest":
+        print(oldest(args.package))
     elif args.write:
         tmp = CONDA_ENV.with_suffix(".yaml.tmp")
         tmp.write_text(conda_env(), encoding="utf-8")

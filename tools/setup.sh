@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up of clusterbench's Python environment.
 #
-#   tools/setup.sh            create/refresh .venv with torch, horovod, snakemake & co.
+#   tools/setup.sh            create/refresh .venv with torch, snakemake & co., and horovod
+#                             where the config has a Horovod run
+#
+#   HOROVOD=1 / HOROVOD=0     build Horovod / skip it, whatever the config says
+#   CONFIG="a.yaml b.yaml"    the config files whose runs decide (default config/config.yaml)
 #
 # Horovod is built by tools/build-horovod.sh (patched sdist, wheel cached across set-ups).
 set -euo pipefail
@@ -14,6 +18,8 @@ VENV=${VENV:-.venv}
 # Versions come from their one declaration, pyproject.toml's dependencies (tools/deps.py).
 TORCH_VERSION=$("$PYTHON" tools/deps.py pin torch)
 HOROVOD_VERSION=$("$PYTHON" tools/deps.py pin horovod)
+HOROVOD=${HOROVOD:-}
+CONFIG=${CONFIG:-config/config.yaml}
 CACHE=${CLUSTERBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clusterbench}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
@@ -76,20 +82,43 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     has_gpu=1
 fi
 
-# ---------------------------------------------------------------------------------------------
-# horovod (patched sdist build, cached wheel): before the package, whose dependencies name it
-PYTHON="$py" HOROVOD_VERSION="$HOROVOD_VERSION" CLUSTERBENCH_CACHE="$CACHE" tools/build-horovod.sh
-
-# The package with every other dependency of pyproject.toml (torch and horovod are already
-# satisfied): skipped when pyproject.toml has not changed since the last set-up.
+# The package with every dependency of pyproject.toml but horovod (torch is already
+# satisfied), the ranges' releases from tools/constraints.txt: skipped when neither file has
+# changed since the last set-up.
 stamp="$VENV/.clusterbench-requirements"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml tools/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing clusterbench (editable) and its pinned dependencies from pyproject.toml"
-    pip install -q --no-build-isolation -e ".[dev]"
+    say "installing clusterbench (editable) and its dependencies from pyproject.toml"
+    pip install -q --no-build-isolation -e ".[dev]" -c tools/constraints.txt
     echo "$want" > "$stamp"
 else
     say "dependencies and clusterbench already installed"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# horovod (patched sdist build, cached wheel): where a run of the config trains with it
+case "$HOROVOD" in
+    1) want_horovod="HOROVOD=1" ;;
+    0) want_horovod="" ;;
+    "")
+        # shellcheck disable=SC2086 # CONFIG is a list of files
+        backends=$("$py" -m clusterbench.config --backends $CONFIG) || {
+            echo "set-up: cannot tell from $CONFIG whether a run needs Horovod (above);" \
+                 "fix the config, or say HOROVOD=1 or HOROVOD=0" >&2
+            exit 1
+        }
+        want_horovod=$(grep -qx horovod <<< "$backends" && echo "a run of $CONFIG uses it" || true)
+        ;;
+    *) echo "set-up: HOROVOD=$HOROVOD: expected 1 (build it) or 0 (skip it)" >&2; exit 1 ;;
+esac
+if [ -n "$want_horovod" ]; then
+    say "horovod: $want_horovod"
+    PYTHON="$py" HOROVOD_VERSION="$HOROVOD_VERSION" CLUSTERBENCH_CACHE="$CACHE" tools/build-horovod.sh
+elif "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("horovod") is None)'; then
+    say "horovod: not needed by $CONFIG (HOROVOD=${HOROVOD:-unset}); the one installed stays"
+else
+    say "horovod: skipped (no run of $CONFIG uses it, HOROVOD=${HOROVOD:-unset}): DDP runs only;" \
+        "make setup HOROVOD=1 adds it"
 fi
 
 # ---------------------------------------------------------------------------------------------

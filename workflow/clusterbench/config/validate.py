@@ -159,18 +159,28 @@ def expand_experiments(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m clusterbench.config FILE...``: check config files as the workflow would."""
+    """``python -m clusterbench.config FILE...``: check config files as the workflow would.
+    With ``--backends``: print the training backends the files' runs use, one a line (what
+    ``make setup`` reads to decide whether to build Horovod)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--backends", action="store_true", help="print the backends the runs use, one a line"
+    )
     args = parser.parse_args(argv)
     status = 0
+    backends: set[str] = set()
     for path in args.files:
         try:
-            validate(load_file(path))
+            cfg = validate(load_file(path))
         except ConfigError as exc:
             status = bad_settings(str(path), exc)
         else:
-            print(f"{path}: ok")
+            backends |= {run["backend"] for run in cfg["runs"]}
+            if not args.backends:
+                print(f"{path}: ok")
+    if args.backends and status == 0:
+        print("\n".join(sorted(backends)))
     return status

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -44,7 +45,10 @@ def available() -> bool:
 def require(what: str) -> None:
     """A :class:`LaunchError` naming ``what`` needs Horovod, when it is not installed."""
     if not available():
-        raise LaunchError(f"{what} needs Horovod, which is not installed here: {INSTALL_HINT}")
+        raise LaunchError(
+            f"{what} needs Horovod, which is not installed in this environment "
+            f"({sys.executable}): {INSTALL_HINT}"
+        )
 
 
 class Rendezvous:
@@ -108,8 +112,6 @@ def run_elastic(
     it starts each rank with ``exec_command(command_line, slot_info, events)``. Raises
     RuntimeError when Horovod gives up (too few slots, every host failed)."""
     require("elastic training")
-    import sys
-
     from horovod.runner.elastic.settings import ElasticSettings
     from horovod.runner.gloo_run import launch_gloo_elastic
     from horovod.runner.http.http_server import RendezvousServer

@@ -9,6 +9,7 @@ pipeline/code.py     a stage's code as one input (its code stamp)
 pipeline/commands.py the train and evaluate jobs' options, one param function each
 pipeline/adapter.py  Adapter: what is read from Snakemake's `workflow` (SnakemakeAdapter)
 pipeline/layout.py   where the files are
+pipeline/software.py what the runs need installed (Horovod), refused at parse time
 ```
 
 rules/common.smk makes ``Pipeline(config, SnakemakeAdapter(workflow, rules), checkout)``; tests

@@ -14,14 +14,20 @@ fake). When each thing is known matters, and Snakemake says little about it:
 - once Snakemake has decided which jobs run (a rule's ``priority`` function, which Snakemake
   calls for those jobs only, before any job starts): the planned jobs.
 
+Every attribute read here is Snakemake's own, not its documented API: :func:`unreadable` checks
+them while the Snakefile is parsed, so that a Snakemake whose internals moved is refused at
+once, naming its version and the releases clusterbench runs with (pyproject.toml's range).
+
 Imported by the Snakefile: the standard library only (Snakemake's logger is imported where it
 is used).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 #: The rules of the workflow, by the names rules/*.smk give them (a module renames them).
@@ -48,6 +54,66 @@ class PlannedJob:
     wildcards: dict[str, str] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+
+
+#: What is read of Snakemake's ``workflow`` object (dotted attributes); the rest (the executor,
+#: the job graph) is read later, each with a fallback where Snakemake lacks it.
+WORKFLOW_ATTRIBUTES = (
+    "is_main_process",
+    "remote_exec",
+    "current_basedir",
+    "overwrite_configfiles",
+    "config_settings.config_args",
+    "modifier.skip_configfile",
+    "modifier.path_modifier.replace_prefix",
+    "resource_settings.cores",
+)
+#: The arguments of ``Rule.expand_resources`` the train job's resources are asked with.
+EXPAND_RESOURCES = ("wildcards", "input", "attempt", "skip_evaluation")
+
+
+def unreadable(workflow: Any, pyproject: Path | None = None) -> str | None:
+    """Why clusterbench cannot read what it needs of this Snakemake (a message naming its
+    version and the releases clusterbench runs with), None when it can."""
+    missing = [name for name in WORKFLOW_ATTRIBUTES if not _has(workflow, name)]
+    try:
+        from snakemake.rules import Rule
+
+        wanted = set(EXPAND_RESOURCES) - set(inspect.signature(Rule.expand_resources).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        wanted = {"(the method itself)"}
+    missing += [f"Rule.expand_resources({name}=...)" for name in sorted(wanted)]
+    if not missing:
+        return None
+    import snakemake
+
+    version = getattr(snakemake, "__version__", "of unknown version")
+    return (
+        f"this Snakemake ({version}) lacks what clusterbench reads of it: "
+        f"{', '.join(missing)}. clusterbench runs with {supported(pyproject)}: install one of "
+        "those (make setup does) or a clusterbench release made for this Snakemake"
+    )
+
+
+def supported(pyproject: Path | None) -> str:
+    """The Snakemake releases clusterbench runs with: pyproject.toml's requirement."""
+    import tomllib
+
+    try:
+        with open(pyproject or Path(__file__).resolve().parents[3] / "pyproject.toml", "rb") as fh:
+            deps = tomllib.load(fh)["project"]["dependencies"]
+        return next(d for d in deps if d.split(">")[0].split("=")[0].strip() == "snakemake")
+    except (OSError, KeyError, StopIteration, ValueError):
+        return "Snakemake 9 (pyproject.toml's range)"
+
+
+def _has(obj: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            return False
+    return True
 
 
 class Adapter:

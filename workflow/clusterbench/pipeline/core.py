@@ -26,6 +26,7 @@ from typing import Any
 
 from clusterbench import config as cbconfig
 from clusterbench.config import storage
+from clusterbench.launch.schedulers import SCHEDULER_VAR
 from clusterbench.pipeline import code, comm_jobs, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
@@ -45,7 +46,8 @@ class Pipeline:
         env: Mapping[str, str] = os.environ,
         digests: Path | None = DIGESTS,
     ) -> None:
-        self.cfg, self.adapter, self.checkout, self.env = cfg, adapter, Path(checkout), env
+        self.cfg, self.adapter, self.checkout = cfg, adapter, Path(checkout)
+        self.env = scheduler_env(cfg, env, adapter)
         self.runs: dict[str, dict[str, Any]] = {run["name"]: run for run in cfg["runs"]}
         self.datasets = sorted({run["dataset"] for run in cfg["runs"]})
         self.plan = RunPlan(
@@ -105,6 +107,8 @@ class Pipeline:
         }
         if self.cfg["site"]:  # the site label runs record; unset: the launcher asks
             found["CLUSTERBENCH_SITE"] = self.cfg["site"]
+        if SCHEDULER_VAR in self.env:  # the config's `scheduler` (a profile's), or the variable
+            found[SCHEDULER_VAR] = self.env[SCHEDULER_VAR]
         return found
 
     def remote_download(self) -> bool:
@@ -342,3 +346,22 @@ def prepend_path(value: str, entry: str) -> str:
     again)."""
     rest = [p for p in value.split(os.pathsep) if p and p != entry]
     return os.pathsep.join([entry, *rest])
+
+
+def scheduler_env(
+    cfg: Mapping[str, Any], env: Mapping[str, str], adapter: Adapter
+) -> Mapping[str, str]:
+    """``env`` with the config's ``scheduler`` (``profiles/ssh`` sets ``ssh``) as
+    ``CLUSTERBENCH_SCHEDULER``, which the workflow's checks and the jobs' launchers read; the
+    variable set to another one stops the workflow, naming both."""
+    wanted = cfg.get("scheduler", "auto")
+    if wanted == "auto":
+        return env
+    given = (env.get(SCHEDULER_VAR) or "auto").strip().lower()
+    if given not in ("auto", wanted):
+        adapter.stop(
+            f"the config's scheduler: {wanted} (a profile's `config:` entry, or your own) and "
+            f"the environment's {SCHEDULER_VAR}={given} disagree: unset the variable, or use "
+            f"the profile of {given}"
+        )
+    return {**env, SCHEDULER_VAR: wanted}
