@@ -241,6 +241,49 @@ def test_no_module_imports_another_modules_private_name():
     assert found == {}
 
 
+#: The one module that uses Horovod's runner (its rendezvous, its elastic driver): the launcher
+#: starts every rank itself, and an install without Horovod trains DDP runs.
+HOROVOD_RUNNER = "launch/horovod_runner.py"
+
+
+def horovod_runner_users(package: Path) -> dict[str, list[str]]:
+    """Module -> the ``horovod.runner`` modules it imports (and ``horovod`` names it
+    patches: an assignment to an attribute of a module of ``horovod.runner``)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        names = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "horovod.runner"
+            ):
+                names.append(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.module == "horovod":
+                names += [f"horovod.{a.name}" for a in node.names if a.name == "runner"]
+            elif isinstance(node, ast.Import):
+                names += [a.name for a in node.names if a.name.startswith("horovod.runner")]
+        if names:
+            found[str(path.relative_to(package))] = names
+    return found
+
+
+def test_horovods_runner_is_used_in_one_module_only():
+    users = horovod_runner_users(PACKAGE)
+    assert set(users) == {HOROVOD_RUNNER}, users
+
+
+def test_the_horovod_runner_check_sees_every_way_of_importing_it(tmp_path):
+    for text in (
+        "from horovod.runner.gloo_run import launch_gloo",
+        "import horovod.runner.common.util.safe_shell_exec as s",
+        "from horovod import runner",
+        "def f():\n    from horovod.runner import gloo_run\n",
+    ):
+        (tmp_path / "m.py").write_text(text + "\n")
+        assert list(horovod_runner_users(tmp_path)) == ["m.py"], text
+    (tmp_path / "m.py").write_text("import horovod.torch as hvd\n")
+    assert horovod_runner_users(tmp_path) == {}
+
+
 # ---------------------------------------------------------------------------------- the checker
 
 
