@@ -69,12 +69,12 @@ gpu-check: setup
 
 lint: setup
 	snakemake --lint
-	snakefmt --check Snakefile rules/
+	snakefmt --check Snakefile workflow/Snakefile rules/
 	ruff check workflow scripts tests benchmarks
 	ruff format --check workflow scripts tests benchmarks
 
 format: setup
-	snakefmt Snakefile rules/
+	snakefmt Snakefile workflow/Snakefile rules/
 	ruff format workflow scripts tests benchmarks
 	ruff check --fix workflow scripts tests benchmarks
 

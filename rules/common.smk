@@ -7,6 +7,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+
 def _uri(source):
     """A Snakemake source file's path or URI (Snakemake 9.x added ``secret_free``)."""
     try:
@@ -65,7 +66,9 @@ def _local_copy(basedir):
     shutil.rmtree(made, ignore_errors=True)
     archive = git("archive", "--format=tar", f"{commit}:{tree}" if tree else commit)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(made, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        tar.extractall(
+            made, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+        )
     for file in made.rglob("*"):
         os.utime(file)
     (made / ".complete").write_text(f"{ref} {commit}\n")
@@ -83,7 +86,7 @@ def _checkout(basedir):
     which a cluster job's Snakemake finds in ``CLUSTERBENCH_HOME`` (set by the workflow for
     its jobs: clusterbench.pipeline.Pipeline.environment)."""
     if type(basedir).__name__ == "LocalSourceFile":
-        return Path(_uri(basedir)).parent
+        return Path(_uri(basedir)).resolve().parent
     home = os.environ.get("CLUSTERBENCH_HOME")
     if workflow.remote_exec and home and (Path(home) / ".complete").is_file():
         return Path(home)
