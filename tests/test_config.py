@@ -98,8 +98,7 @@ def _base():
         (lambda c: c["runs"][0].update(name="bad name"), "runs[0].name", "does not match"),
         (lambda c: c["runs"][0].update(bogus=1), "runs[0]", "bogus"),
         (lambda c: c.update(typo={}), "<top level>", "typo"),
-        (lambda c: c.pop("report"), "<top level>", "report"),
-        (lambda c: c["report"].pop("title"), "report", "title"),
+        (lambda c: c["report"].update(title=7), "report.title", "7"),
         (lambda c: c.update(datasets={"imagenet": {}}), "datasets.imagenet", "not a built-in"),
         (lambda c: c.update(evaluate={"split": "train"}), "evaluate.split", "train"),
         (lambda c: c["runs"].append({"name": "a", "dataset": "digits"}), "runs[1].name", "already"),
@@ -121,6 +120,15 @@ def test_invalid_values_are_rejected_naming_the_key(mutate, key, words):
         cb.validate(cfg)
     msg = str(err.value)
     assert f"  {key}:" in msg and words in msg, msg
+
+
+def test_a_config_of_datasets_and_runs_alone_is_complete():
+    """A user's config needs only its datasets and runs: the defaults fill the rest, the
+    report's title included (README, "Your first benchmark")."""
+    cfg = cb.validate({"datasets": {"digits": {}}, "runs": [{"name": "a", "dataset": "digits"}]})
+    assert cfg["report"]["title"] == "clusterbench"
+    assert cfg["scheduler"] == "auto" and cfg["comm"]["enabled"] is True
+    assert cfg["runs"][0]["backend"] == "horovod"
 
 
 def test_validate_does_not_mutate_its_input():
@@ -258,10 +266,10 @@ def test_script_safe_json_is_the_same_json_with_no_character_that_can_end_a_scri
     assert "<" not in embedded
 
 
-def test_download_slice_maps_overrides_and_leaves_out_operational_settings():
+def test_download_slice_maps_overrides_and_leaves_out_operational_settings(tmp_path):
     cfg = cb.validate(
         {
-            "download": {"retries": 9, "cache_dir": "/somewhere"},
+            "download": {"retries": 9, "cache_dir": str(tmp_path / "somewhere")},
             "datasets": {
                 "mnist": {"mirror": "http://m/", "urls": {"t10k-labels-idx1-ubyte.gz": "file:///x"}}
             },

@@ -42,8 +42,19 @@ def test_the_environment_has_the_pinned_versions(package):
 def test_pin_names_the_file_for_an_unknown_or_unpinned_package():
     with pytest.raises(SystemExit, match="pyproject.toml: no dependency named 'nope'"):
         deps.pin("nope")
-    with pytest.raises(SystemExit, match="'numpy<3' is not pinned with =="):
+    with pytest.raises(SystemExit, match="'numpy<3' is a range with no == in .*constraints.txt"):
         deps.pin("numpy")
+    with pytest.raises(SystemExit, match="'torch==2.13.0' states no oldest release"):
+        deps.oldest("torch")
+
+
+def test_a_range_pins_its_newest_tested_release_and_names_its_oldest():
+    assert deps.requirement("snakemake").startswith("snakemake>=")
+    assert deps.pin("snakemake") == next(
+        line.partition("==")[2] for line in deps.constraints() if line.startswith("snakemake==")
+    )
+    assert deps.oldest("snakemake") == deps.requirement("snakemake").split(">=")[1].split(",")[0]
+    assert deps.pin("horovod") == "0.28.1"  # an extra's pin (horovod is optional)
 
 
 def test_cli_prints_a_pin():

@@ -143,7 +143,7 @@ def test_the_train_job_launches_elastic_with_its_bounds(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "clusterbench.launch --np 2 --min-np 1 --max-np 2 --" in proc.stdout
+    assert "clusterbench.launch --np 2 --backend horovod --min-np 1 --max-np 2 --" in proc.stdout
 
 
 # --------------------------------------------------------------------------------------------

@@ -411,7 +411,7 @@ def test_the_train_command_tells_the_launcher_to_grow(tmp_path):
     run = resolved(grow_run(grow_resources={"slurm_partition": "scavenger"}))
     cfg = {"staging": {"dir": None}}
     command = train_command(run, cfg, "d/meta.json", "results/runs/r/run.json")
-    assert "--np 1 --min-np 1 --max-np 3 --grow jobs" in command.launch
+    assert "--np 1 --backend horovod --min-np 1 --max-np 3 --grow jobs" in command.launch
     assert "--grow-record results/runs/r/worker_jobs.json" in command.launch
     assert """--grow-resources '{"slurm_partition":"scavenger"}'""" in command.launch
     plain = train_command({**run, "grow": "none"}, cfg, "d/meta.json", "results/runs/r/run.json")

@@ -674,7 +674,7 @@ def test_a_train_jobs_options_come_from_its_run_and_its_own_paths_quoted():
     got = commands.train_command(
         cfg["runs"][0], cfg, "pre/results/data/digits/meta.json", "my runs/a/run.json"
     )
-    assert got.launch == "--np 2 --lock 'my runs/a/train.lock'"
+    assert got.launch == "--np 2 --backend horovod --lock 'my runs/a/train.lock'"
     want_settings = cbconfig.canonical_json(cbconfig.data_settings(cfg["runs"][0], cfg))
     assert shlex.split(got.stage) == [
         "--data-dir",
@@ -691,7 +691,7 @@ def test_an_elastic_train_job_gives_the_launcher_its_bounds():
         {"name": "e", "dataset": "digits", "workers": 2, "min_workers": 1, "max_workers": 3}
     )
     got = commands.train_command(cfg["runs"][0], cfg, "d/meta.json", "o/run.json")
-    assert got.launch == "--np 2 --min-np 1 --max-np 3 --lock o/train.lock"
+    assert got.launch == "--np 2 --backend horovod --min-np 1 --max-np 3 --lock o/train.lock"
 
 
 def test_an_evaluate_jobs_directories_are_its_data_and_output_folders_quoted():

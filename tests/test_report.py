@@ -864,7 +864,7 @@ def test_eval_must_match_runs(fake: dict, tmp_path: Path):
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"author": "x"}, r"--params: 'title' is a required property"),
+        ({**PARAMS, "author": 5}, r"--params\.author: 5 is not of type"),
         ({**PARAMS, "title": "  "}, r"--params\.title: '  ' is blank"),
         ({**PARAMS, "colour": "red"}, r"\('colour' was unexpected\)"),
         ({**PARAMS, "timing_warmup_epochs": -1}, r"--params\.timing_warmup_epochs: -1 is less"),
