@@ -50,11 +50,7 @@ plan: setup
 	python -m clusterbench.plan --profile $(PROFILE) -- $(SNAKEMAKE_ARGS)
 
 test: setup
-	@command -v pdftotext >/dev/null || { echo "installing poppler-utils (PDF checks)"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q poppler-utils; }
-	@command -v chromium >/dev/null || { echo "installing chromium (the HTML report in a browser)"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
-	python -m tests.clusters install
+	@tools/test-tools.sh
 	python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 check: lint

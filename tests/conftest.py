@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -95,12 +96,52 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             group_for_workers(item)
         items.sort(key=longest_first)
-    if _has_cuda():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    for item in items:  # a test that uses a test cluster is in that cluster's tier
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in CLUSTER_TIERS:
+                item.add_marker(CLUSTER_TIERS[fixture])
+    for tier, reason in skipped_tiers().items():
+        skip = pytest.mark.skip(reason=f"tier {tier}: {reason}")
+        for item in items:
+            if tier in item.keywords:
+                item.add_marker(skip)
+
+
+#: The tier (marker) of the tests that use each test cluster's fixture.
+CLUSTER_TIERS = {"slurm_cluster": "slurm", "sge_cluster": "sge", "ssh_hosts": "ssh"}
+
+
+#: Why each tier of tests cannot run here, by the marker of its tests.
+TIER_NEEDS = {
+    "gpu": (lambda: _has_cuda(), "needs a CUDA GPU (none on this machine)"),
+    "horovod": (
+        lambda: importlib.util.find_spec("horovod") is not None,
+        "needs Horovod, not installed in this environment (make setup HOROVOD=1)",
+    ),
+    **{
+        tier: (
+            lambda: os.geteuid() == 0,
+            f"needs root: the test {what} are installed from Debian's packages and started as "
+            "root (run make test as root, or in a container)",
+        )
+        for tier, what in (
+            ("slurm", "Slurm's daemons (slurmctld, slurmd, munged, slurmdbd, MariaDB)"),
+            ("sge", "SGE cell's daemons (sge_qmaster, sge_execd)"),
+            ("ssh", "ssh hosts (network namespaces, each with an sshd)"),
+        )
+    },
+}
+
+
+def skipped_tiers() -> dict[str, str]:
+    """The tiers of tests that cannot run here, and why (:data:`TIER_NEEDS`)."""
+    return {tier: why for tier, (can, why) in TIER_NEEDS.items() if not can()}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per tier of tests skipped here, and why (the workers' skips say it per test)."""
+    for tier, why in skipped_tiers().items():
+        terminalreporter.write_line(f"skipped tier {tier}: {why}")
 
 
 def group_for_workers(item) -> None:
@@ -254,6 +295,19 @@ def snakemake(
     """Run ``repo``'s Snakefile (this repository's by default) in working directory ``workdir``."""
     cmd = snakemake_cmd(workdir, *args, repo=repo)
     return run_snakemake(cmd, repo, workdir / "results", check, timeout, env)
+
+
+def pdf_text(path: Path, layout: bool = True) -> str:
+    """The text of the PDF at ``path`` (poppler's pdftotext); the test is skipped where it is
+    missing (make test installs poppler-utils as root; a user without root may lack it)."""
+    if shutil.which("pdftotext") is None:
+        pytest.skip(
+            "tier pdf: pdftotext (poppler-utils) not installed, and installing it needs root"
+        )
+    flags = ["-layout"] if layout else []
+    return subprocess.run(
+        ["pdftotext", *flags, str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def write_config(workdir: Path, cfg: dict) -> Path:

@@ -27,6 +27,7 @@ from conftest import (
     SGE_POLL,
     SLURM_POLL,
     default_config,
+    pdf_text,
     popen_snakemake,
     snakemake,
     snakemake_cmd,
@@ -270,9 +271,7 @@ def test_local_and_slurm_results_in_one_comparative_pdf(slurm_cluster, slurm_fin
     sites = set(table["site"])
     assert sites == {socket.gethostname().split(".")[0], "clusterbench"}, sites
     assert set(table["benchmark"]) == {"digits-cnn-1w", TWO, TWO_DDP}
-    text = subprocess.run(
-        ["pdftotext", str(out), "-"], capture_output=True, text=True, check=True
-    ).stdout
+    text = pdf_text(out, layout=False)
     assert "Sites compared" in text and "Runs that could not be matched" not in text
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from clusterbench import config as cbconfig
 from clusterbench.pipeline import comm_jobs
 from clusterbench.pipeline.preflight import local_gpus
-from conftest import copy_checkout, demo_config, snakemake
+from conftest import copy_checkout, demo_config, pdf_text, snakemake
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +86,7 @@ def test_the_demo_report_reaches_the_accuracy_and_shows_the_designs(demo: Path):
     }
     assert max(acc.values()) >= 0.95, acc
     pdf = res / "report" / "report.pdf"
-    assert shutil.which("pdftotext"), "poppler-utils (pdftotext) is needed"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
-    ).stdout
+    text = pdf_text(pdf)
     flat = " ".join(text.split())
     for page in (
         "Results, best first",

@@ -9,12 +9,11 @@ data is read is no rerun trigger."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, default_config, snakemake, write_config
+from conftest import REPO, default_config, pdf_text, snakemake, write_config
 from test_data_sources import folder_archive
 
 PROFILE = ("--profile", str(REPO / "profiles" / "local"))
@@ -87,12 +86,7 @@ def test_an_image_folder_streams_through_the_workflow_staged_and_skipping_a_bad_
     evaluation = json.loads((res / "eval" / "pics-a" / "metrics.json").read_text())
     assert evaluation["n"] + evaluation["skipped_files"] == meta["counts"]["test"]
     assert evaluation["skipped_files"] == (1 if where == "test" else 0)
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(res / "report" / "report.pdf"), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = pdf_text(res / "report" / "report.pdf")
     page = text[text.index("How the runs read their data") :]
     assert "copied" in page and "verified" in page
     # the wait for data: the step-time breakdown's share (runs.csv), one definition

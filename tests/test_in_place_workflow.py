@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, default_config, run_snakemake, snakemake_cmd, write_config
+from conftest import REPO, default_config, pdf_text, run_snakemake, snakemake_cmd, write_config
 from imagenet_mini import make
 from PIL import Image
 
@@ -166,12 +166,7 @@ def test_data_read_in_place_is_not_copied_and_the_source_is_left_as_it_was(finis
     for dataset in ("folder", "zipped"):
         share = added(work, dataset) / data_bytes
         assert share < 0.03, (dataset, added(work, dataset), data_bytes)
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(res / "report" / "report.pdf"), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = pdf_text(res / "report" / "report.pdf")
     page = text[text.index("Where the data is read from") :]
     assert "in place: the folder" in page and "in place: the archive" in page, page[:3000]
     assert f"{IMAGES} images" in page and "of the data)" in page

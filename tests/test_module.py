@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from conftest import (
     PYTHON_M_SNAKEMAKE,
     REPO,
     default_config,
+    pdf_text,
     run_snakemake,
     snakemake,
     snakemake_args,
@@ -314,9 +314,7 @@ def test_module_runs_the_pipeline_under_its_prefix(tmp_path: Path, dataset_cache
     # the report was made from the consumer's config: its title and its config hash
     assert expected_report_params(bench) in proc.stdout + proc.stderr
     if shutil.which("pdftotext"):
-        text = subprocess.run(
-            ["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True
-        ).stdout
+        text = pdf_text(pdf, layout=False)
         assert TITLE in text, text[:2000]
         cfg = cbconfig.validate(bench)
         assert cbconfig.config_hash(cfg) in text

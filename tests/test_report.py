@@ -23,6 +23,7 @@ from clusterbench.report.charts import node_marker
 from clusterbench.report.layout import PAGE_SIZE
 from clusterbench.report.pages import scaling
 from clusterbench.report.text import commit_text, shorten_text, text_width, wrap_text
+from conftest import pdf_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -308,14 +309,6 @@ def run_report(
 def pdf_pages(path: Path) -> int:
     """Page count from the PDF's page objects (matplotlib writes them uncompressed)."""
     return len(re.findall(rb"/Type\s*/Page\b", path.read_bytes()))
-
-
-def pdf_text(path: Path) -> str:
-    if shutil.which("pdftotext") is None:
-        pytest.skip("pdftotext (poppler-utils) not installed")
-    return subprocess.run(
-        ["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True
-    ).stdout
 
 
 @pytest.fixture

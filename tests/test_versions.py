@@ -62,7 +62,7 @@ def test_every_range_has_an_oldest_release_and_a_tested_newest_inside_it():
 
 
 def test_the_snakefile_asks_for_the_oldest_snakemake_of_the_range():
-    text = (REPO / "Snakefile").read_text()
+    text = (REPO / "workflow" / "Snakefile").read_text()
     assert f'min_version("{deps.oldest("snakemake")}")' in text
 
 
@@ -221,7 +221,17 @@ def test_a_horovod_run_without_horovod_is_refused_before_any_job(oldest_ddp, tmp
     assert not (workdir / "results").exists()
     # the launcher says the same, asked for a Horovod launch in that install
     launch = subprocess.run(
-        [str(oldest_ddp), "-m", "clusterbench.launch", "--np", "1", "--", "true"],
+        [
+            str(oldest_ddp),
+            "-m",
+            "clusterbench.launch",
+            "--np",
+            "1",
+            "--backend",
+            "horovod",
+            "--",
+            "true",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(REPO / "workflow"), "PATH": "/usr/bin:/bin"},

@@ -23,6 +23,7 @@ from conftest import (
     REPO,
     copy_checkout,
     default_config,
+    pdf_text,
     snakemake,
     snakemake_args,
     snakemake_env,
@@ -168,9 +169,7 @@ def test_the_workflow_appends_its_runs_to_the_history_once(finished: Path):
     assert f"history: 4 run(s) appended to {path}" in log
     series = (res / "history" / "series.csv").read_text().splitlines()
     assert len(series) == 5 and all(line.endswith(",True") for line in series[1:])
-    text = subprocess.run(
-        ["pdftotext", str(res / "report" / "report.pdf"), "-"], capture_output=True, text=True
-    ).stdout
+    text = pdf_text(res / "report" / "report.pdf", layout=False)
     assert "History: throughput over time" in text and "Recommendation" in text
 
     run_local(finished, "--forcerun", "history")  # the step again, and the report after it

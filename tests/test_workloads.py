@@ -26,7 +26,7 @@ from clusterbench.data.source import Reading, check, open_source
 from clusterbench.data.tokens import load_tokens
 from clusterbench.formats import FormatError, text
 from clusterbench.models import build_model
-from conftest import REPO, TINY_COMM
+from conftest import REPO, TINY_COMM, pdf_text
 
 #: The small offline text the tests and the example train on (self-written, 7 KB).
 TEXT = REPO / "config" / "examples" / "text" / "cluster-notes.txt"
@@ -423,12 +423,7 @@ def test_the_report_shows_each_workload_for_what_it_is(workloads):
     assert (lm["task"] == "language-model").all() and lm["final_val_perplexity"].notna().all()
     assert runs.set_index("run").loc["resnet18-fake", "synthetic"]
     assert (report / "figures" / "language_models.png").is_file()
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(report / "report.pdf"), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = pdf_text(report / "report.pdf")
     text = " ".join(text.split())  # lines wrapped as drawn
     assert "synthetic: accuracy not meaningful" in text
     assert "Accuracy, per-class tables and the confusion matrix do not apply" in text

@@ -121,3 +121,25 @@ def with_releases(base: Path, name: str, requirements: Iterable[str]) -> Path:
         link_rest(create(path, requirements))
 
     return shared(base, name, build, requirements) / "bin" / "python"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.venvs without-horovod PATH``: a venv at PATH with every package of
+    ``.venv`` but Horovod (``make check-ddp`` runs the DDP tier in it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("kind", choices=["without-horovod"])
+    parser.add_argument("path", type=Path)
+    args = parser.parse_args(argv)
+    path = args.path.resolve()
+    if not (path / ".complete").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        link_rest(create(path), ["horovod"])
+        (path / ".complete").write_text("")
+    print(path / "bin" / "python")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

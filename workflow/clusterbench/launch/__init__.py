@@ -1,7 +1,7 @@
 """``clusterbench-launch`` (``python -m clusterbench.launch``): start one rank per slot of the
 allocation this job runs in (or of a hosts file's hosts, over ssh): no MPI, no torchrun.
 
-    clusterbench-launch --np W [--backend horovod|ddp]
+    clusterbench-launch --np W [--backend auto|horovod|ddp]
                         [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
                         [--grow-record PATH]]] [--scheduler auto|<name>] [--iface IF]
                         [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...

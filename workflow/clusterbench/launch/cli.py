@@ -1,6 +1,6 @@
 """``clusterbench-launch``: the command line.
 
-    clusterbench-launch --np W [--backend horovod|ddp]
+    clusterbench-launch --np W [--backend auto|horovod|ddp]
                         [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
                         [--grow-record PATH]]] [--scheduler auto|<name>]
                         [--iface IF] [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from clusterbench.launch import elastic, fixed, schedulers
+from clusterbench.launch import elastic, fixed, horovod_runner, schedulers
 from clusterbench.launch.exclusive import RunLock, describe
 from clusterbench.launch.schedulers import AllocationError, LaunchError
 
@@ -58,11 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--np", type=int, required=True, help="number of ranks")
     parser.add_argument(
         "--backend",
-        choices=BACKENDS,
-        default="horovod",
-        help="what the ranks run: horovod (default: Horovod's rendezvous and HOROVOD_* "
-        "variables beside torch.distributed's) or ddp (torch.distributed's alone: no Horovod "
-        "needed); elastic launches are Horovod's",
+        choices=("auto", *BACKENDS),
+        default="auto",
+        help="what the ranks run: horovod (Horovod's rendezvous and HOROVOD_* variables beside "
+        "torch.distributed's), ddp (torch.distributed's alone: no Horovod needed), or auto "
+        "(default: horovod where Horovod is installed, else ddp); elastic launches are Horovod's",
     )
     parser.add_argument(
         "--scheduler",
@@ -144,6 +144,9 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
             f"under): use --scheduler {args.old_scheduler}"
         )
         args.scheduler = args.scheduler or args.old_scheduler
+    if args.backend == "auto":  # an elastic launch is Horovod's, installed or not (then named)
+        wants = horovod_runner.available() or args.min_np is not None
+        args.backend = "horovod" if wants else "ddp"
     check_sizes(args)
     read_environment(args, env)
     return args
