@@ -14,7 +14,7 @@ TEST_WORKERS ?= -n 3 --dist loadgroup --no-loadscope-reorder
 GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo plan test check bench gpu-check lint format report-html clean
+.PHONY: help setup demo plan test check check-ddp bench gpu-check lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
@@ -24,7 +24,9 @@ help:
 	@echo "make test   set up, then run the whole test suite (starts real Slurm, SGE and ssh hosts)"
 	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge and not ssh')"
-	@echo "make setup  only the set-up (venv, torch, horovod, snakemake, profiles)"
+	@echo "make check-ddp  make check's tests in a venv without Horovod (.venv-ddp): the DDP tier"
+	@echo "make setup  only the set-up (venv, torch, snakemake, profiles; horovod where a run of"
+	@echo "            the config uses it: HOROVOD=1 or 0 to decide, CONFIG=files to read)"
 	@echo "make bench  set up, then benchmark the trainer against hand-written references"
 	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100,"
 	@echo "            1,000 and 5,000 runs (parse, no-op dry run; ratios to plain Snakemake on"
@@ -56,6 +58,13 @@ test: setup
 check: lint
 	python -m pytest -q $(TEST_WORKERS) -m "not slow and not slurm and not sge and not ssh" $(PYTEST_ARGS)
 
+# The DDP tier: make check's tests in a venv without Horovod (.venv-ddp: .venv's packages but
+# Horovod, linked), the tests that need Horovod skipped with the reason (tests/conftest.py).
+check-ddp: setup
+	python -m tests.venvs without-horovod .venv-ddp
+	PATH=$(CURDIR)/.venv-ddp/bin:$$PATH .venv-ddp/bin/python -m pytest -q $(TEST_WORKERS) \
+		-m "not slow and not slurm and not sge and not ssh" --ignore tests/test_lint.py $(PYTEST_ARGS)
+
 bench: setup
 	python benchmarks/bench.py $(BENCH_ARGS)
 	python benchmarks/workflow_scale.py
@@ -78,4 +87,4 @@ report-html: setup
 	snakemake --profile $(PROFILE) --report results/report/report.html
 
 clean:
-	rm -rf results .snakemake
+	rm -rf results .snakemake .venv-ddp

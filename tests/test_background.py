@@ -90,6 +90,7 @@ def test_a_site_may_keep_the_threads_awake_and_a_bad_value_is_named():
         quiet_wanted({QUIET_ENV: "no"})
 
 
+@pytest.mark.horovod
 def test_every_module_of_horovod_torch_holding_synchronize_gets_the_sleeping_wait(monkeypatch):
     import horovod.torch as hvd
     from clusterbench.backends._background import install_sleeping_wait

@@ -126,6 +126,7 @@ def test_elastic_combinations_that_cannot_work_are_refused_naming_the_key():
     assert "runs[0].batch_size: global batch 2 is smaller than max_workers=3" in problems
 
 
+@pytest.mark.horovod
 def test_the_train_job_launches_elastic_with_its_bounds(tmp_path):
     """A dry run shows the launcher's --min-np/--max-np, and the job takes max_workers cores."""
     cfg = {

@@ -44,6 +44,7 @@ def local(workdir: Path, *extra: str, check: bool = True):
     return snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), *extra, check=check)
 
 
+@pytest.mark.horovod
 @no_gpu
 def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
     workdir = tmp_path / "work"
@@ -72,6 +73,7 @@ def test_a_dry_run_lists_the_skips_and_plans_without_them(tmp_path: Path):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.horovod
 @no_gpu
 def test_on_unavailable_fail_stops_before_any_job_naming_the_run(tmp_path: Path):
     workdir = tmp_path / "work"
@@ -85,6 +87,7 @@ def test_on_unavailable_fail_stops_before_any_job_naming_the_run(tmp_path: Path)
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.horovod
 @no_gpu
 def test_on_unavailable_fail_for_a_gpu_run_without_a_gpu_stops_with_the_message_alone(
     tmp_path: Path,
@@ -155,6 +158,7 @@ def test_an_experiment_runs_its_points_and_skips_what_cannot_run_here(
     assert (results / "report" / "report.html").stat().st_size > 0
 
 
+@pytest.mark.horovod
 @no_gpu
 def test_a_skipped_run_named_as_a_target_is_refused_with_its_reason(tmp_path: Path):
     workdir = tmp_path / "work"
@@ -169,6 +173,7 @@ def test_a_skipped_run_named_as_a_target_is_refused_with_its_reason(tmp_path: Pa
     local(workdir, "--dry-run", f"results/runs/{CPU_RUNS[0]}/run.json")
 
 
+@pytest.mark.horovod
 @no_gpu
 def test_a_config_none_of_whose_runs_can_run_here_stops_naming_each(tmp_path: Path):
     workdir = tmp_path / "work"
@@ -184,6 +189,7 @@ def test_a_config_none_of_whose_runs_can_run_here_stops_naming_each(tmp_path: Pa
     assert_message_alone(text)
 
 
+@pytest.mark.horovod
 def test_cores_per_node_must_be_given_to_plan_cpu_parallel_for_a_cluster(tmp_path: Path):
     """`workers: cores` with cores_per_node null takes this machine's cores: fine locally, not
     for a cluster, whose jobs read the config again on a compute node."""

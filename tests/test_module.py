@@ -109,6 +109,7 @@ def checkout_untouched() -> None:
 
 
 # ------------------------------------------------------------------------------------ dry run
+@pytest.mark.horovod
 def test_dry_run_plans_every_path_under_the_prefix(tmp_path: Path):
     bench = bench_config(tmp_path / "cache")
     # a 2-worker run too, and so a comm job (the stage is off in the tests' base config)
@@ -173,6 +174,7 @@ def recorded(folder: Path, name: str, data: bytes, written: bytes, marker: str, 
     (folder / marker).write_text(json.dumps({**extra, "files": {name: record}}))
 
 
+@pytest.mark.horovod
 def test_a_damaged_array_under_the_prefix_stops_the_workflow_naming_the_remedy(tmp_path: Path):
     """The checks look where the module's files are: under its prefix (they once looked under
     the consumer's results/, found nothing and passed)."""
@@ -188,6 +190,7 @@ def test_a_damaged_array_under_the_prefix_stops_the_workflow_naming_the_remedy(t
     assert "Traceback" not in out and "Exception" not in out, out
 
 
+@pytest.mark.horovod
 def test_a_damaged_raw_file_under_the_prefix_plans_the_download_again(tmp_path: Path):
     consumer = write_consumer(tmp_path / "consumer", bench_config(tmp_path / "cache"))
     raw = consumer / PREFIX / "results" / "raw" / "digits"
@@ -221,6 +224,7 @@ def fake_slurm(directory: Path) -> dict[str, str]:
     return {"PATH": f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
+@pytest.mark.horovod
 @pytest.mark.parametrize("use", ["standalone", "module"])
 def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use: str):
     """The check once ran in `onstart`, which Snakemake ignores in a module: it must run in both
@@ -249,6 +253,7 @@ def test_slurm_preflight_refuses_a_job_no_partition_can_hold(tmp_path: Path, use
     assert not (workdir / "results").exists() and not (workdir / PREFIX).exists()
 
 
+@pytest.mark.horovod
 def test_a_dry_run_planned_for_slurm_lists_the_runs_no_partition_can_hold(tmp_path: Path):
     """CLUSTERBENCH_EXECUTOR=slurm (what `make plan` sets from the profile): a dry run asks
     sinfo, names the run it will skip and why, and submits nothing; the plan (`make plan`'s
@@ -271,6 +276,7 @@ def test_a_dry_run_planned_for_slurm_lists_the_runs_no_partition_can_hold(tmp_pa
     assert not [call for call in calls if call.startswith(("sbatch", "srun"))], calls
 
 
+@pytest.mark.horovod
 def test_slurm_preflight_stays_out_of_dry_runs(tmp_path: Path):
     """A dry run submits nothing, so it asks Slurm nothing (and works without Slurm)."""
     bench = bench_config(tmp_path / "cache")

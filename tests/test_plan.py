@@ -430,6 +430,7 @@ def per_rule(line: str) -> dict[str, int]:
     return {rule: int(n) for rule, n in (item.split() for item in listed.split(", "))}
 
 
+@pytest.mark.horovod
 def test_make_plan_shows_what_the_slurm_profile_would_submit(tmp_path: Path):
     cfg = default_config()
     cfg["download"]["cache_dir"] = str(tmp_path / "cache")

@@ -329,6 +329,7 @@ def test_main_rejects_missing_or_bad_data_before_training(tmp_path, damage, erro
     assert not out.exists()
 
 
+@pytest.mark.horovod
 def test_main_refuses_fewer_processes_than_run_workers(tmp_path):
     data = make_dataset(tmp_path / "data")
     out = tmp_path / "out"
@@ -546,6 +547,7 @@ def test_non_finite_message_names_the_first_bad_step_over_the_ranks():
     assert "run 'r1'" in msg and "epoch 3, step 6/20 (rank 2)" in msg and "lr" in msg
 
 
+@pytest.mark.horovod
 def test_a_loss_that_becomes_non_finite_stops_the_run_naming_epoch_and_step(tmp_path, capsys):
     data = make_dataset(tmp_path / "data")
     run = run_config(workers=1, epochs=3, lr=1e30, momentum=0.0)

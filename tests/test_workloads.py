@@ -193,6 +193,7 @@ def test_synthetic_data_takes_the_models_input_size_unless_it_has_its_own(tmp_pa
     assert data.input_shape == [256]
 
 
+@pytest.mark.horovod
 def test_synthetic_data_that_cannot_fit_in_the_nodes_memory_stops_the_run_before_it_is_made(
     tmp_path,
 ):
@@ -275,6 +276,7 @@ BAD_MODELS = {  # badnet.py -> what the one error line says
 }
 
 
+@pytest.mark.horovod
 @pytest.mark.parametrize("fault", sorted(BAD_MODELS))
 def test_your_own_model_that_cannot_be_built_stops_the_run_at_its_start_in_one_line(
     tmp_path, fault
