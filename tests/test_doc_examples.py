@@ -441,7 +441,7 @@ def scratch(root: Path) -> dict[str, str]:
             shutil.copytree(src, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, checkout / part)
-    (checkout / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (checkout / ".venv").symlink_to(sys.prefix)  # the venv the tests run in
     (checkout / "results").mkdir()
     store.append(checkout / "results" / "history.sqlite", [], {"config_hash": "", "commit_sha": ""})
     imagenet_mini.make(root / "imagenet", train_per_class=2, val=4)
