@@ -111,6 +111,9 @@ _END = r"(?![\w.])"
 #: and the one the pages name for the jobs of a run that grows (docs/elastic.md).
 SINFO = ("gpu*|4|64|gpu:a100:8", "scavenger|4|64|gpu:a100:8")
 SUBMITTERS = ("sbatch", "srun", "salloc", "scancel", "qsub", "qrsh", "qdel")
+#: Programs no example runs for real here: a workflow (minutes: the module's doc), a make target
+#: (its set-up and pipelines), a log followed for ever.
+NEVER_REAL = ("snakemake", "make", "tail")
 
 
 # ------------------------------------------------------------------------------ the examples
@@ -184,6 +187,12 @@ def commands(body: str, info: str) -> Iterator[tuple[int, str]]:
             yield start, re.sub(r"\s+", " ", text)
 
 
+def program(command: str) -> str:
+    """The program a command line starts (after its ``VAR=value`` words)."""
+    words = shlex.split(command)
+    return next((w for w in words if not re.match(r"^[A-Z_][A-Z0-9_]*=", w)), "")
+
+
 def config_kind(body: str) -> str | None:
     """``config`` (a config that gives runs), ``fragment`` (config keys, no runs), ``profile``
     (profile keys), or None: no YAML mapping the test knows."""
@@ -207,6 +216,8 @@ def block_examples(
     """The examples of one marked block (the fence on line ``number``), and its problems."""
     where = f"{page}:{number}"
     common = dict(page=page, kind=marker.kind, profile=marker.profile, reason=marker.reason)
+    if marker.kind == "run" and info not in ("bash", "sh", "shell", "console"):
+        return [], [f"{where}: a ```{info} example runs as a dry run here: mark it dry-run"]
     if info in ("yaml", "yml"):
         what = config_kind(body)
         if what is None:
@@ -219,7 +230,11 @@ def block_examples(
             Example(line=number + 1 + offset, what="command", text=command, **common)
             for offset, command in commands(body, info)
         ]
-        return found, [] if found else [f"{where}: a shell example without a command"]
+        never = [e for e in found if e.kind == "run" and program(e.text) in NEVER_REAL]
+        return [e for e in found if e not in never], [
+            *([] if found else [f"{where}: a shell example without a command"]),
+            *(f"{e.page}:{e.line}: `{program(e.text)}` never runs for real here" for e in never),
+        ]
     return [], [f"{where}: a marked block of language {info!r}: the test cannot run it"]
 
 
@@ -358,7 +373,7 @@ def config_check(example: Example, cwd: Path, made: Mapping[str, str], env: dict
         command = without_directory(command)
     extra, words = split_env(command, cwd)
     argv = [*words[1:], "--dry-run"]
-    runs = yaml.safe_load(text).get("runs") or [] if example.what == "config" else []
+    runs = (yaml.safe_load(text).get("runs") or []) if example.what == "config" else []
     check = Check(example, command, cwd, planned_env(argv, cwd, {**env, **extra}), argv=argv)
     check.runs = [r["name"] for r in runs]
     return check
@@ -382,16 +397,16 @@ def command_check(example: Example, cwd: Path, made: Mapping[str, str], env: dic
     text = substituted(example.text, made)
     extra, words = split_env(text, cwd)
     env = {**env, **extra}
-    program = words[0]
-    if program == "snakemake" and example.kind == "dry-run":
+    name = words[0]
+    if name == "snakemake" and example.kind == "dry-run":
         argv = [*words[1:], "--dry-run"]
         return Check(example, example.text, cwd, planned_env(argv, cwd, env), argv=argv)
-    if program == "make" and example.kind == "dry-run":
+    if name == "make" and example.kind == "dry-run":
         targets = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
         flag = ["-o", "setup"] if targets == ["plan"] else ["-n"]
         return Check(example, example.text, cwd, env, shell=shlex.join(["make", *flag, *words[1:]]))
-    if program in ("snakemake", "make", "tail"):
-        raise AssertionError(f"{example.id}: `{program}` is run only as a dry run or skipped")
+    if name in NEVER_REAL:  # in a dry-run block: `tail` (page_examples refuses a run's)
+        raise AssertionError(f"{example.id}: no dry run of `{name}`: mark its block skip")
     return Check(example, example.text, cwd, env, shell=text)
 
 
@@ -641,17 +656,24 @@ a marked listing
 ```yaml
 runs: []
 ```
+
+<!-- example: run -->
+```bash
+snakemake --profile profiles/local
+```
 """
 
 
 def test_the_rule_on_a_sample_page():
     """Text is no example; a block without a marker, a skip without a reason, a marked text
-    block and an unknown kind are each named with their line; commands are a line each."""
+    block, an unknown kind and a workflow marked to run for real are each named with their
+    line; commands are a line each."""
     found, problems_ = page_examples(SAMPLE, "p.md")
-    assert [p.split(":", 2)[1] for p in problems_] == ["7", "31", "43", "48"]
+    assert [p.split(":", 2)[1] for p in problems_] == ["7", "31", "43", "48", "54"]
     assert "``` block without a marker" in problems_[0]
     assert problems_[1].endswith("skip: say why") and "drop its marker" in problems_[2]
     assert "marker kind 'dry-rn'" in problems_[3]
+    assert problems_[4].endswith("`snakemake` never runs for real here")
     config, fragment, *shell = found
     assert (config.what, config.profile, config.file) == ("config", "slurm", "mine.yaml")
     assert config.line == 12
