@@ -27,7 +27,7 @@ def documented_layers(text: str) -> dict[str, int]:
     :data:`HEADING` in ``text``: ``layer N  words`` lines, then the layer's ``  part  words``
     lines."""
     after = text.split(HEADING, 1)[1]
-    block = after.split("```", 2)[1]
+    block = after.split("```", 2)[1].partition("\n")[2]  # after the fence's info string
     layers: dict[str, int] = {}
     layer = None
     for line in block.splitlines():
