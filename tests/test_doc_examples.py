@@ -83,6 +83,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import clusterbench
 import pytest
 import yaml
 from conftest import CHECKOUT_PARTS, REPO, copy_checkout, snakemake_env
@@ -101,7 +102,9 @@ PLACEHOLDERS = {
     "/datasets/photos": "{photos}",
     "/datasets/imagenet": "{imagenet}",
     "3b0c...e1": hashlib.sha256(b"a user's own file").hexdigest(),
-    "/path/to/clusterbench": "{checkout}",
+    # a module from git at the release's tag (docs/running.md): the checkout's copy, a local
+    # repository tagged so (scratch)
+    'github("<owner>/clusterbench"': 'gitfile("{checkout}"',
     "/shared/cb/history.sqlite": "{checkout}/results/history.sqlite",
 }
 #: A placeholder is replaced where a word ends with it: ``/datasets/photos`` is no part of
@@ -444,6 +447,14 @@ def image_folder(folder: Path) -> Path:
     return folder
 
 
+def tagged(repo: Path, tag: str) -> None:
+    """``repo`` made a git repository of one commit, tagged ``tag`` (a release of it)."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"]}  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", tag], ["tag", tag]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
+
+
 def scratch(root: Path) -> dict[str, str]:
     """The checkout (a copy) and the user's own things of :data:`PLACEHOLDERS`."""
     import imagenet_mini
@@ -460,6 +471,7 @@ def scratch(root: Path) -> dict[str, str]:
     (checkout / "results").mkdir()
     store.append(checkout / "results" / "history.sqlite", [], {"config_hash": "", "commit_sha": ""})
     imagenet_mini.make(root / "imagenet", train_per_class=2, val=4)
+    tagged(checkout, f"v{clusterbench.__version__}")
     return {
         "checkout": str(checkout),
         "photos": str(image_folder(root / "photos")),

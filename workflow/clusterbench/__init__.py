@@ -1,3 +1,3 @@
 """clusterbench: Horovod deep-learning benchmarks driven by Snakemake."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
