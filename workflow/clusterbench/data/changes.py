@@ -161,7 +161,9 @@ def compare_folders(
             except OSError:
                 continue
             if is_dir:
-                if (k, rel) not in known:  # a new folder: its files are new
+                # a new folder: its files are new (a link to a folder is not walked again:
+                # the folder is listed under its own name, scan.walk)
+                if (k, rel) not in known and not entry.is_symlink():
                     found.added += [f"{rel}/{n}" for n in new_files(entry.path)]
                 continue
             if len(rel.split("/")) < int(roots[k].get("depth", 1)):
