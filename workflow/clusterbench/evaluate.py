@@ -40,6 +40,7 @@ from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.core import integrity
 from clusterbench.core.atomic import atomic_open, write_json
 from clusterbench.core.integrity import forcerun_command
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import read_json_object
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
@@ -448,6 +449,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@one_line("evaluate")
 def main(argv: list[str] | None = None) -> int:
     """The stage: each refusal (a damaged or unusable model file, data that does not fit it,
     your own model's code edited since the training) one line on stderr, exit status 1; bad

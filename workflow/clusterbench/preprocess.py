@@ -43,6 +43,7 @@ from clusterbench.config import (
 from clusterbench.config.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.core import integrity
 from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import read_json_object
 from clusterbench.download import file_digests
 
@@ -441,6 +442,7 @@ def describe_synthetic(
     return meta
 
 
+@one_line("preprocess")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="preprocess", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="dataset name: digits, mnist, cifar10")

@@ -38,6 +38,7 @@ from typing import Any
 from clusterbench.backends import Runtime
 from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_params
 from clusterbench.core import preemption
+from clusterbench.core.interrupted import one_line
 from clusterbench.data import DataError
 from clusterbench.data.source import Reading, check
 from clusterbench.models import ModelError
@@ -143,6 +144,7 @@ def stage_data(
     return staged.data_dir, facts
 
 
+@one_line("train")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="results/data/NAME")

@@ -72,6 +72,7 @@ from clusterbench.config import (
 )
 from clusterbench.core import provenance
 from clusterbench.core.atomic import atomic_open, atomic_path
+from clusterbench.core.interrupted import one_line
 from clusterbench.records.runs import pair_dirs
 from clusterbench.report import theme
 from clusterbench.report.book import (
@@ -236,6 +237,7 @@ def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
             writer.writerow(["" if entry.get(k) is None else entry[k] for k in SKIPPED_COLUMNS])
 
 
+@one_line("report")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
