@@ -446,7 +446,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--params", required=True, help='{"batch_size": int, "split": "test"|"val"}'
     )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/eval/RUN")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # absolute before any code of the user's runs (an own model may os.chdir in build); the
+    # model file is read before, and named as given in messages
+    args.data_dir, args.out_dir = args.data_dir.absolute(), args.out_dir.absolute()
+    return args
 
 
 @one_line("evaluate")

@@ -11,7 +11,9 @@ distributed goes through the run's ``backend`` (:mod:`clusterbench.backends`); t
 :func:`clusterbench.training.loop.fit`, the same for fixed-size and elastic runs, with no
 backend branches.
 
-This module checks the inputs (the ``--run`` slice against the config schema, the device, the
+This module makes every path it is given absolute before any code of the user's runs (an own
+model that changes the working directory in ``build`` or ``forward`` sends no output
+elsewhere), checks the inputs (the ``--run`` slice against the config schema, the device, the
 data) before any backend starts, starts the backend, and stops it on every way out: a rank that
 fails leaves the world at once, so the others' pending collectives fail instead of hanging.
 Every rank prints one identity line, ``train: <backend> rank R {...}``.
@@ -83,6 +85,7 @@ def train(
         identity = {**asdict(rt.identity), "backend": rt.name, "hostname": node_name()}
         print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
         data_dir, staged = stage_data(rt, run, Path(data_dir), settings["staging"], started)
+        data_dir = data_dir.absolute()  # a staging.dir may be relative (an own model may chdir)
         reading = Reading(settings, rt.local_size, cpu_threads(rt.local_size), staged)
 
         def make_data(device: Any) -> Any:
@@ -168,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # every path made absolute now, before any code of the user's runs: an own model may
+    # change the working directory (os.chdir in build or forward), the outputs stay put
+    args.data_dir, args.out_dir = args.data_dir.absolute(), args.out_dir.absolute()
+    if args.dump_final_weights:
+        args.dump_final_weights = Path(args.dump_final_weights).absolute()
     started = time.time()
     preemption.install()  # from now on a warning is recorded, not fatal
 

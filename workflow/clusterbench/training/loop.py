@@ -167,8 +167,8 @@ def fit(
     device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     data = make_data(device)
     layout = memory_format.choose(run, device_type, data.task)
+    code = code_digest(run["model"])  # before the module's own code runs (it may chdir)
     arch, model, optimizer, unused = build(rt, run, data, device, layout[0])
-    code = code_digest(run["model"])
     found = None
     if rt.rank == 0:
         found = checkpoints.newest_valid(
