@@ -42,7 +42,7 @@ from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_par
 from clusterbench.core import preemption
 from clusterbench.core.interrupted import one_line
 from clusterbench.data import DataError
-from clusterbench.data.source import Reading, check
+from clusterbench.data.source import Reading, check, identity
 from clusterbench.models import ModelError
 from clusterbench.training import checkpoints
 from clusterbench.training.device import check_device, cpu_threads, node_name
@@ -64,11 +64,13 @@ def train(
     max_steps: int | None = None,
     data_settings: dict[str, Any] | None = None,
     started: float | None = None,
+    data_id: str | None = None,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
     ``data_settings``: ``--data-settings`` (schema defaults if None); ``started``: when this
-    process started (staging: a copy verified since then is this run's). Raises
+    process started (staging: a copy verified since then is this run's); ``data_id``: the
+    data's identity (:func:`clusterbench.data.source.identity`), kept with each checkpoint. Raises
     :class:`clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from.
     """
@@ -95,7 +97,7 @@ def train(
                 print(f"train: loading {decided['decision']} ({decided['reason']})", flush=True)
             return sources[-1]
 
-        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps)
+        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps, data_id)
     except BaseException:
         close_all(sources)
         # the other ranks' pending collectives then fail instead of hanging
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return bad_settings("train", exc)
     try:
-        check(args.data_dir, run)  # before any backend starts; the data is read later
+        meta = check(args.data_dir, run)  # before any backend starts; the data is read later
         train(
             run,
             args.data_dir,
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             data_settings=settings,
             started=started,
+            data_id=identity(meta),
         )
     except preemption.Preempted:
         return preemption.EXIT_PREEMPTED
