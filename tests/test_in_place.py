@@ -691,3 +691,88 @@ def test_a_compressed_tar_under_a_tar_name_is_said_to_be_compressed(tmp_path, ca
     err = capsys.readouterr().err
     assert status == 1 and "pics.tar: gzip-compressed, not a plain tar" in err, err
     assert "`mv pics.tar pics.tar.z && gzip -dc pics.tar.z > pics.tar`" in err
+
+
+def index_with_digests(tmp_path: Path, manifest: dict, **params) -> Path:
+    """:func:`run_preprocess` as the workflow runs it for ``check: content``."""
+    raw, out = tmp_path / "raw", tmp_path / "results" / "data" / "pics"
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "MANIFEST.json").write_text(json.dumps({"dataset": "pics", **manifest}))
+    argv = ["--dataset", "pics", "--manifest", str(raw / "MANIFEST.json"), "--check", "content"]
+    argv += ["--params", json.dumps({**PARAMS, **params}), "--out-dir", str(out)]
+    assert preprocess.main(argv) == 0
+    return out
+
+
+def swap_keeping_times(a: Path, b: Path) -> None:
+    """Swap the bytes of two files of one size in place, their times and their folders' put
+    back: what a size-and-time check cannot see."""
+    stamps = {p: os.stat(p) for p in (a, b, a.parent, b.parent)}
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    assert len(data_a) == len(data_b) and data_a != data_b
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    for path, st in stamps.items():
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_swapped_files_of_one_size_with_their_times_put_back_are_caught_by_content(
+    tmp_path, monkeypatch
+):
+    """Issue 42: two files of one size swapped, their times restored, went unnoticed (the
+    documented size-and-time check). check: content reads every image against the sha256 the
+    index recorded; an index made without them is made again first, saying why."""
+    from clusterbench.pipeline.checks import Checks
+    from test_pipeline import FakeAdapter
+
+    folder = make_folder(tmp_path / "photos", per_class=6)
+    a, b = folder / "cat" / "1.png", folder / "dog" / "3.png"
+    size = max(len(a.read_bytes()), len(b.read_bytes()))
+    for path in (a, b):  # of one size: the shorter padded (after IEND, which PNG readers skip)
+        path.write_bytes(path.read_bytes().ljust(size, b"\0"))
+    monkeypatch.chdir(tmp_path)
+    source = {"path": str(folder), "format": "image-folder", "check": "content"}
+
+    def warned() -> list[str]:
+        adapter = FakeAdapter(executor="dryrun")
+        Checks(["a"], adapter, None, {"pics": "files"}, {"pics": source}).in_place("pics")
+        return adapter.warnings
+
+    status, _ = run_preprocess(tmp_path, {"path": str(folder), "files": {}})  # without digests
+    (tmp_path / "results" / "data").mkdir(parents=True)
+    (tmp_path / "data").rename(tmp_path / "results" / "data" / "pics")
+    assert status == 0 and "check: content compares each image's sha256" in warned()[0]
+
+    data = index_with_digests(tmp_path, {"path": str(folder), "files": {}})
+    assert warned() == []
+    swap_keeping_times(a, b)
+    for check in ("files", "folders"):
+        assert not compare(data, check), check  # said in docs/data.md: they cannot see it
+    found = compare(data, "content")
+    assert found.content == ["cat/1.png", "dog/3.png"] and found.compared == "content"
+    assert warned() == [
+        f"datasets.pics: {folder} changed since it was indexed: 2 file(s) changed in content "
+        "(sha256), of the same size and modification time (cat/1.png, dog/3.png). A real run "
+        "indexes it again (the preprocess step) and runs what follows; this run changes nothing"
+    ]
+
+
+def test_a_byte_changed_inside_an_archive_with_its_time_put_back_is_caught_by_content(
+    tmp_path,
+):
+    archive = tmp_path / "pics.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(make_folder(tmp_path / "photos", per_class=4), arcname="photos")
+    entry = {"sha256": file_digests(archive)["sha256"], "path": str(archive), "stored": "in place"}
+    data = index_with_digests(tmp_path, {"files": {archive.name: entry}}, files=[archive.name])
+    index = images_index.read(data / "index.npz")
+    row = index.names().index("photos/dog/3.png")
+    st = os.stat(archive)
+    with open(archive, "r+b") as fh:  # one byte of one member, in place
+        fh.seek(int(index.columns["offset"][row]) + 40)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not compare(data, "files")
+    assert compare(data, "content").content == ["photos/dog/3.png"]

@@ -138,7 +138,13 @@ class Checks:
             found = source_changes.compare(index, source["check"], self.check_files_limit)
         except images_index.IndexError_:
             return  # a damaged index: Checks.arrays names it
-        if found:
+        if found.undigested:
+            said = (
+                f"datasets.{dataset}.check: content compares each image's sha256 with its "
+                f"index's, and the index of {folder} keeps none (it was made before)"
+            )
+            self._index_again(meta, said)
+        elif found:
             said = f"datasets.{dataset}: {folder} changed since it was indexed: {found.text()}"
             self._index_again(meta, said)
 
