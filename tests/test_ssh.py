@@ -112,7 +112,7 @@ def test_openmpi_machine_files_crlf_and_a_bom_read_as_openmpi_reads_them():
     text = (
         "\ufeff# the lab, saved on Windows\r\n"
         "n1 slots=4 max_slots=4\r\n"
-        "n2   slots = 2   max-slots=8   # oversubscribable\r\n"
+        "n2\tslots = 2   max-slots=8   # oversubscribable\r\n"
         "\r\n"
         "n3 max_slots=2\r\n"  # slots: one
         "n1:1\r\n"  # a second line for n1: the sum

@@ -181,7 +181,7 @@ def parse_hosts_file(text: str) -> dict[str, int]:
 def parse_host_line(line: str, where: str) -> tuple[str, int]:
     """The host and slots of one hosts-file line (no comment, stripped); an
     :class:`AllocationError` naming ``where`` and what is wrong."""
-    hidden = names.problem(line)
+    hidden = names.problem(line.replace("\t", " "))  # tabs separate, as spaces do
     if hidden:
         raise AllocationError(f"{where} {hidden}: {line!r} (retype it)")
     m = _HOST_LINE.fullmatch(names.normal(line))
