@@ -65,10 +65,13 @@ rule preprocess_files:
             cbconfig.preprocess_slice(CFG["datasets"][wc.dataset])
         ),
         out_dir=lambda wc, output: dir_of(output.meta),
+        # `check: content`: each image's sha256 into the index. No rerun trigger (it takes
+        # `output`): an index without them is made again by the check (Checks.in_place)
+        check=PIPELINE.preprocess_check,
     shell:
         "python {input.script:q} --dataset {wildcards.dataset:q} "
         "--manifest {input.manifest:q} --params {params.split:q} "
-        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--out-dir {params.out_dir:q} --check {params.check:q} > {log:q} 2>&1"
 
 
 # A .tar.gz's images (a gzip stream cannot be read at an offset): extracted into files/ first.

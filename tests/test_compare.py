@@ -281,6 +281,8 @@ def test_the_arguments_and_the_output_path_are_checked_before_any_work(tmp_path)
     cases = {
         ("-o", tmp_path / "c.pdf", "--warmup-epochs", "-1"): "--warmup-epochs must be 0 or more",
         ("-o", "/proc/clusterbench/compare.pdf"): "its folder cannot be created (/proc",
+        # issue 42: "(/proc: No such file or directory)", of a folder that is there
+        ("-o", "/proc/compare.pdf"): "cannot be written (/proc: its file system makes no files",
         ("-o", tmp_path): "a directory; give the PDF file to write",
         ("-o", "~nosuchuser_cb/c.pdf"): "-o: '~nosuchuser_cb/c.pdf' names the home of user",
     }

@@ -523,3 +523,256 @@ def test_the_loaders_header_read_gives_pillows_size_or_defers_to_it():
     assert _pixels.dimensions(huge_png(30000, 30000)) == (30000, 30000)
     for other in (b"GIF89a...", b"\xff\xd8\xff\xe0\x00", b"", b"not an image"):
         assert _pixels.dimensions(other) is None  # Pillow then reads the header
+
+
+# --------------------------------------------------------------------------- round 5 (issue 42)
+
+
+@pytest.mark.parametrize(
+    ("folder", "says"),
+    [
+        ("\u200bcat", r"class folder '\\u200bcat' holds U\+200B \(ZERO WIDTH SPACE\)"),
+        ("dog\ufeff", r"class folder 'dog\\ufeff' holds U\+FEFF \(ZERO WIDTH NO-BREAK SPACE\)"),
+        ("b\x07ird", r"class folder 'b\\x07ird' holds U\+0007, an invisible or control"),
+        ("\u0308owl", r"starts with U\+0308 \(COMBINING DIAERESIS\), a combining mark"),
+    ],
+)
+def test_a_class_folder_with_an_invisible_character_is_refused_naming_it(folder, says):
+    """Such class names passed preprocess, training and evaluation, and crashed the report's
+    PDF after all of it (a BOM), or were drawn as what they are not."""
+    from clusterbench.formats._layout import LayoutError, class_layout
+
+    with pytest.raises(LayoutError, match=says):
+        class_layout([f"{folder}/0.png", "ok/1.png"], where="pics.zip")
+
+
+def test_class_names_are_composed_and_two_spellings_of_one_are_refused(tmp_path, capsys):
+    """macOS writes an accent as a letter and a combining accent (NFD): the class is the name
+    in NFC, whoever wrote the folder; both spellings side by side are one name twice."""
+    from clusterbench.formats._layout import LayoutError, class_layout
+
+    layout = class_layout(["cafe\u0301/0.png", "dog/1.png", "cafe\u0301/2.png"])
+    assert layout.classes == ("caf\u00e9", "dog") and layout.labels == [0, 1, 0]
+    with pytest.raises(LayoutError, match=r"class folders 'cafe\\u0301' and 'caf\\xe9' are one"):
+        class_layout(["caf\u00e9/0.png", "cafe\u0301/1.png"], where="pics.zip")
+    folder = make_folder(tmp_path / "photos", classes=("cafe\u0301", "\u200bdog"), per_class=4)
+    status, data = index_folder(tmp_path, folder)
+    err = capsys.readouterr().err
+    assert status == 1 and f"{folder}: class folder '\\u200bdog' holds U+200B" in err, err
+    assert "Traceback" not in err and not data.exists()
+    (folder / "\u200bdog").rename(folder / "dog")
+    status, data = index_folder(tmp_path, folder)
+    assert status == 0 and meta_of(data)["class_names"] == ["caf\u00e9", "dog"]
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_a_member_listed_twice_is_taken_once_its_last_copy_with_a_warning(tmp_path, kind, caplog):
+    """A zip or tar holding one name twice (an archive appended to) was indexed twice: 13
+    images for 12; the tar then failed with a message that said not which copy."""
+    import warnings
+
+    members = {
+        f"{c}/{i}.png": image(10 * k + i) for k, c in enumerate(("cat", "dog")) for i in range(6)
+    }
+    again = image(999)
+    path = tmp_path / f"pics.{kind}"
+    if kind == "zip":
+        with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as archive:
+            warnings.simplefilter("ignore")  # zipfile's own "Duplicate name" warning
+            for name, data in [*members.items(), ("./dog/2.png", again)]:
+                archive.writestr(name, data)
+    else:
+        with tarfile.open(path, "w") as archive:
+            for name, data in [*members.items(), ("./dog/2.png", again)]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    for storage in ("files", None):
+        caplog.clear()
+        status, data = index_archive(tmp_path / str(storage), path, storage=storage)
+        assert status == 0
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any(
+            f"pics.{kind}: 1 member name(s) appear more than once (./dog/2.png): the last copy "
+            "of each is taken" in line
+            for line in said
+        ), said
+        meta = meta_of(data)
+        assert sum(meta["counts"].values()) == 12, (storage, meta["counts"])
+    data = tmp_path / "files" / "data"
+    index = read_index(data, meta_of(data))
+    names = index.names()
+    assert len(names) == 12 and names.count("./dog/2.png") == 1 and "dog/2.png" not in names
+    assert bytes(Sources(data, index).read(names.index("./dog/2.png"))) == again
+
+
+def test_a_path_through_a_loop_of_links_or_to_nothing_is_said_as_such(tmp_path):
+    """A `path:` that is a symbolic-link loop was said to "not exist"."""
+    from clusterbench.pipeline.checks import folder_problem
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "self").symlink_to(tmp_path / "self")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    loop = "leads through a loop of symbolic links"
+    for path, says in (
+        ("a", loop),
+        ("self", loop),
+        ("a/photos", loop),
+        ("gone", f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"),
+        ("nowhere", "does not exist"),
+    ):
+        said = folder_problem("pics", tmp_path / path, "image-folder")
+        assert said.startswith(f"datasets.pics.path: {tmp_path / path} {says}"), said
+
+
+def test_class_folders_that_link_to_each_other_stay_two_classes(tmp_path):
+    """cat/ and dog/ each holding a link to the other were walked as one class: the link was
+    followed before the real folder, whose images all went under the link's class."""
+    folder = make_folder(tmp_path / "photos", per_class=5)
+    (folder / "cat" / "dogs").symlink_to(folder / "dog")
+    (folder / "dog" / "cats").symlink_to(folder / "cat")
+    status, data = index_folder(tmp_path, folder)
+    assert status == 0
+    meta = meta_of(data)
+    assert meta["class_names"] == ["cat", "dog"] and sum(meta["counts"].values()) == 10
+    assert (
+        meta["source"]["left_out"]["link(s) to a folder listed already under its own name"]["count"]
+        == 2
+    )
+    assert not compare(data, "files") and not compare(data, "folders")
+    (folder / "dog" / "5.png").write_bytes(image(55))  # dog/ changed: its link is no new folder
+    assert compare(data, "folders").added == ["dog/5.png"]
+
+
+def animated_gif(frames: int = 3) -> bytes:
+    pictures = [Image.new("RGB", (20, 24), (40 * i, 0, 0)) for i in range(frames)]
+    buf = io.BytesIO()
+    pictures[0].save(buf, "GIF", save_all=True, append_images=pictures[1:])
+    return buf.getvalue()
+
+
+def test_an_animated_gif_named_png_is_refused_alike_by_both_readers_saying_so(tmp_path):
+    """It was skipped with the reason "too many values to unpack (expected 3)" (torchvision
+    decodes every frame); Pillow took its first frame."""
+    from clusterbench.formats._pixels import PixelError, open_checked
+
+    with pytest.raises(PixelError, match=r"an animated image of 3 frames \(a GIF\?\)"):
+        open_checked(animated_gif())
+    folder = make_folder(tmp_path / "photos", per_class=6)
+    (folder / "dog" / "moving.png").write_bytes(animated_gif())
+    status, data = index_folder(tmp_path, folder)
+    assert status == 0
+    index = read_index(data, meta_of(data))
+    reader = FileReader(Sources(data, index), index, (16, 16), 3, "none", 0)
+    row = index.names().index("dog/moving.png")
+    split = images_index.SPLITS[int(index.columns["split"][row])]
+    i = int(np.flatnonzero(index.rows(split) == row)[0])
+    _, _, _, bad = reader.read(split, 0, np.asarray([i]))
+    assert bad == [(row, "an animated image of 3 frames (a GIF?), not a still PNG or JPEG")]
+
+
+def test_a_compressed_tar_under_a_tar_name_is_said_to_be_compressed(tmp_path, capsys):
+    """A gzip-compressed ILSVRC2012_img_train.tar was "corrupt or truncated (invalid
+    header)"."""
+    import gzip
+
+    from clusterbench.data import imagenet
+    from clusterbench.data.scan import Listing, ScanError
+
+    plain = tmp_path / "plain.tar"
+    with tarfile.open(plain, "w") as archive:
+        archive.add(make_folder(tmp_path / "photos", per_class=3), arcname="photos")
+    train = tmp_path / "ILSVRC2012_img_train.tar"
+    train.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(ScanError, match=r"ILSVRC2012_img_train\.tar: gzip-compressed, not a"):
+        imagenet.train_tars(train, Listing([], ()), {})
+    status, _ = index_archive(tmp_path, train.rename(tmp_path / "pics.tar"))
+    err = capsys.readouterr().err
+    assert status == 1 and "pics.tar: gzip-compressed, not a plain tar" in err, err
+    assert "`mv pics.tar pics.tar.z && gzip -dc pics.tar.z > pics.tar`" in err
+
+
+def index_with_digests(tmp_path: Path, manifest: dict, **params) -> Path:
+    """:func:`run_preprocess` as the workflow runs it for ``check: content``."""
+    raw, out = tmp_path / "raw", tmp_path / "results" / "data" / "pics"
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "MANIFEST.json").write_text(json.dumps({"dataset": "pics", **manifest}))
+    argv = ["--dataset", "pics", "--manifest", str(raw / "MANIFEST.json"), "--check", "content"]
+    argv += ["--params", json.dumps({**PARAMS, **params}), "--out-dir", str(out)]
+    assert preprocess.main(argv) == 0
+    return out
+
+
+def swap_keeping_times(a: Path, b: Path) -> None:
+    """Swap the bytes of two files of one size in place, their times and their folders' put
+    back: what a size-and-time check cannot see."""
+    stamps = {p: os.stat(p) for p in (a, b, a.parent, b.parent)}
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    assert len(data_a) == len(data_b) and data_a != data_b
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    for path, st in stamps.items():
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_swapped_files_of_one_size_with_their_times_put_back_are_caught_by_content(
+    tmp_path, monkeypatch
+):
+    """Issue 42: two files of one size swapped, their times restored, went unnoticed (the
+    documented size-and-time check). check: content reads every image against the sha256 the
+    index recorded; an index made without them is made again first, saying why."""
+    from clusterbench.pipeline.checks import Checks
+    from test_pipeline import FakeAdapter
+
+    folder = make_folder(tmp_path / "photos", per_class=6)
+    a, b = folder / "cat" / "1.png", folder / "dog" / "3.png"
+    size = max(len(a.read_bytes()), len(b.read_bytes()))
+    for path in (a, b):  # of one size: the shorter padded (after IEND, which PNG readers skip)
+        path.write_bytes(path.read_bytes().ljust(size, b"\0"))
+    monkeypatch.chdir(tmp_path)
+    source = {"path": str(folder), "format": "image-folder", "check": "content"}
+
+    def warned() -> list[str]:
+        adapter = FakeAdapter(executor="dryrun")
+        Checks(["a"], adapter, None, {"pics": "files"}, {"pics": source}).in_place("pics")
+        return adapter.warnings
+
+    status, _ = run_preprocess(tmp_path, {"path": str(folder), "files": {}})  # without digests
+    (tmp_path / "results" / "data").mkdir(parents=True)
+    (tmp_path / "data").rename(tmp_path / "results" / "data" / "pics")
+    assert status == 0 and "check: content compares each image's sha256" in warned()[0]
+
+    data = index_with_digests(tmp_path, {"path": str(folder), "files": {}})
+    assert warned() == []
+    swap_keeping_times(a, b)
+    for check in ("files", "folders"):
+        assert not compare(data, check), check  # said in docs/data.md: they cannot see it
+    found = compare(data, "content")
+    assert found.content == ["cat/1.png", "dog/3.png"] and found.compared == "content"
+    assert warned() == [
+        f"datasets.pics: {folder} changed since it was indexed: 2 file(s) changed in content "
+        "(sha256), of the same size and modification time (cat/1.png, dog/3.png). A real run "
+        "indexes it again (the preprocess step) and runs what follows; this run changes nothing"
+    ]
+
+
+def test_a_byte_changed_inside_an_archive_with_its_time_put_back_is_caught_by_content(
+    tmp_path,
+):
+    archive = tmp_path / "pics.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(make_folder(tmp_path / "photos", per_class=4), arcname="photos")
+    entry = {"sha256": file_digests(archive)["sha256"], "path": str(archive), "stored": "in place"}
+    data = index_with_digests(tmp_path, {"files": {archive.name: entry}}, files=[archive.name])
+    index = images_index.read(data / "index.npz")
+    row = index.names().index("photos/dog/3.png")
+    st = os.stat(archive)
+    with open(archive, "r+b") as fh:  # one byte of one member, in place
+        fh.seek(int(index.columns["offset"][row]) + 40)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not compare(data, "files")
+    assert compare(data, "content").content == ["photos/dog/3.png"]

@@ -8,9 +8,11 @@ Snakemake marks their outputs incomplete.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -112,3 +114,51 @@ def test_sigint_to_snakemake_stops_training_and_every_rank(tmp_path: Path):
             except ProcessLookupError:
                 pass
         proc.wait(timeout=30)
+
+
+#: The preprocess stage on a folder read in place, its walk made to wait (a folder of a
+#: million files takes a minute): it says "walking" when it is inside the indexing.
+WAITING_INDEX = """
+import json, sys, time
+from clusterbench.data import scan
+def walk(*args, **kwargs):
+    print("walking", flush=True)
+    time.sleep(120)
+scan.walk = walk
+from clusterbench.preprocess import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigint_during_the_indexing_of_a_folder_is_one_line(tmp_path: Path):
+    """Snakemake's failed-log display showed the preprocess's 33-line KeyboardInterrupt
+    traceback after a Ctrl-C during the indexing of a large folder."""
+    folder = tmp_path / "photos" / "cat"
+    folder.mkdir(parents=True)
+    (folder / "0.png").write_bytes(b"a png")
+    manifest = tmp_path / "MANIFEST.json"
+    manifest.write_text(json.dumps({"dataset": "pics", "path": str(folder.parent), "files": {}}))
+    params = {"format": "image-folder", "val_fraction": 0.2, "test_fraction": 0.2,
+              "split_seed": 0, "min_split_size": 1, "storage": "files"}  # fmt: skip
+    argv = ["--dataset", "pics", "--manifest", str(manifest), "--params", json.dumps(params)]
+    argv += ["--out-dir", str(tmp_path / "data")]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAITING_INDEX, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+        env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
+    )
+    try:
+        assert proc.stdout.readline() == "walking\n", proc.stderr.read()
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1:] == ["preprocess: interrupted (SIGINT, Ctrl-C): stopped"], err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "data" / "meta.json").exists()

@@ -314,3 +314,57 @@ def test_the_modules_files_are_found_without_importing_it(tmp_path, monkeypatch)
     assert code_digest("ns.pkg.nets:build") != digest
     with pytest.raises(ModelError, match=r"no module 'ns\.pkg\.other' to import"):
         module_files("ns.pkg.other:build")
+
+
+#: A network whose build() and forward() change the working directory (to ``elsewhere/``).
+WANDERS = GOOD.replace(
+    "def build(num_classes, shape):\n",
+    textwrap.dedent(
+        """\
+        class Wander(nn.Sequential):
+            def forward(self, x):
+                os.chdir(os.environ["ELSEWHERE"])
+                return super().forward(x)
+
+
+        def build(num_classes, shape):
+            os.chdir(os.environ["ELSEWHERE"])
+            return Wander(
+                nn.Flatten(), nn.Linear(64, WIDTH), nn.ReLU(), nn.Linear(WIDTH, num_classes)
+            )
+
+
+        def unused(num_classes, shape):
+        """
+    ),
+)
+
+
+@pytest.mark.slow  # a training and an evaluation
+def test_an_own_model_that_changes_directory_sends_no_output_elsewhere(tmp_path):
+    """Issue 42: os.chdir in build() sent run.json, model.pt, metrics.jsonl and the
+    TensorBoard events to the other folder, and Snakemake then reported missing outputs. The
+    stages take the paths given them as they were when they started."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "wander.py").write_text(WANDERS)
+    make_dataset(tmp_path / "data")
+    run = run_config(model="wander:build", workers=1, epochs=2)
+    env = {**os.environ, "ELSEWHERE": str(elsewhere)}
+    train = [sys.executable, str(REPO / "scripts" / "train.py"), "--data-dir", "data"]
+    train += ["--run", json.dumps(run), "--out-dir", "out"]
+    proc = subprocess.run(train, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "out"
+    for name in ("run.json", "metrics.jsonl", "model.pt", "checksums.json"):
+        assert (out / name).is_file(), name
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    evaluate = [sys.executable, str(REPO / "scripts" / "evaluate.py"), "--data-dir", "data"]
+    evaluate += ["--model", "out/model.pt", "--out-dir", "ev"]
+    evaluate += ["--params", json.dumps({"batch_size": 64, "split": "test"})]
+    proc = subprocess.run(
+        evaluate, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "ev" / "metrics.json").is_file()
+    assert sorted(p.name for p in elsewhere.iterdir()) == []

@@ -167,7 +167,7 @@ def make_fake_results(
                 }
             )
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-        hosts = [f"node{i:02d}" for i in range(1, spec["nodes"] + 1)]
+        hosts = spec.get("hosts") or [f"node{i:02d}" for i in range(1, spec["nodes"] + 1)]
         run_json = {
             "run": cfg,
             "world": {
@@ -1139,11 +1139,25 @@ def text_specs(names: tuple[str, str], classes: list[str] | None = None) -> list
     ]
 
 
+#: Names of each kind that crashed matplotlib's PDF backend after the training (a BOM) or hid
+#: what they hold: a zero-width space, a byte-order mark, a combining accent, as a class folder
+#: or a hosts file could carry them; and how the report draws each.
+HIDDEN = {"\u200bcat": "<U+200B>cat", "dog\ufeff": "dog<U+FEFF>", "cafe\u0301": "caf\u00e9"}
+HIDDEN_HOSTS = {
+    "\ufefflocal": "<U+FEFF>local",
+    "gpu\u200b1": "gpu<U+200B>1",
+    "noe\u0301ud": "no\u00e9ud",
+}
+
+
 @pytest.mark.slow  # a whole report rendered (several seconds)
 def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypatch):
     """'$' in the title, author, run names and class names is a dollar sign, never mathtext:
     '$x^$' (invalid mathtext) renders, 'cost $5 vs $10' keeps its dollars and spaces, on every
-    page, in every figure and in the PDF's and PNGs' metadata."""
+    page, in every figure and in the PDF's and PNGs' metadata. Issue 42: class and host names
+    with a zero-width space, a byte-order mark (the PDF backend died on it, after all the
+    training: `IndexError: string index out of range`) or a combining accent reach a finished
+    report, drawn in NFC with the invisible character written out."""
     from matplotlib.figure import Figure
     from matplotlib.text import Text
     from PIL import Image
@@ -1157,10 +1171,11 @@ def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypat
         return result
 
     monkeypatch.setattr(Figure, "savefig", spy)
-    classes = [f"{MATH}{i}" for i in range(9)] + [DOLLARS]
-    fake = make_fake_results(
-        tmp_path, runs=text_specs((DOLLARS, MATH), classes), epochs=3, benchmarks=False
-    )
+    classes = [f"{MATH}{i}" for i in range(6)] + [*HIDDEN, DOLLARS]
+    specs = text_specs((DOLLARS, MATH), classes)
+    specs[0].update(nodes=2, hosts=list(HIDDEN_HOSTS)[:2])
+    specs[1].update(hosts=list(HIDDEN_HOSTS)[2:])
+    fake = make_fake_results(tmp_path, runs=specs, epochs=3, benchmarks=False)
     out = tmp_path / "report"
     title, author = f"Benchmark: {DOLLARS} and {MATH}", f"{MATH} {DOLLARS}"
     assert run_report(fake, out, params={**PARAMS, "title": title, "author": author}) == 0
@@ -1175,6 +1190,10 @@ def test_dollar_signs_in_user_text_are_drawn_literally(tmp_path: Path, monkeypat
     assert DOLLARS in pages[PAGE["runs"]] and MATH in pages[PAGE["runs"]]
     assert f"Confusion matrix of the best run: {best}" in pages[PAGE["confusion"]]
     assert DOLLARS in pages[PAGE["confusion"]] and f"{MATH}0" in pages[PAGE["confusion"]]
+    for shown in [*HIDDEN.values(), *HIDDEN_HOSTS.values()]:
+        assert shown in pages[PAGE["confusion"]] + pages[PAGE["provenance"]], shown
+    assert all(shown in pages[PAGE["provenance"]] for shown in HIDDEN_HOSTS.values())
+    assert pd.read_csv(out / "runs.csv")["host_ranks"].str.contains("\ufefflocal").any()  # data
     for page in (PAGE["epoch_time"], PAGE["throughput"], PAGE["curves"]):
         assert DOLLARS in pages[page] and MATH in pages[page], page
     footer = rf"{re.escape(title)} · config {CONFIG_HASH} · commit .* page \d+ of {N_PAGES}"

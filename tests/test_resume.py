@@ -195,6 +195,51 @@ def test_checkpoints_of_other_settings_are_ignored_not_resumed(long_epochs, tmp_
 
 
 @pytest.mark.slow
+def test_a_checkpoint_of_other_data_is_passed_over_saying_why(tmp_path, capfd, monkeypatch):
+    """Issue 42: a folder read in place changed mid-run and was indexed again; the retrain
+    then "continued from the checkpoint after epoch 1", trained on the old files (the
+    checkpoints are kept by the run's settings, not its data). Here the checkpoints of a run
+    are kept at its end, and the data dir is made again with other samples in it: each
+    checkpoint is passed over, as one of another network, and the run trains afresh."""
+    data = make_dataset(tmp_path / "data")
+    run = run_config(workers=1, epochs=2)
+    out = tmp_path / "out"
+    monkeypatch.setattr(checkpoints, "remove_all", lambda out_dir: None)  # kept at the end
+    assert train_here(data, run, out) == 0
+    assert [p.epoch for p in slice_checkpoints(out, run)] == [1, 2]
+    capfd.readouterr()
+
+    make_dataset(data, seed=7)  # the same folder, other data
+    assert train_here(data, run, out) == 0
+    log = capfd.readouterr().out
+    for epoch in (2, 1):
+        assert re.search(
+            rf"train: skipping checkpoint \S+ \(after epoch {epoch}\): trained on other data "
+            r"\(the dataset was preprocessed or indexed again since: data [0-9a-f]{16} there, "
+            r"[0-9a-f]{16} now\)",
+            log,
+        ), log
+    assert "continuing from" not in log
+    assert [m["epoch"] for m in read_metrics(out)] == [1, 2]
+
+
+def test_a_checkpoint_records_the_data_it_was_trained_on():
+    from clusterbench.data.source import identity
+
+    arrays = {"files": {"train_x.npy": {"size": 10, "sha256": "a" * 64}}, "dataset": "d"}
+    same = {**arrays, "source": {"where": "/elsewhere"}}  # where it came from: the same data
+    other = {"files": {"train_x.npy": {"size": 10, "sha256": "b" * 64}}, "dataset": "d"}
+    synthetic = {"files": {}, "synthetic": True, "shape": [3, 8, 8]}
+    assert identity(arrays) == identity(same) != identity(other)
+    assert identity(synthetic) != identity({**synthetic, "shape": [3, 16, 16]})
+    data = identity(arrays)
+    assert checkpoints.data_problem({"data": data}, data) is None
+    assert checkpoints.data_problem({"data": data}, None) is None  # not known: not judged
+    assert "trained on other data" in checkpoints.data_problem({"data": data}, identity(other))
+    assert "records no data it was trained on" in checkpoints.data_problem({}, data)
+
+
+@pytest.mark.slow
 def test_only_the_newest_checkpoints_are_kept_while_training(long_epochs, tmp_path, monkeypatch):
     monkeypatch.setenv(CHECKPOINTS_ENV, json.dumps({"keep": 1, "preemption_check_steps": 2}))
     run = run_config(workers=1, epochs=4, batch_size=4)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from clusterbench.launch.schedulers import (
     PreflightContext,
     PreflightError,
     fill_ranks,
+    parse_hosts_file,
 )
 from clusterbench.launch.schedulers import ssh as sshmod
 from conftest import (
@@ -93,7 +95,7 @@ def test_the_hosts_file_as_today_and_what_is_refused(tmp_path):
         sshmod.ssh_hosts({})
     with pytest.raises(LaunchError, match=f"cannot read the hosts file {tmp_path / 'none'}"):
         sshmod.ssh_hosts({"CLUSTERBENCH_HOSTS_FILE": str(tmp_path / "none")})
-    path.write_text("gpu1:two\n")
+    path.write_text("gpu1 two three\n")
     with pytest.raises(LaunchError, match=r"hosts file .*line 1 is not 'host'"):
         sshmod.ssh_hosts(env)
     path.write_text("# nobody\nold:0\n")
@@ -102,6 +104,83 @@ def test_the_hosts_file_as_today_and_what_is_refused(tmp_path):
     path.write_text("-oProxyCommand\n")
     with pytest.raises(LaunchError, match="is no host name"):
         sshmod.ssh_hosts(env)
+
+
+def test_openmpi_machine_files_crlf_and_a_bom_read_as_openmpi_reads_them():
+    """Issue 40: OpenMPI's `host slots=N max_slots=M` (Rescale's machinefile.gpu) was refused;
+    a file saved on Windows (CRLF, a byte-order mark) reads as the same hosts."""
+    text = (
+        "\ufeff# the lab, saved on Windows\r\n"
+        "n1 slots=4 max_slots=4\r\n"
+        "n2\tslots = 2   max-slots=8   # oversubscribable\r\n"
+        "\r\n"
+        "n3 max_slots=2\r\n"  # slots: one
+        "n1:1\r\n"  # a second line for n1: the sum
+        "n4 slots=0 max_slots=0"
+    )
+    assert parse_hosts_file(text) == {"n1": 5, "n2": 2, "n3": 1}
+    assert parse_hosts_file(text.replace("\r\n", "\n").removeprefix("\ufeff")) == (
+        parse_hosts_file(text)
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("gpu1:\u00b3", r"slots '\u00b3' is not a whole number in ASCII digits"),  # superscript 3
+        ("gpu1 slots=\u2461", r"slots '\u2461' is not a whole number in ASCII digits"),
+        ("gpu1:\u0664", r"slots '\u0664' is not a whole number"),  # Arabic-Indic 4: not 4 slots
+        ("gpu1 slots=2 max_slots=\uff18", r"max_slots '\uff18' is not a whole number"),
+        ("localhost:4097", r"slots 4,097 is more than 4,096, the most one host may have"),
+        ("localhost:1" + "0" * 25, r"slots 10(,000){8} is more than 4,096"),
+        ("gpu1 slots=4 max_slots=3", r"max_slots=3 is less than slots=4"),
+        ("gpu1 slots=1 slots=2", r"slots= is given twice"),
+        ("gpu1 cpu=4", r"cpu= is not read by clusterbench"),
+        ("gpu\u200b1:2", r"line 2 holds U\+200B \(ZERO WIDTH SPACE\), an invisible"),
+        ("gpu1\ufeff", r"U\+FEFF \(ZERO WIDTH NO-BREAK SPACE\)"),  # a BOM inside the file
+        ("gpu1\x0b:2", r"holds U\+000B, an invisible or control character"),
+        ("\u0301gpu1", r"starts with U\+0301 \(COMBINING ACUTE ACCENT\), a combining mark"),
+    ],
+)
+def test_slot_counts_are_ascii_digits_within_a_bound_and_names_show_what_hides(line, says):
+    """`str.isdigit()` took `²` and `①` (a ValueError traceback) and `٣` (3 slots); a name
+    with a zero-width space or a BOM went on to the report; each is now refused, naming it."""
+    with pytest.raises(AllocationError) as err:
+        parse_hosts_file(f"# lab\n{line}\n")
+    assert re.search(says, str(err.value)), str(err.value)
+
+
+def test_host_names_are_read_in_nfc_and_the_file_is_named(tmp_path):
+    decomposed, composed = "cafe\u0301", "caf\u00e9"
+    assert parse_hosts_file(f"{decomposed}:2\n{composed}:1\n") == {composed: 3}
+    path = tmp_path / "hosts"
+    path.write_bytes(b"gpu1:2\n\xff\xfe\n")
+    env = {"CLUSTERBENCH_HOSTS_FILE": str(path)}
+    with pytest.raises(LaunchError, match=rf"the hosts file {path} .* is not UTF-8 text"):
+        sshmod.ssh_hosts(env)
+    path.write_text("gpu1:\u00b2\n")
+    with pytest.raises(AllocationError, match=rf"the hosts file {path} .*: hosts file line 1"):
+        schedulers.read_hosts_file(env)
+
+
+def rescale_files() -> dict[str, str]:
+    """The files docs/ssh.md shows as `$ cat ~/NAME` and the lines after it, by name."""
+    text = (REPO / "docs" / "ssh.md").read_text(encoding="utf-8")
+    block = text.split("$ cat ~/machinefile.gpu\n", 1)[1].split("```", 1)[0]
+    files, name = {}, "machinefile.gpu"
+    for line in block.splitlines(keepends=True):
+        if line.startswith("$ cat ~/"):
+            name = line.removeprefix("$ cat ~/").strip()
+        elif not line.startswith("$ "):
+            files[name] = files.get(name, "") + line
+    return files
+
+
+def test_both_files_of_the_rescale_tutorial_in_the_docs_are_hosts_files():
+    files = rescale_files()
+    assert sorted(files) == ["machinefile", "machinefile.gpu"]
+    assert parse_hosts_file(files["machinefile.gpu"]) == {"ip-10-0-0-11": 4, "ip-10-0-0-12": 4}
+    assert parse_hosts_file(files["machinefile"]) == {"ip-10-0-0-11": 1, "ip-10-0-0-12": 1}
 
 
 def test_slots_are_filled_in_order_one_rank_each():
@@ -364,6 +443,75 @@ def test_the_preflight_without_a_hosts_file_cannot_decide():
     context = PreflightContext({"r": {"workers": 2}}, lambda name, keys: {}, env={})
     with pytest.raises(PreflightError, match="needs a hosts file: set CLUSTERBENCH_HOSTS_FILE"):
         sshmod.SshScheduler.unavailable(context)
+
+
+#: A stand-in for ssh: ``-G HOST`` says where HOST is (an address of no interface here, so the
+#: probe goes "over ssh"); a probe of HOST logs HOST, sleeps on the hosts named in SLOW, and
+#: answers as a ready host would.
+FAKE_SSH = """#!/bin/sh
+if [ "$1" = -G ]; then echo "hostname 192.0.2.1"; exit 0; fi
+for arg; do case "$arg" in -*|BatchMode=*|ConnectTimeout=*) ;; *) host=$arg; break;; esac; done
+echo "$host" >> "$LOG"
+case " $SLOW " in *" $host "*) exec sleep 60;; esac
+echo '{answer}'
+"""
+
+
+def fake_ssh_context(
+    tmp_path, monkeypatch, lines: int, workers: int, slow: str = ""
+) -> tuple[PreflightContext, list[str]]:
+    """The ssh pre-flight's context for a hosts file of ``lines`` hosts of 2 slots each and
+    one run of ``workers``, ssh being :data:`FAKE_SSH` (the hosts in ``slow`` never answer);
+    and the list of what it says."""
+    answer = json.dumps({"versions": sshmod.local_versions(), "read": {}, "write": {}})
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH.replace("{answer}", answer))
+    ssh.chmod(0o755)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"node{i:05d} slots=2 max_slots=2\n" for i in range(lines)))
+    env = {
+        "CLUSTERBENCH_HOSTS_FILE": str(hosts),
+        "CLUSTERBENCH_SSH_COMMAND": str(ssh),
+        "CLUSTERBENCH_SSH_TIMEOUT": "1",
+    }
+    monkeypatch.setenv("LOG", str(tmp_path / "log"))  # the fake ssh's (it inherits ours)
+    monkeypatch.setenv("SLOW", slow)
+    said: list[str] = []
+    run = {"workers": workers, "gpus_per_node": 0}
+    return PreflightContext({"r": run}, lambda name, keys: {}, env=env, say=said.append), said
+
+
+def test_the_preflight_probes_only_the_hosts_the_runs_use_and_says_so(tmp_path, monkeypatch):
+    """A 10,000-line hosts file kept a dry run at "Building DAG" past 120 s: every host was
+    sshed, 16 at a time. A 5-rank run on hosts of 2 slots uses 3 of them."""
+    context, said = fake_ssh_context(tmp_path, monkeypatch, 10_000, 5)
+    started = time.monotonic()
+    assert sshmod.SshScheduler.unavailable(context) == {}
+    assert time.monotonic() - started < 30
+    assert sorted((tmp_path / "log").read_text().split()) == [
+        "node00000", "node00001", "node00002"
+    ]  # fmt: skip
+    assert said[0] == (
+        "ssh pre-flight: probing 3 host(s) of the 10,000 listed (those the runs use) over ssh, "
+        "up to 32 at once, within 31 s in all"
+    )
+    assert re.fullmatch(r"ssh pre-flight: 3 host\(s\) ready, 0 not, in \d+\.\d s", said[1])
+    assert sshmod.hosts_used({"a": 2, "b": 2, "c": 1}, [1, 3]) == {"a": 2, "b": 2}
+    assert sshmod.hosts_used({"a": 2, "b": 2}, [9]) == {"a": 2, "b": 2}  # unavailable: all
+
+
+def test_the_preflight_ends_within_one_limit_naming_the_host_that_did_not_answer(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(sshmod, "PROBE_EXTRA_S", 1)  # the limit: 1 s to connect + 1 s
+    context, said = fake_ssh_context(tmp_path, monkeypatch, 100, 6, slow="node00001")
+    started = time.monotonic()
+    with pytest.raises(PreflightError) as err:
+        sshmod.SshScheduler.unavailable(context)
+    assert time.monotonic() - started < 10
+    assert "host node00001: ssh: no answer within 2 s" in str(err.value)
+    assert "node00000" not in str(err.value) and "node00002" not in str(err.value)
+    assert "ssh pre-flight: 2 host(s) ready, 1 not, in" in said[1]
 
 
 def test_the_probe_runs_on_this_host_and_finds_it_ready(tmp_path):

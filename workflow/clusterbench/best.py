@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.core.atomic import atomic_path, write_json
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import read_json_object
 
 CRITERION = (
@@ -79,6 +80,7 @@ def keep_best(results: Path, run_dirs: list[Path], eval_dirs: list[Path], out_di
     return name
 
 
+@one_line("best")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, required=True, help="results/report/results.csv")

@@ -48,6 +48,7 @@ from typing import Any
 from clusterbench.backends import Collectives
 from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.core.interrupted import one_line
 from clusterbench.records.comm import COLUMNS, FORMAT, OPS
 
 #: The smallest message, bytes: two float32 values.
@@ -370,6 +371,7 @@ def run_job(settings: Mapping[str, Any], out_dir: Path) -> None:
     rt.finish()
 
 
+@one_line("comm")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", required=True, help="the job's settings, as JSON")

@@ -57,7 +57,7 @@ from clusterbench.config import (
     schema_default,
 )
 from clusterbench.core.atomic import atomic_open
-from clusterbench.core.paths import PathError, expand
+from clusterbench.core.paths import PathError, cannot_make_in, expand
 
 #: The training keys that must be equal for two runs to be compared (all but the name); keys
 #: added since (absent in an older run.json) count as their default, which such a run had.
@@ -435,8 +435,6 @@ def output_problem(output: Path) -> str | None:
     any work: a folder in its place, or a folder that cannot be made or written (a read-only
     file system). Makes and removes a temporary file in the nearest existing folder; nothing
     is left behind. None when it can be written."""
-    import tempfile
-
     output = Path(os.path.abspath(output))
     if output.is_dir():
         return f"-o {output}: a directory; give the PDF file to write (e.g. {output}/compare.pdf)"
@@ -445,13 +443,10 @@ def output_problem(output: Path) -> str | None:
         existing = existing.parent
     if not existing.is_dir():
         return f"-o {output}: {existing} is a file, not a folder"
-    try:
-        fd, name = tempfile.mkstemp(prefix=".clusterbench-check-", dir=existing)
-        os.close(fd)
-        os.unlink(name)
-    except OSError as exc:
+    why = cannot_make_in(existing)
+    if why:
         made = "written" if existing == output.parent else "created"
-        return f"-o {output}: its folder cannot be {made} ({existing}: {exc.strerror or exc})"
+        return f"-o {output}: its folder cannot be {made} ({existing}: {why})"
     if output.exists() and not os.access(output, os.W_OK):
         return f"-o {output}: exists and cannot be written by this user"
     return None

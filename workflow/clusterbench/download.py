@@ -52,6 +52,7 @@ from clusterbench.config.datasets import (
     resolve_urls,
 )
 from clusterbench.core.atomic import write_json
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import json_object
 from clusterbench.core.paths import PathError, expand
 
@@ -547,6 +548,7 @@ def download_dataset(name: str, manifest: Path, params: DownloadParams) -> dict[
     return content
 
 
+@one_line("download")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="download", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="dataset name: digits, mnist, cifar10")

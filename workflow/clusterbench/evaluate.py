@@ -40,6 +40,7 @@ from clusterbench.config import ConfigError, bad_settings, stage_params
 from clusterbench.core import integrity
 from clusterbench.core.atomic import atomic_open, write_json
 from clusterbench.core.integrity import forcerun_command
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import read_json_object
 from clusterbench.data.arrays import SplitData, load_split
 from clusterbench.data.images import input_shape
@@ -445,9 +446,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--params", required=True, help='{"batch_size": int, "split": "test"|"val"}'
     )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/eval/RUN")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # absolute before any code of the user's runs (an own model may os.chdir in build); the
+    # model file is read before, and named as given in messages
+    args.data_dir, args.out_dir = args.data_dir.absolute(), args.out_dir.absolute()
+    return args
 
 
+@one_line("evaluate")
 def main(argv: list[str] | None = None) -> int:
     """The stage: each refusal (a damaged or unusable model file, data that does not fit it,
     your own model's code edited since the training) one line on stderr, exit status 1; bad

@@ -43,6 +43,7 @@ from clusterbench.config import (
 from clusterbench.config.datasets import DatasetError, DatasetSpec, get_dataset
 from clusterbench.core import integrity
 from clusterbench.core.atomic import atomic_open, write_json
+from clusterbench.core.interrupted import one_line
 from clusterbench.core.params import read_json_object
 from clusterbench.download import file_digests
 
@@ -273,12 +274,12 @@ def decode(dataset: str, manifest: Path, params: dict[str, Any]) -> tuple[Decode
 
 
 def preprocess_files(
-    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path
+    dataset: str, manifest: Path, params: dict[str, Any], out_dir: Path, digests: bool = False
 ) -> dict[str, Any]:
     """``storage: files`` (an image folder a run streams, or one read in place): its images
     listed where they are (a ``.tar.gz``'s extracted), split as the arrays would be, and
-    ``index.npz`` and then ``meta.json`` written (:mod:`clusterbench.data.indexing`); return
-    meta."""
+    ``index.npz`` (with each image's sha256: ``digests``) and then ``meta.json`` written
+    (:mod:`clusterbench.data.indexing`); return meta."""
     from clusterbench.data import indexing
 
     content = read_json_object(
@@ -289,20 +290,23 @@ def preprocess_files(
     fmt = params["format"]
     try:
         listing, source = indexing.listing_of(dataset, content, files, fmt, out_dir)
-        return indexing.finish(out_dir, dataset, listing, params, source, sha256)
+        return indexing.finish(out_dir, dataset, listing, params, source, sha256, digests)
     except formats.FormatError as exc:
         raise PreprocessError(f"dataset {dataset!r} ({fmt}): {exc}") from None
 
 
-def preprocess(dataset: str, manifest: Path, params_json: str, out_dir: Path) -> dict[str, Any]:
+def preprocess(
+    dataset: str, manifest: Path, params_json: str, out_dir: Path, check: str = "auto"
+) -> dict[str, Any]:
     """Validate inputs, decode, split, write the arrays and then ``meta.json``; return meta.
-    An image folder stored as files is extracted instead (:func:`preprocess_files`)."""
+    An image folder stored as files is indexed instead (:func:`preprocess_files`; ``check``:
+    the dataset's, ``content`` records each image's sha256)."""
     params = parse_params(params_json)
     out_dir = Path(out_dir)
     (out_dir / "meta.json").unlink(missing_ok=True)  # stale marker must not outlive new arrays
     (out_dir / "index.npz").unlink(missing_ok=True)  # nor an index the new one replaces
     if params.get("storage") == "files":
-        return preprocess_files(dataset, Path(manifest), params, out_dir)
+        return preprocess_files(dataset, Path(manifest), params, out_dir, check == "content")
     fmt = params.get("format")
     if fmt is not None and formats.is_synthetic(fmt):
         return describe_synthetic(dataset, Path(manifest), params, out_dir)
@@ -441,16 +445,23 @@ def describe_synthetic(
     return meta
 
 
+@one_line("preprocess")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="preprocess", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="dataset name: digits, mnist, cifar10")
     parser.add_argument("--manifest", required=True, type=Path, help="the download's MANIFEST.json")
     parser.add_argument("--params", required=True, help="the rule's config slice as JSON")
     parser.add_argument("--out-dir", required=True, type=Path, help="directory for .npy + meta")
+    parser.add_argument(
+        "--check",
+        default="auto",
+        choices=("auto", "files", "folders", "content"),
+        help="the dataset's check: content records each image's sha256 in the index",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        meta = preprocess(args.dataset, args.manifest, args.params, args.out_dir)
+        meta = preprocess(args.dataset, args.manifest, args.params, args.out_dir, args.check)
     except (ConfigError, DatasetError) as exc:
         return bad_settings("preprocess", ConfigError(str(exc)))
     except PreprocessError as exc:

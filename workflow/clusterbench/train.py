@@ -11,7 +11,9 @@ distributed goes through the run's ``backend`` (:mod:`clusterbench.backends`); t
 :func:`clusterbench.training.loop.fit`, the same for fixed-size and elastic runs, with no
 backend branches.
 
-This module checks the inputs (the ``--run`` slice against the config schema, the device, the
+This module makes every path it is given absolute before any code of the user's runs (an own
+model that changes the working directory in ``build`` or ``forward`` sends no output
+elsewhere), checks the inputs (the ``--run`` slice against the config schema, the device, the
 data) before any backend starts, starts the backend, and stops it on every way out: a rank that
 fails leaves the world at once, so the others' pending collectives fail instead of hanging.
 Every rank prints one identity line, ``train: <backend> rank R {...}``.
@@ -38,8 +40,9 @@ from typing import Any
 from clusterbench.backends import Runtime
 from clusterbench.config import ConfigError, bad_settings, is_elastic, stage_params
 from clusterbench.core import preemption
+from clusterbench.core.interrupted import one_line
 from clusterbench.data import DataError
-from clusterbench.data.source import Reading, check
+from clusterbench.data.source import Reading, check, identity
 from clusterbench.models import ModelError
 from clusterbench.training import checkpoints
 from clusterbench.training.device import check_device, cpu_threads, node_name
@@ -61,11 +64,13 @@ def train(
     max_steps: int | None = None,
     data_settings: dict[str, Any] | None = None,
     started: float | None = None,
+    data_id: str | None = None,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
     ``data_settings``: ``--data-settings`` (schema defaults if None); ``started``: when this
-    process started (staging: a copy verified since then is this run's). Raises
+    process started (staging: a copy verified since then is this run's); ``data_id``: the
+    data's identity (:func:`clusterbench.data.source.identity`), kept with each checkpoint. Raises
     :class:`clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from.
     """
@@ -82,6 +87,7 @@ def train(
         identity = {**asdict(rt.identity), "backend": rt.name, "hostname": node_name()}
         print(f"train: {rt.name} rank {rt.rank} {json.dumps(identity)}", flush=True)
         data_dir, staged = stage_data(rt, run, Path(data_dir), settings["staging"], started)
+        data_dir = data_dir.absolute()  # a staging.dir may be relative (an own model may chdir)
         reading = Reading(settings, rt.local_size, cpu_threads(rt.local_size), staged)
 
         def make_data(device: Any) -> Any:
@@ -91,7 +97,7 @@ def train(
                 print(f"train: loading {decided['decision']} ({decided['reason']})", flush=True)
             return sources[-1]
 
-        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps)
+        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps, data_id)
     except BaseException:
         close_all(sources)
         # the other ranks' pending collectives then fail instead of hanging
@@ -143,6 +149,7 @@ def stage_data(
     return staged.data_dir, facts
 
 
+@one_line("train")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="results/data/NAME")
@@ -166,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # every path made absolute now, before any code of the user's runs: an own model may
+    # change the working directory (os.chdir in build or forward), the outputs stay put
+    args.data_dir, args.out_dir = args.data_dir.absolute(), args.out_dir.absolute()
+    if args.dump_final_weights:
+        args.dump_final_weights = Path(args.dump_final_weights).absolute()
     started = time.time()
     preemption.install()  # from now on a warning is recorded, not fatal
 
@@ -177,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return bad_settings("train", exc)
     try:
-        check(args.data_dir, run)  # before any backend starts; the data is read later
+        meta = check(args.data_dir, run)  # before any backend starts; the data is read later
         train(
             run,
             args.data_dir,
@@ -186,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             data_settings=settings,
             started=started,
+            data_id=identity(meta),
         )
     except preemption.Preempted:
         return preemption.EXIT_PREEMPTED

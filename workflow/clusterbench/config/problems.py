@@ -9,8 +9,6 @@ registries they ask (models, backends, BatchNorm modes, dataset formats).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from clusterbench.config.datasets import DATASETS as BUILTIN_DATASETS
 from clusterbench.config.datasets import DatasetError, declared_file_name, resolve_urls
 from clusterbench.config.lr import schedule_problems
 from clusterbench.config.slices import download_slice
-from clusterbench.core.paths import PathError, expand
+from clusterbench.core.paths import PathError, cannot_make_in, expand
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
 
 
@@ -65,13 +63,12 @@ def cache_dir_problems(cache_dir: str | None) -> list[str]:
         existing = existing.parent
     if existing.exists() and not existing.is_dir():
         return [f"download.cache_dir: {existing} is a file, not a folder"]
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".clusterbench-check-", dir=existing))
-    except OSError as exc:
+    why = cannot_make_in(existing)
+    if why:
         made = "written" if existing == path else "created"
         return [
             f"download.cache_dir: {path} cannot be {made} by this user (no folder can be made "
-            f"in {existing}: {exc.strerror or exc})"
+            f"in {existing}: {why})"
         ]
     return []
 

@@ -9,14 +9,19 @@ checked with the config, before any job: :func:`clusterbench.config.problems.pat
 or ``node`` (expanded on each node when the run starts, where the variables are the node's:
 ``$TMPDIR``; checked there, by the step that expands it, before it writes anything).
 
+:func:`cannot_make_in` says why nothing can be made in a folder (tried, not guessed), for the
+keys and options that name where something will be written.
+
 Standard library only: the history store, which other users' plain Python reads, uses it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import re
+import tempfile
 from collections.abc import Mapping
 
 
@@ -69,3 +74,21 @@ def _home_of(user: str | None) -> str | None:
         return pwd.getpwnam(user).pw_dir if user else pwd.getpwuid(os.getuid()).pw_dir
     except (KeyError, OSError):
         return None
+
+
+def cannot_make_in(folder: str | os.PathLike[str]) -> str | None:
+    """Why nothing can be made in the existing folder ``folder``, in words; None when a
+    folder can. Tried for real (a temporary folder, made and removed at once: nothing is left
+    behind), not with ``os.access``, which grants root every folder, ``/proc`` included. A
+    virtual file system (``/proc``, ``/sys``) refuses with "No such file or directory" although
+    the folder is there: said as what it is."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".clusterbench-check-", dir=folder))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.isdir(folder):
+            return (
+                "its file system makes no files or folders of users (a virtual file system, "
+                "such as /proc or /sys)"
+            )
+        return exc.strerror or str(exc)
+    return None

@@ -10,6 +10,10 @@ runs included, so it must be cheap.
   ``rsync``, ``tar`` or a download replaces a file: they write a new one and rename it). In a
   folder that changed, its files are listed again and compared with the index: files added,
   removed, or of another size or modification time.
+* **Every image's bytes** with ``check: content``: after every file's size and time, and only
+  where they found no change, every image is read and hashed against the sha256 its index
+  recorded (:mod:`clusterbench.data.content`): what catches a file rewritten, or two swapped,
+  with their sizes and times put back. It reads all of the data at every invocation.
 * **Every file's size and modification time** (one ``stat`` each) with ``check: files``, or
   ``auto`` up to :data:`clusterbench.config.CHECK_FILES_LIMIT` files: what catches a file
   rewritten in place under its own name, which leaves its folder's time alone. Above that
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterbench.data import content
 from clusterbench.data import index as images_index
 from clusterbench.formats._layout import is_junk
 
@@ -41,11 +46,18 @@ class Changes:
     changed: list[str] = field(default_factory=list)
     #: Sources that changed as a whole (an archive), or cannot be read.
     sources: list[str] = field(default_factory=list)
-    #: What was compared: ``files`` or ``folders``.
+    #: Images whose bytes changed, their size and modification time the same (``content``).
+    content: list[str] = field(default_factory=list)
+    #: ``check: content`` asked, and the index keeps no sha256 of its images (made before).
+    undigested: bool = False
+    #: What was compared: ``files``, ``folders`` or ``content``.
     compared: str = "folders"
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.changed or self.sources)
+        return (
+            bool(self.added or self.removed or self.changed or self.sources or self.content)
+            or self.undigested
+        )
 
     def text(self, shown: int = 3) -> str:
         parts = list(self.sources)
@@ -53,6 +65,7 @@ class Changes:
             ("added", self.added),
             ("removed", self.removed),
             ("changed in size or modification time", self.changed),
+            ("changed in content (sha256), of the same size and modification time", self.content),
         ):
             if names:
                 more = f", and {len(names) - shown} more" if len(names) > shown else ""
@@ -62,7 +75,22 @@ class Changes:
 
 def compare(path: Path, check: str, limit: int) -> Changes:
     """The changes of the sources of the index ``path`` (module docstring); ``check``:
-    ``files``, ``folders`` or ``auto`` (files up to ``limit`` images)."""
+    ``files``, ``folders``, ``auto`` (files up to ``limit`` images) or ``content`` (files, and
+    then, where they found nothing, every image's bytes: :mod:`clusterbench.data.content`)."""
+    found = compare_stats(path, "files" if check == "content" else check, limit)
+    if check == "content":
+        found.compared = "content"
+        if not found:
+            index = images_index.read(path)
+            if "sha256" not in index.columns:
+                found.undigested = True
+            else:
+                found.content = content.changed(index)
+    return found
+
+
+def compare_stats(path: Path, check: str, limit: int) -> Changes:
+    """:func:`compare` by sizes and modification times alone."""
     header, dirs = images_index.read_dirs(path)
     found = Changes()
     roots = header["roots"]
@@ -161,7 +189,9 @@ def compare_folders(
             except OSError:
                 continue
             if is_dir:
-                if (k, rel) not in known:  # a new folder: its files are new
+                # a new folder: its files are new (a link to a folder is not walked again:
+                # the folder is listed under its own name, scan.walk)
+                if (k, rel) not in known and not entry.is_symlink():
                     found.added += [f"{rel}/{n}" for n in new_files(entry.path)]
                 continue
             if len(rel.split("/")) < int(roots[k].get("depth", 1)):

@@ -270,7 +270,13 @@ class FileReader:
         import torch
         from torchvision.io import ImageReadMode, decode_image
 
-        from clusterbench.formats._pixels import PixelError, check_size, dimensions, header
+        from clusterbench.formats._pixels import (
+            PixelError,
+            animated,
+            check_size,
+            dimensions,
+            header,
+        )
 
         if row in self.not_images:
             raise BadFile("not a PNG or JPEG file (by its name)")
@@ -282,6 +288,8 @@ class FileReader:
             raise BadFile(str(exc)) from None
         mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
         image = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=mode)
+        if image.ndim == 4:  # an animated GIF: its frames
+            raise BadFile(str(animated(image.shape[0])))
         if image.dtype == torch.uint16:  # a 16-bit PNG: its high byte, as Pillow's readers
             image = (image.to(torch.int32) >> 8).to(torch.uint8)
         return image

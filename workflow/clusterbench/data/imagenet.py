@@ -32,10 +32,12 @@ from pathlib import Path
 
 from clusterbench.data.scan import (
     JUNK,
+    RELINKED,
     Listing,
     ScanError,
     archive_root,
     refuse_links_and_specials,
+    tar_error,
     walk,
 )
 from clusterbench.formats._layout import LayoutError, check_member, class_layout, is_junk
@@ -199,7 +201,7 @@ def train_tars(path: Path, listing: Listing, label: dict[str, int]) -> None:
     except LayoutError as exc:
         raise ScanError(str(exc)) from None
     except (OSError, EOFError, tarfile.TarError) as exc:
-        raise ScanError(f"{path}: corrupt or truncated archive ({exc})") from None
+        raise tar_error(path, exc) from None
 
 
 def add_folder(listing: Listing, path: Path) -> tuple[int, list[tuple[str, int, int]], list[str]]:
@@ -212,6 +214,7 @@ def add_folder(listing: Listing, path: Path) -> tuple[int, list[tuple[str, int, 
     walked = walk(path)
     refuse_links_and_specials(walked, path)
     listing.leave_out(JUNK, walked.junk)
+    listing.leave_out(RELINKED, walked.relinked)
     for name, mtime in walked.folders:
         listing.dirs["root"].append(root)
         listing.dirs["name"].append(name)
@@ -273,7 +276,7 @@ def validation_tar(path: Path, listing: Listing, kit: Devkit) -> None:
         with tarfile.open(path, "r:") as archive:
             members = [m for m in archive if m.isfile() and not is_junk(tuple(m.name.split("/")))]
     except (OSError, EOFError, tarfile.TarError) as exc:
-        raise ScanError(f"{path}: corrupt or truncated archive ({exc})") from None
+        raise tar_error(path, exc) from None
     members.sort(key=lambda m: number_of(m.name, str(path)))
     labels = labelled([m.name for m in members], kit, str(path))
     for member, k in zip(members, labels, strict=True):

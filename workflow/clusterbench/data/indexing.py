@@ -9,11 +9,13 @@ copied (but a ``.tar.gz``'s), none decoded but a sample.
   validation set, the test split) give theirs. Every split is checked against
   ``min_split_size`` before anything is written (exit status 2, naming the key).
 * **Checksums:** a file's sha256 is taken only where the workflow copies it (an extracted
-  ``.tar.gz``; staging hashes what it copies). A folder read in place records each file's size
-  and modification time (one ``lstat`` each, no file opened: 1.28 M files are indexed in
-  seconds), and each folder's modification time; an archive read in place is verified by its
-  own sha256 (the download) and recorded by size and time. That is what the workflow compares
-  at every invocation (:mod:`clusterbench.data.changes`) and the loader as it reads.
+  ``.tar.gz``; staging hashes what it copies), or with ``check: content`` (every image's, into
+  the index: what the workflow compares its bytes with at every invocation). A folder read in
+  place records each file's size and modification time (one ``lstat`` each, no file opened:
+  1.28 M files are indexed in seconds), and each folder's modification time; an archive read in
+  place is verified by its own sha256 (the download) and recorded by size and time. That is what
+  the workflow compares at every invocation (:mod:`clusterbench.data.changes`) and the loader as
+  it reads.
 * **Statistics** from a seeded sample: the per-channel mean and std of up to
   :data:`STATS_SAMPLES` training images; the channels (1 when every image of a sample of up to
   :data:`HEADER_SAMPLES`, all of a smaller folder, is greyscale) and the images' common size
@@ -37,6 +39,7 @@ import numpy as np
 from clusterbench.config import ConfigError, split_size_problems
 from clusterbench.core import integrity
 from clusterbench.core.atomic import write_json
+from clusterbench.data import content
 from clusterbench.data import index as images_index
 from clusterbench.data.index import SPLITS
 from clusterbench.data.scan import Listing, ScanError
@@ -174,14 +177,21 @@ def finish(
     params: Mapping[str, Any],
     source: dict[str, Any],
     source_sha256: Mapping[str, str],
+    digests: bool = False,
 ) -> dict[str, Any]:
     """Split, then write ``index.npz`` and ``meta.json`` (module docstring); return the meta.
-    ``source``: where the data is read from, as the manifest says."""
+    ``source``: where the data is read from, as the manifest says; ``digests``: each image's
+    sha256 into the index (``check: content``, :mod:`clusterbench.data.content`)."""
     check_classes(listing.classes, source.get("where", dataset))
     if listing.left_out:
         log.info("%s: %s", source.get("where", dataset), listing.left_out_text())
     codes = split_codes(listing, params, dataset)
     index = make_index(listing, dataset, codes)
+    if digests:
+        try:
+            index.columns["sha256"] = content.digests(index)
+        except content.ContentError as exc:
+            raise ScanError(str(exc)) from None
     stats = sample_statistics(out_dir, index, params["split_seed"])
     path = out_dir / images_index.NAME
     images_index.write(path, index)

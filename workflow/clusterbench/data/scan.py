@@ -38,6 +38,8 @@ SPLIT_FOLDERS = ("train", "val", "test")
 JUNK = "operating-system file(s)"
 LOOSE = "file(s) beside the class folders"
 LINKS = "link(s) or special member(s)"
+RELINKED = "link(s) to a folder listed already under its own name"
+EARLIER = "earlier cop(ies) of a member listed again (the last is taken)"
 
 
 class ScanError(LayoutError):
@@ -93,6 +95,7 @@ class Listing:
     def left_layout(self, layout: Any, prefix: str = "") -> None:
         self.leave_out(JUNK, [prefix + n for n in layout.junk])
         self.leave_out(LOOSE, [prefix + n for n in layout.loose])
+        self.leave_out(EARLIER, [prefix + n for n in layout.earlier])
 
     def add(self, **row: Any) -> None:
         for key in ("names", "root", "size", "mtime", "offset", "length", "method", "label"):
@@ -180,6 +183,42 @@ def scan_zip(path: Path, root: int = 0) -> Listing:
     return listing
 
 
+#: The first bytes of compressed files, and what compressed them.
+COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"PK\x03\x04": "zip",
+}
+
+
+def compression_of(path: Path) -> str | None:
+    """What compressed the file at ``path``, by its first bytes; None: nothing known."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return None
+    return next((kind for magic, kind in COMPRESSED.items() if head.startswith(magic)), None)
+
+
+def tar_error(path: Path, exc: BaseException) -> ScanError:
+    """The error of a tar that :mod:`tarfile` cannot read as a plain tar: a compressed file
+    under a ``.tar`` name said as what it is, anything else as corrupt or truncated."""
+    kind = compression_of(path)
+    if kind == "zip":
+        return ScanError(f"{path}: a zip archive under a .tar name: rename it to .zip")
+    if kind:
+        return ScanError(
+            f"{path}: {kind}-compressed, not a plain tar: its images are read where they are, "
+            f"at their offsets in the tar, which a compressed file has none of; decompress it "
+            f"where it is, keeping its name (e.g. `mv {path.name} {path.name}.z && "
+            f"{kind} -dc {path.name}.z > {path.name}`)"
+        )
+    return ScanError(f"{path}: corrupt or truncated archive ({exc})")
+
+
 def archive_root(path: Path) -> dict[str, Any]:
     st = os.stat(path)
     return {"kind": "archive", "path": str(path), "size": st.st_size, "mtime": st.st_mtime_ns}
@@ -206,7 +245,7 @@ def scan_tar(path: Path, root: int = 0) -> Listing:
         with tarfile.open(path, "r:") as archive:
             files, folders, others = tar_members(archive, where)
     except (OSError, EOFError, tarfile.TarError) as exc:
-        raise ScanError(f"{where}: corrupt or truncated archive ({exc})") from None
+        raise tar_error(path, exc) from None
     try:
         layout = class_layout([m.name for m in files], folders, where)
     except LayoutError as exc:
@@ -227,13 +266,15 @@ def scan_tar(path: Path, root: int = 0) -> Listing:
 @dataclass
 class Walked:
     """What :func:`walk` found under a folder: files (relative name, size, mtime), folders
-    (relative name, mtime; '' is the folder itself), links leading out, other entries."""
+    (relative name, mtime; '' is the folder itself), links leading out, other entries, links
+    to a folder listed already."""
 
     files: list[tuple[str, int, int]] = field(default_factory=list)
     folders: list[tuple[str, int]] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     special: list[str] = field(default_factory=list)
     junk: list[str] = field(default_factory=list)
+    relinked: list[str] = field(default_factory=list)
 
 
 def inside(real: str, base: str) -> bool:
@@ -243,46 +284,71 @@ def inside(real: str, base: str) -> bool:
 def walk(top: Path, base: Path | None = None, prefix: str = "") -> Walked:
     """Every file and folder under ``top`` (names relative to it, with ``prefix``): sizes and
     modification times from ``lstat``, a link followed where it stays inside ``base`` (the
-    dataset's folder, resolved), named in ``outside`` where it leads out. Junk is not walked
-    into (:func:`clusterbench.formats._layout.is_junk`). An unreadable folder raises
+    dataset's folder, resolved), named in ``outside`` where it leads out. A link to a folder
+    is followed after every real folder has been walked, and only where it leads to one not
+    walked yet: two class folders that link to each other stay two classes, each under its
+    own name (``relinked`` names the links left out). Junk is not walked into
+    (:func:`clusterbench.formats._layout.is_junk`). An unreadable folder raises
     :class:`ScanError` naming it."""
     real_base = os.path.realpath(base or top)
     found = Walked()
     seen: set[str] = set()
     stack = [(str(top), prefix)]
-    while stack:
+    linked: list[tuple[str, str]] = []
+    while stack or linked:
+        if not stack:  # the real folders are walked: now the links to folders
+            path, name = linked.pop(0)
+            if os.path.realpath(path) in seen:
+                found.relinked.append(name)
+            else:
+                stack.append((path, name))
+            continue
         folder, rel = stack.pop()
         real = os.path.realpath(folder)
         if real in seen:
             continue  # a link back to a folder already walked
         seen.add(real)
-        try:
-            found.folders.append((rel, os.stat(folder).st_mtime_ns))
-            entries = list(os.scandir(folder))
-        except OSError as exc:
-            raise ScanError(f"{folder} cannot be read ({exc.strerror or exc})") from None
-        for entry in entries:
-            name = f"{rel}/{entry.name}" if rel else entry.name
-            if is_junk((entry.name,)):
-                found.junk.append(name)
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    target = os.path.realpath(entry.path)
-                    if not inside(target, real_base):
-                        found.outside.append(f"{name} -> {target}")
-                        continue
-                    st = os.stat(entry.path)
-            except OSError as exc:
-                raise ScanError(f"{entry.path} cannot be read ({exc.strerror or exc})") from None
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((entry.path, name))
-            elif stat.S_ISREG(st.st_mode):
-                found.files.append((name, st.st_size, st.st_mtime_ns))
-            else:
-                found.special.append(name)
+        walk_folder(folder, rel, real_base, found, stack, linked)
     return found
+
+
+def walk_folder(
+    folder: str,
+    rel: str,
+    real_base: str,
+    found: Walked,
+    stack: list[tuple[str, str]],
+    linked: list[tuple[str, str]],
+) -> None:
+    """One folder of :func:`walk`: its files into ``found``, its folders onto ``stack``, its
+    links to folders onto ``linked``."""
+    try:
+        found.folders.append((rel, os.stat(folder).st_mtime_ns))
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        raise ScanError(f"{folder} cannot be read ({exc.strerror or exc})") from None
+    for entry in entries:
+        name = f"{rel}/{entry.name}" if rel else entry.name
+        if is_junk((entry.name,)):
+            found.junk.append(name)
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            link = stat.S_ISLNK(st.st_mode)
+            if link:
+                target = os.path.realpath(entry.path)
+                if not inside(target, real_base):
+                    found.outside.append(f"{name} -> {target}")
+                    continue
+                st = os.stat(entry.path)
+        except OSError as exc:
+            raise ScanError(f"{entry.path} cannot be read ({exc.strerror or exc})") from None
+        if stat.S_ISDIR(st.st_mode):
+            (linked if link else stack).append((entry.path, name))
+        elif stat.S_ISREG(st.st_mode):
+            found.files.append((name, st.st_size, st.st_mtime_ns))
+        else:
+            found.special.append(name)
 
 
 def split_layout(path: Path) -> list[str] | None:
@@ -362,5 +428,6 @@ def fill(
             listing.add_file(name, 0, size, mtime, label, code)
             check_member(name, size, size, str(path))
         listing.leave_out(JUNK, walked.junk)
+        listing.leave_out(RELINKED, walked.relinked)
         listing.left_layout(layout, rel)
     return classes or ()

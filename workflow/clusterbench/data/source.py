@@ -50,6 +50,20 @@ class Reading:
     staging: dict[str, Any] | None = None
 
 
+def identity(meta: Mapping[str, Any]) -> str:
+    """What names the data a run trains on, as 16 hex digits: the sha256 of its ``meta.json``'s
+    file records (each file's size and sha256: the arrays, or an image folder's index, which
+    holds every image's size and modification time) or, for data without files (synthetic),
+    of the whole ``meta.json``. A checkpoint keeps it: one of other data is passed over
+    (:func:`clusterbench.training.checkpoints.data_problem`)."""
+    import hashlib
+
+    from clusterbench.config import canonical_json
+
+    named = meta.get("files") or meta
+    return hashlib.sha256(canonical_json(named).encode()).hexdigest()[:16]
+
+
 def check(data_dir: Path, run: Mapping[str, Any]) -> dict[str, Any]:
     """The data's ``meta.json``, checked for ``run`` before any backend starts (the arrays'
     shapes, an image folder's index and input size); the arrays themselves are read later."""

@@ -12,6 +12,14 @@ archive's members and a folder's files (``image-folder``, ``imagenet``'s trainin
   folder is one of its samples too (the loader then finds that it is no image, and the run's
   ``on_bad_file`` decides); one outside the class folders (a ``README.txt`` beside them) is
   left out and counted.
+* **Class names** are the folders' names in Unicode's composed form (NFC: an accent typed as a
+  letter and a combining accent, as macOS writes file names, is one character). A folder name
+  with an invisible or control character (a zero-width space, a byte-order mark) is refused,
+  naming the character (:mod:`clusterbench.core.names`); so are two folders whose names are
+  one name in two spellings.
+* **A member listed twice** under one name (an archive appended to) is taken once, its last
+  copy, as tar and unzip take it when they extract; a warning names it, and the earlier
+  copies are counted as left out.
 * **A class folder without an image is refused**, naming it (a folder the archive lists, or a
   folder on disk, with no PNG or JPEG in it).
 
@@ -20,10 +28,12 @@ Only the standard library: the config check imports the formats while the Snakef
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from clusterbench.core import names
 from clusterbench.formats import FormatError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -37,6 +47,7 @@ MAX_RATIO = 200
 #: Operating-system files left out wherever they are (compared in lower case).
 JUNK_NAMES = frozenset({"thumbs.db", "desktop.ini", "__macosx"})
 _DRIVE = re.compile(r"^[A-Za-z]:")
+log = logging.getLogger(__name__)
 
 
 class LayoutError(FormatError):
@@ -101,6 +112,8 @@ class Layout:
     labels: list[int]
     junk: list[str] = field(default_factory=list)
     loose: list[str] = field(default_factory=list)
+    #: Members listed again later under the same name: their earlier copies, left out.
+    earlier: list[str] = field(default_factory=list)
 
 
 def class_layout(
@@ -111,8 +124,9 @@ def class_layout(
     docstring. ``top``: the images may all sit under one top-level folder."""
     refuse_unsafe([*names, *folders], where)
     parts = [parts_of(n) for n in names]
-    kept = [i for i, p in enumerate(parts) if p and not is_junk(p)]
-    junk = [names[i] for i, p in enumerate(parts) if p and is_junk(p)]
+    earlier = earlier_copies(parts, names, where)
+    kept = [i for i, p in enumerate(parts) if p and not is_junk(p) and i not in earlier]
+    junk = [names[i] for i, p in enumerate(parts) if p and is_junk(p) and i not in earlier]
     images = [i for i in kept if is_image_name(parts[i][-1])]
     if not images:
         raise LayoutError(
@@ -130,12 +144,14 @@ def class_layout(
         )
     prefix = parts[images[0]][:level]
     inside = [i for i in kept if len(parts[i]) >= level + 2 and parts[i][:level] == prefix]
-    classes = tuple(sorted({parts[i][level] for i in images}))
+    folder_names = sorted({parts[i][level] for i in images})
+    named = class_names(folder_names, "/".join(prefix), where)
+    classes = tuple(sorted(set(named.values())))
     # the folders given, and those the kept files lie in (an archive need not list them)
     known = [parts_of(f) for f in folders] + [parts[i][:-1] for i in kept]
     empty = sorted(
         {p[level] for p in known if len(p) > level and p[:level] == prefix and not is_junk(p)}
-        - set(classes)
+        - set(folder_names)
     )
     if empty:
         shown = "/".join([*prefix, empty[0]])
@@ -148,8 +164,54 @@ def class_layout(
             )
             + ": remove it, or put its images in"
         )
-    index = {name: k for k, name in enumerate(classes)}
+    index = {folder: classes.index(name) for folder, name in named.items()}
     inside = [i for i in inside if parts[i][level] in index]
     taken = set(inside)
     loose = [names[i] for i in kept if i not in taken]
-    return Layout(classes, inside, [index[parts[i][level]] for i in inside], junk, loose)
+    labels = [index[parts[i][level]] for i in inside]
+    return Layout(classes, inside, labels, junk, loose, [names[i] for i in sorted(earlier)])
+
+
+def earlier_copies(parts: Sequence[tuple[str, ...]], names: Sequence[str], where: str) -> set[int]:
+    """The indices of members an archive lists again later under the same name (``parts``):
+    tar and unzip extract each copy over the one before, so the last is taken, as theirs, and
+    a warning names them."""
+    last = {p: i for i, p in enumerate(parts)}
+    earlier = {i for i, p in enumerate(parts) if p and last[p] != i}
+    if earlier:
+        twice = list(dict.fromkeys(names[last[parts[i]]] for i in sorted(earlier)))
+        shown = ", ".join(twice[:3]) + (f" and {len(twice) - 3} more" if len(twice) > 3 else "")
+        log.warning(
+            "%s: %d member name(s) appear more than once (%s): the last copy of each is taken, "
+            "as tar and unzip take it, and %d earlier cop(ies) left out",
+            where,
+            len(twice),
+            shown,
+            len(earlier),
+        )
+    return earlier
+
+
+def class_names(folders: Sequence[str], prefix: str, where: str) -> dict[str, str]:
+    """Each class folder's name -> its class name: the name in NFC
+    (:func:`clusterbench.core.names.normal`). A name with an invisible or control character,
+    and two folders whose names are one name in two spellings, are refused naming them."""
+    named: dict[str, str] = {}
+    for folder in folders:
+        shown = "/".join(p for p in (prefix, folder) if p)
+        hidden = names.problem(folder)
+        if hidden:
+            raise LayoutError(
+                f"{where}: class folder {shown!r} {hidden}: rename it (the class name is "
+                "drawn in the report, and no one could see the difference)"
+            )
+        named[folder] = names.normal(folder)
+    seen: dict[str, str] = {}
+    for folder, name in named.items():
+        if name in seen:
+            raise LayoutError(
+                f"{where}: class folders {ascii(seen[name])} and {ascii(folder)} are one name "
+                f"written two ways ({name!r}, its accents composed and decomposed): merge them"
+            )
+        seen[name] = folder
+    return named

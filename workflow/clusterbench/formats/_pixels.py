@@ -5,6 +5,8 @@ per batch by the loader with torchvision (:class:`clusterbench.data.folder.FileR
 * **The pixel count is checked before decoding:** an image of more than :data:`MAX_PIXELS`
   pixels (its header tells) is not decoded (a decompression bomb: a 30000 x 30000 PNG of a few
   hundred KB would take 2.7 GB); it is a file that cannot be read, named as such.
+* **An animated image** (a GIF of several frames, whatever its name) is refused by both, saying
+  so (torchvision decodes all its frames, Pillow its first).
 * **16-bit images** (PNG) become 8-bit by their high byte (``value >> 8``), in both readers
   (Pillow would clip a 16-bit grey image to 255; torchvision gives uint16).
 
@@ -28,6 +30,12 @@ GREY_MODES = ("1", "L", "I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 
 class PixelError(ValueError):
     """An image that is not decoded; the message says why (no file name: the caller adds it)."""
+
+
+def animated(frames: int) -> PixelError:
+    """An image of several frames (an animated GIF, whatever its name says), refused alike by
+    both readers: which frame is the sample is no choice to make for the user."""
+    return PixelError(f"an animated image of {frames} frames (a GIF?), not a still PNG or JPEG")
 
 
 def check_size(width: int, height: int) -> None:
@@ -103,6 +111,8 @@ def open_checked(data: bytes) -> Any:
     try:
         image = Image.open(io.BytesIO(data))
         check_size(*image.size)
+        if getattr(image, "n_frames", 1) > 1:
+            raise animated(image.n_frames)
         image.load()
     except PixelError:
         raise

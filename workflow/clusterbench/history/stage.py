@@ -28,6 +28,7 @@ import pandas as pd
 
 from clusterbench.core import provenance
 from clusterbench.core.atomic import atomic_open
+from clusterbench.core.interrupted import one_line
 from clusterbench.history import entries as history_entries
 from clusterbench.history import regression, store
 from clusterbench.records.runs import pair_dirs
@@ -74,6 +75,7 @@ def summary(path: Path, appended: store.Appended, history: pd.DataFrame) -> list
     return lines
 
 
+@one_line("history")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=Path, required=True, help="the store (history.path)")

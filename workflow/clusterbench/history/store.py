@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.core.paths import expand
+from clusterbench.core.paths import cannot_make_in, expand
 
 #: The schema this module writes and reads.
 SCHEMA_VERSION = 1
@@ -537,17 +537,19 @@ def check_writable(path: Path) -> str | None:
             os.close(os.open(path, os.O_RDWR))
         except OSError as exc:
             return f"history store {path} cannot be opened for writing: {exc.strerror}"
-        if not os.access(path.parent, os.W_OK | os.X_OK):
+        why = cannot_make_in(path.parent)
+        if why:
             return (
                 f"history store {path}: its directory {path.parent} is not writable (SQLite "
-                "writes its journal beside the file)"
+                f"writes its journal beside the file: {why})"
             )
         return _schema_check(path)
     base = nearest_existing(path.parent)
     if not base.is_dir():
         return f"history store {path} cannot be created: {base} is not a directory"
-    if not os.access(base, os.W_OK | os.X_OK):
-        return f"history store {path} cannot be created: {base} is not writable"
+    why = cannot_make_in(base)
+    if why:
+        return f"history store {path} cannot be created: nothing can be made in {base}: {why}"
     return None
 
 

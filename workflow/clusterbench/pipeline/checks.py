@@ -25,6 +25,7 @@ checked: they are made again. The stages check their inputs again before use.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections import defaultdict
@@ -137,7 +138,13 @@ class Checks:
             found = source_changes.compare(index, source["check"], self.check_files_limit)
         except images_index.IndexError_:
             return  # a damaged index: Checks.arrays names it
-        if found:
+        if found.undigested:
+            said = (
+                f"datasets.{dataset}.check: content compares each image's sha256 with its "
+                f"index's, and the index of {folder} keeps none (it was made before)"
+            )
+            self._index_again(meta, said)
+        elif found:
             said = f"datasets.{dataset}: {folder} changed since it was indexed: {found.text()}"
             self._index_again(meta, said)
 
@@ -292,12 +299,31 @@ def recorded(marker: Path) -> dict | None:
     return files if isinstance(files, dict) else None
 
 
+def unreachable(path: Path) -> str:
+    """Why ``path``, which ``exists()`` says is not there, cannot be reached: a loop of
+    symbolic links, a link to nothing, a folder on the way that cannot be entered, or
+    nothing there."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return (
+                "leads through a loop of symbolic links (one links, in the end, to itself: "
+                "`ls -l` each part of the path)"
+            )
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            return f"cannot be reached ({exc.strerror or exc})"
+    return "does not exist"
+
+
 def folder_problem(dataset: str, folder: Path, fmt: str) -> str | None:
     """What is wrong with the folder a dataset reads in place, or None: missing, not a
     folder, unreadable; for ImageNet, one of its files missing."""
     where = f"datasets.{dataset}.path: {folder}"
     if not folder.exists():
-        return f"{where} does not exist"
+        return f"{where} {unreachable(folder)}"
     if not folder.is_dir():
         return f"{where} is not a directory"
     try:

@@ -197,6 +197,15 @@ class Pipeline:
         """Every file of the preprocessed ``dataset``, as its storage has it."""
         return layout.stored_files(dataset, self.storages[dataset])
 
+    def preprocess_check(self, wildcards: Any, output: Any) -> str:
+        """The indexing's ``--check``: the dataset's ``check`` where it is read in place
+        (``content``: each image's sha256 goes into the index), else ``auto``. It takes
+        ``output``, so it is no rerun trigger (Snakemake compares no such param): an index
+        made without the digests ``content`` needs is made again by the check before any job
+        (:meth:`Checks.in_place`)."""
+        source = self.checks.in_place_sources.get(wildcards.dataset) or {}
+        return source.get("check", "auto")
+
     def train_command(self, wildcards: Any, input: Any, output: Any) -> commands.TrainCommand:
         """Param function of the train rule: the job's options but its rerun trigger
         (:func:`clusterbench.pipeline.commands.train_command`)."""

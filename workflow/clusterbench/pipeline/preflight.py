@@ -16,9 +16,10 @@ check lives in its own module of :mod:`clusterbench.launch.schedulers`, behind
   and ``qsub -w v`` (verify, submit nothing) of each training job as it would be submitted: what
   the profile's ``qsub -w e`` would refuse at submission;
 - ssh (``CLUSTERBENCH_SCHEDULER=ssh`` under the local executor): a run needing more ranks than
-  the hosts file's slots, and every host, over ssh with a timeout (reachable without a
-  password prompt, the same Python with the same torch and Horovod, the data readable): a host
-  that fails stops the workflow before any training job, naming the host and the check.
+  the hosts file's slots, and the hosts the runs use, over ssh within one time limit
+  (reachable without a password prompt, the same Python with the same torch and Horovod, the
+  data readable): a host that fails stops the workflow before any training job, naming the
+  host and the check.
 
 A run's ``on_unavailable`` decides what follows: ``skip`` (the default) leaves the run out, with
 a warning naming it and the reason, and the report lists it (``skipped.csv``); ``fail`` stops

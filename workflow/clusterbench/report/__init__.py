@@ -46,9 +46,11 @@ trains the run again).
 
 Text from the config and the data files (title, author, run, dataset and class names, hosts)
 is drawn literally: a ``$`` is a dollar sign, never mathtext
-(:func:`clusterbench.report.theme.theme`). Installed fonts of wide coverage back up the
-report's own (:data:`~clusterbench.report.theme.FALLBACK_FONTS`); characters that no font
-here can draw are named on stderr (the rule's log), per text, and drawn as boxes.
+(:func:`clusterbench.report.theme.theme`), and an invisible or control character is written
+out as ``<U+200B>`` (:func:`clusterbench.report.theme.shown`). Installed fonts of wide
+coverage back up the report's own (:data:`~clusterbench.report.theme.FALLBACK_FONTS`);
+characters that no font here can draw are named on stderr (the rule's log), per text, and
+drawn as boxes.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from clusterbench.config import (
 )
 from clusterbench.core import provenance
 from clusterbench.core.atomic import atomic_open, atomic_path
+from clusterbench.core.interrupted import one_line
 from clusterbench.records.runs import pair_dirs
 from clusterbench.report import theme
 from clusterbench.report.book import (
@@ -136,7 +139,7 @@ def user_texts(
     add("the benchmark rule", bench["rule"])
     add("the benchmark job", bench["job"])
     add("the benchmark argument", bench_missing)
-    return [(what, text) for text, what in texts.items()]
+    return [(what, theme.shown(text)) for text, what in texts.items()]
 
 
 def write_tables(out_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
@@ -161,7 +164,7 @@ def write_figures(out_dir: Path, pages: list[Page], params: ReportParams, footer
 
     The PNG's draw lays the page out (constrained layout); the layout is then kept, not
     computed again for the PDF (:func:`keep_layout`: 0.5 s of a 12 s report of 24 pages)."""
-    metadata = {"Title": params.title, "Description": footer}
+    metadata = {"Title": theme.shown(params.title), "Description": theme.shown(footer)}
     for page in pages:
         if page.png:
             with atomic_path(out_dir / "figures" / f"{page.png}.png") as tmp:
@@ -200,7 +203,7 @@ def write_outputs(
     epochs_df = epochs_table(runs, params.timing_warmup_epochs)
     tables = {"runs": runs_df, "results": results_table(runs_df), "epochs": epochs_df}
     write_tables(out_dir, {**tables, "benchmarks": bench})
-    with matplotlib.rc_context(theme.theme()), warnings.catch_warnings():
+    with theme.style(), warnings.catch_warnings():
         # matplotlib warns of each missing glyph at each save: said once per text below instead
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         warn_missing_glyphs(user_texts(params, runs_df, runs, bench, bench_missing))
@@ -232,6 +235,7 @@ def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
             writer.writerow(["" if entry.get(k) is None else entry[k] for k in SKIPPED_COLUMNS])
 
 
+@one_line("report")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(

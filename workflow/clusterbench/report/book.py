@@ -22,6 +22,7 @@ from clusterbench.report import charts
 from clusterbench.report.inputs import ReportParams
 from clusterbench.report.layout import NOTE_PT, PAGE_SIZE, SUBTITLE_PT, TITLE_PT, fit_line, fit_wrap
 from clusterbench.report.text import commit_text, shorten_text
+from clusterbench.report.theme import shown
 
 
 @dataclass
@@ -169,8 +170,8 @@ def stamp_footers(pages: list[Page], footer: str) -> None:
 
 def pdf_metadata(params: ReportParams, prov: dict[str, Any]) -> dict[str, str]:
     return {
-        "Title": params.title,
-        "Author": params.author or "clusterbench",
+        "Title": shown(params.title),
+        "Author": shown(params.author or "clusterbench"),
         "Subject": f"clusterbench report; config {params.config_hash}; "
         f"commit {provenance.describe_commit(prov['git'])}",
         "Creator": "clusterbench.report",

@@ -61,7 +61,7 @@ def write_comparison(output: Path, comparison: Comparison, sites: Sites) -> int:
     matplotlib.use("Agg")
     params, prov = comparison.params, comparison.prov
     bench = pd.DataFrame(columns=["rule", "job", "s"])
-    with matplotlib.rc_context(theme.theme()):
+    with theme.style():
         ctx = Context(
             params,
             prov,

@@ -2,16 +2,22 @@
 coverage that back them up and the characters no font here can draw (named in the log).
 
 Every text of the report is drawn literally: the theme turns mathtext and TeX off, so a ``$``
-in a title or run name is a dollar sign. The pages are built inside ``rc_context(theme())``.
+in a title or run name is a dollar sign. Every text is drawn as :func:`shown` gives it: in NFC,
+an invisible or control character written out as ``<U+200B>`` (a byte-order mark in a class or
+host name crashed matplotlib's PDF backend, after all the training). The pages are built and
+saved inside :func:`style`, which does both.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from clusterbench.core import names
 
 #: Fonts of wide coverage (CJK, symbols, emoji) that draw, where installed, the characters the
 #: report's own fonts lack (matplotlib's font fallback: a list of families); the first found
@@ -60,6 +66,36 @@ def theme() -> dict[str, Any]:
         }
     )
     return rc
+
+
+def shown(text: Any) -> str:
+    """A text as the report draws it: the text of a title, a run, class or host name in
+    Unicode's NFC, each invisible or control character but a line break written as
+    ``<U+200B>`` (:func:`clusterbench.core.names.visible`): safe for every font, and seen."""
+    return names.visible("" if text is None else str(text))
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """The report's look while its pages are built and saved: :func:`theme`'s settings, and
+    every text matplotlib is given (titles, table cells, tick and axis labels, legends, notes)
+    set as :func:`shown` gives it, in one place for all of them, as ``text.parse_math`` is for
+    mathtext: ``Text.set_text``, through which matplotlib sets every text, tick labels made
+    while drawing included, wrapped for the while."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    original = Text.set_text
+
+    def set_text(self: Text, s: Any) -> None:
+        original(self, None if s is None else shown(s))
+
+    Text.set_text = set_text
+    try:
+        with matplotlib.rc_context(theme()):
+            yield
+    finally:
+        Text.set_text = original
 
 
 @lru_cache(maxsize=1)

@@ -11,11 +11,13 @@ the training and its own content::
 so damage (a truncated file, flipped bits: torch.load reads both without complaint in the
 tensors) is detected by hashing the file before it is used.
 
-* :func:`newest_valid` finds the newest checkpoint that is intact and was made for this slice
-  and for the network the run builds now (:func:`model_problem`: the same weights' names and
-  shapes, and your own model's code unchanged); it says in the log why it passed over any
-  other one (damaged, another slice, another network, an older layout), and never deletes
-  them.
+* :func:`newest_valid` finds the newest checkpoint that is intact and was made for this slice,
+  for the network the run builds now (:func:`model_problem`: the same weights' names and
+  shapes, and your own model's code unchanged) and on the data it reads now
+  (:func:`data_problem`: a folder read in place that changed is indexed again, and a
+  checkpoint of the old index is no start for the new); it says in the log why it passed over
+  any other one (damaged, another slice, another network, other data, an older layout), and
+  never deletes them.
 * The writer keeps the newest ``checkpoints.keep`` of the run's slice (:func:`prune`), and
   removes all of them only once the run has finished and ``model.pt`` is written
   (:func:`remove_all`).
@@ -184,6 +186,23 @@ def model_problem(ckpt: Mapping[str, Any], model: Any, code: str | None) -> str 
         )
     if code is not None and ckpt.get("model_code") not in (None, code):
         return "made with other code of the model's module (edited since)"
+    return None
+
+
+def data_problem(ckpt: Mapping[str, Any], data: str | None) -> str | None:
+    """Why a checkpoint was not trained on the data the run reads now (``data``: its
+    :func:`clusterbench.data.source.identity`; None: not known, nothing is judged), None when
+    it was. A checkpoint written before the data was kept with it is passed over: its data
+    cannot be told."""
+    if data is None:
+        return None
+    if ckpt.get("data") is None:
+        return "it records no data it was trained on (an older clusterbench wrote it)"
+    if ckpt["data"] != data:
+        return (
+            f"trained on other data (the dataset was preprocessed or indexed again since: "
+            f"data {ckpt['data']} there, {data} now)"
+        )
     return None
 
 

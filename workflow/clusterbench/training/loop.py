@@ -152,6 +152,7 @@ def fit(
     device_type: str,
     dump_dir: Path | None = None,
     max_steps: int | None = None,
+    data_id: str | None = None,
 ) -> dict[str, Any]:
     """Train ``run`` on every rank; rank 0 writes the outputs. Returns the last epoch's record.
 
@@ -159,20 +160,27 @@ def fit(
     :class:`~clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from. ``dump_dir`` (debug): every rank saves
     its final weights as ``<dump_dir>/<run>/rank-R.pt``. ``max_steps`` (debug): at most this many
-    optimiser steps per epoch. No collective before the session starts: an elastic run's
-    joining rank starts there too, while the others are resetting.
+    optimiser steps per epoch. ``data_id``: the data's identity (:func:`clusterbench.data.
+    source.identity`), kept with each checkpoint; a checkpoint of other data is passed over.
+    No collective before the session starts: an elastic run's joining rank starts there too,
+    while the others are resetting.
     """
     settings = checkpoints.checkpoint_settings()
     session = make_session(rt, run, settings)
     device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     data = make_data(device)
     layout = memory_format.choose(run, device_type, data.task)
+    code = code_digest(run["model"])  # before the module's own code runs (it may chdir)
     arch, model, optimizer, unused = build(rt, run, data, device, layout[0])
-    code = code_digest(run["model"])
     found = None
     if rt.rank == 0:
         found = checkpoints.newest_valid(
-            out_dir, run, fits=lambda ckpt: checkpoints.model_problem(ckpt, model, code)
+            out_dir,
+            run,
+            fits=lambda ckpt: (
+                checkpoints.model_problem(ckpt, model, code)
+                or checkpoints.data_problem(ckpt, data_id)
+            ),
         )
     ckpt = found[1] if found else None
     if found is not None:
@@ -186,7 +194,7 @@ def fit(
     trainer.partial = session.start(state, saved_ranks)
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
-    trainer.unused, trainer.code = unused, code
+    trainer.unused, trainer.code, trainer.data_id = unused, code, data_id
     if unused and rt.rank == 0:
         print(unused_note(run, unused, rt.name), flush=True)
     return session.run(trainer.body, state)
@@ -217,6 +225,7 @@ class Trainer:
         self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
         self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
         self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
+        self.data_id: str | None = None  # the data's identity (checkpoints)
         self.time_steps = step_times.enabled()
         self.grad_allreduce = ("none", "")  # how the gradients are allreduced, and why
         self.grad_buffers: int | None = None  # in how many buffers (None: not known)
@@ -229,7 +238,7 @@ class Trainer:
         if self._outputs is None:
             resumed = self.resumed or bool(state.records)
             self._outputs = Outputs(
-                self.out_dir, self.run, state.records, resumed, self.keep, self.code
+                self.out_dir, self.run, state.records, resumed, self.keep, self.code, self.data_id
             )
         return self._outputs
 

@@ -60,7 +60,8 @@ def cpu_state(model: Any) -> dict[str, Any]:
 class Outputs:
     """Rank 0's writer (module docstring). ``records`` are the metrics the run starts from
     (a checkpoint's, or none), ``resumed`` whether it continues from a checkpoint, ``code``
-    your own model's code digest (kept with each checkpoint; None: a built-in model)."""
+    your own model's code digest (kept with each checkpoint; None: a built-in model), ``data``
+    the identity of the data it trains on (kept with each checkpoint)."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class Outputs:
         resumed: bool,
         keep: int,
         code: str | None = None,
+        data: str | None = None,
     ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -77,6 +79,7 @@ class Outputs:
         self.ckpt_dir = checkpoints.slice_dir(out_dir, run)
         self.keep = keep  # checkpoints.keep
         self.code = code
+        self.data = data  # the data's identity (clusterbench.data.source.identity)
         (self.out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = self.out_dir / TB_PARTIAL, self.out_dir / "tensorboard"
         if not resumed:
@@ -102,6 +105,7 @@ class Outputs:
                 "epoch": position.epoch,
                 "config": self.run,
                 "model_code": self.code,
+                "data": self.data,
                 "metrics": list(state.records),
                 "train_seconds": state.train_seconds,
                 "place": state.place.as_dict(),

@@ -34,10 +34,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+
+from clusterbench.core import names
 
 # every rank's `<launch tag>.<rank>`: how a local rank's process is found (re-exported)
 from clusterbench.core.rank_env import RANK_ID_VAR  # noqa: F401
@@ -144,27 +147,78 @@ def fill_ranks(capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str
 HOSTS_FILE_VAR = "CLUSTERBENCH_HOSTS_FILE"
 
 
-_HOST_LINE = re.compile(r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|\s+slots\s*=\s*(?P<m>\S+))?")
+#: The most slots one host of a hosts file may have (a sane bound: the largest machines have a
+#: few hundred cores).
+MAX_HOST_SLOTS = 4096
+#: A hosts file's line: ``host``, ``host:N`` (Horovod's), ``host slots=N [max_slots=M]``
+#: (OpenMPI's and MPICH's machine files; ``max-slots`` as OpenMPI also spells it).
+_HOST_LINE = re.compile(
+    r"(?P<host>[^\s:,=#]+)(?:\s*:\s*(?P<n>\S+)|(?P<keys>(?:\s+[\w-]+\s*=\s*\S+)+))?"
+)
+_KEY = re.compile(r"([\w-]+)\s*=\s*(\S+)")
+_FORMS = "'host', 'host:N', 'host slots=N' or 'host slots=N max_slots=M'"
 
 
 def parse_hosts_file(text: str) -> dict[str, int]:
     """Hosts and their slots from a hosts file, one host per line: ``host`` (1 slot),
-    ``host:N`` (Horovod's discovery format) or ``host slots=N`` (MPI's hostfile); ``#`` starts
-    a comment, blank lines are skipped, a host listed twice gets the sum. Hosts with 0 slots
-    are left out (a way to take a host out without deleting its line)."""
+    ``host:N`` (Horovod's discovery format), ``host slots=N`` or ``host slots=N max_slots=M``
+    (OpenMPI's machine file; ``max_slots``, how far OpenMPI may oversubscribe the host, is
+    checked and not used: clusterbench runs one rank per slot). ``#`` starts a comment, blank
+    lines are skipped, CRLF line ends and a byte-order mark at the start of the file are
+    read as OpenMPI reads them; a host listed twice gets the sum. Slot counts are ASCII
+    digits up to :data:`MAX_HOST_SLOTS`; a host name is taken in NFC and one with an invisible
+    character is refused, naming it (:mod:`clusterbench.core.names`). Hosts with 0 slots are
+    left out (a way to take a host out without deleting its line)."""
     hosts: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+    for lineno, raw in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
+        line = raw.removesuffix("\r").split("#", 1)[0].strip()
         if not line:
             continue
-        m = _HOST_LINE.fullmatch(line)
-        count = (m.group("n") or m.group("m") or "1") if m else ""
-        if not m or not count.isdigit():
-            raise AllocationError(
-                f"hosts file line {lineno} is not 'host', 'host:slots' or 'host slots=N': {raw!r}"
-            )
-        hosts[m.group("host")] = hosts.get(m.group("host"), 0) + int(count)
+        host, slots = parse_host_line(line, f"hosts file line {lineno}")
+        hosts[host] = hosts.get(host, 0) + slots
     return {h: n for h, n in hosts.items() if n > 0}
+
+
+def parse_host_line(line: str, where: str) -> tuple[str, int]:
+    """The host and slots of one hosts-file line (no comment, stripped); an
+    :class:`AllocationError` naming ``where`` and what is wrong."""
+    hidden = names.problem(line.replace("\t", " "))  # tabs separate, as spaces do
+    if hidden:
+        raise AllocationError(f"{where} {hidden}: {line!r} (retype it)")
+    m = _HOST_LINE.fullmatch(names.normal(line))
+    if not m:
+        raise AllocationError(f"{where} is not {_FORMS}: {line!r}")
+    host = m.group("host")
+    if m.group("n") is not None:
+        return host, slot_count(m.group("n"), "slots", where, line)
+    keys: dict[str, str] = {}
+    for key, value in _KEY.findall(m.group("keys") or ""):
+        key = key.replace("-", "_")
+        if key not in ("slots", "max_slots") or key in keys:
+            said = "given twice" if key in keys else "not read by clusterbench"
+            raise AllocationError(f"{where}: {key}= is {said} ({_FORMS}): {line!r}")
+        keys[key] = value
+    slots = slot_count(keys.get("slots", "1"), "slots", where, line)
+    if "max_slots" in keys:
+        most = slot_count(keys["max_slots"], "max_slots", where, line)
+        if most < slots:
+            raise AllocationError(f"{where}: max_slots={most} is less than slots={slots}: {line!r}")
+    return host, slots
+
+
+def slot_count(text: str, key: str, where: str, line: str) -> int:
+    """A slot count: ASCII digits, at most :data:`MAX_HOST_SLOTS` (``str.isdigit`` takes
+    ``²``, ``①`` and ``٣`` for digits)."""
+    if not (text.isascii() and text.isdigit()):
+        raise AllocationError(
+            f"{where}: {key} {text!r} is not a whole number in ASCII digits: {line!r}"
+        )
+    if int(text) > MAX_HOST_SLOTS:
+        raise AllocationError(
+            f"{where}: {key} {int(text):,} is more than {MAX_HOST_SLOTS:,}, the most one host "
+            f"may have: {line!r}"
+        )
+    return int(text)
 
 
 def read_hosts_file(env: Mapping[str, str]) -> dict[str, int] | None:
@@ -173,9 +227,23 @@ def read_hosts_file(env: Mapping[str, str]) -> dict[str, int] | None:
     if not path:
         return None
     try:
-        return parse_hosts_file(Path(path).read_text())
+        return parse_hosts_file(hosts_file_text(path))
+    except AllocationError as exc:
+        raise AllocationError(f"the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from None
+
+
+def hosts_file_text(path: str) -> str:
+    """The text of the hosts file at ``path``; a :class:`LaunchError` naming it when it cannot
+    be read or is no UTF-8 text."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
     except OSError as exc:
-        raise LaunchError(f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from exc
+        raise LaunchError(f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LaunchError(
+            f"the hosts file {path} ({HOSTS_FILE_VAR}) is not UTF-8 text (byte "
+            f"{exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
 
 
 def within_hosts_file(hosts: Mapping[str, int], listed: Mapping[str, int] | None) -> dict[str, int]:
@@ -265,6 +333,8 @@ class PreflightContext:
     staging: str | None = None
     #: The workflow's environment (the jobs inherit it: the scheduler's settings, its hosts).
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    #: Where a check that takes a while says what it does (one line each; default: stderr).
+    say: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
 
 
 # ------------------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ Chosen by ``CLUSTERBENCH_SCHEDULER=ssh`` (its jobs run under Snakemake's local e
 ``profiles/ssh``); the launchers of the jobs inherit the variable.
 
 - **Hosts**: the hosts file ``CLUSTERBENCH_HOSTS_FILE`` names (``host``, ``host:N``, ``host
-  slots=N``, ``#`` comments: :func:`~._base.parse_hosts_file`), one rank per slot, the slots
-  filled in order (:func:`~._base.fill_ranks`); read again by Horovod elastic's discovery, so
-  editing it adds and takes out hosts. A host's address is the ``HostName`` ssh would connect
-  to (``ssh -G``: aliases of ``~/.ssh/config`` work), resolved.
+  slots=N [max_slots=M]``, ``#`` comments: :func:`~._base.parse_hosts_file`), one rank per slot,
+  the slots filled in order (:func:`~._base.fill_ranks`); read again by Horovod elastic's
+  discovery, so editing it adds and takes out hosts. A host's address is the ``HostName`` ssh
+  would connect to (``ssh -G``: aliases of ``~/.ssh/config`` work), resolved.
 - **Starting a rank** (:meth:`SshScheduler.shell_command`): on a host whose address is this
   machine, a local process (as the local scheduler's); elsewhere ``ssh -o BatchMode=yes [-p
   PORT] <host> 'cd <cwd> && exec <python> -c <agent> ...'`` with the user's own keys and ssh
@@ -36,12 +36,14 @@ Chosen by ``CLUSTERBENCH_SCHEDULER=ssh`` (its jobs run under Snakemake's local e
   rank takes, on its own host, the interface that routes to the rendezvous address (hosts may
   name their interfaces differently), for Horovod's Gloo, torch's Gloo and NCCL alike.
 - **Pre-flight** (:meth:`SshScheduler.unavailable`, before any job): a run needing more ranks
-  than the hosts' slots is unavailable (skipped, or refused with ``on_unavailable: fail``);
-  then every host is probed at once, each within a timeout (``CLUSTERBENCH_SSH_TIMEOUT``,
-  default 10 s): reachable over ssh without a password prompt, the same Python (the ``.venv``'s,
-  at the same path) with the same torch and Horovod, each run's data directory readable and
-  the working directory writable (the shared file system). A host that fails any of them
-  stops the workflow before any training job, naming the host and the check
+  than the hosts' slots is unavailable (skipped, or refused with ``on_unavailable: fail``); then
+  the hosts the runs use (:func:`hosts_used`: the first ones, filled in order up to the largest
+  run's ranks, not every line of a long file) are probed, :data:`PROBES_AT_ONCE` at a time, all
+  within one limit (``CLUSTERBENCH_SSH_TIMEOUT``, default 10 s, plus :data:`PROBE_EXTRA_S`),
+  saying so in the log: reachable over ssh without a password prompt, the same Python (the
+  ``.venv``'s, at the same path) with the same torch and Horovod, each run's data directory
+  readable and the working directory writable (the shared file system). A host that fails any of
+  them stops the workflow before any training job, naming the host and the check
   (:class:`~._base.PreflightError`).
 
 Standard library only: the Snakefile imports it (psutil only inside the agent).
@@ -63,10 +65,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from clusterbench.launch.schedulers._base import (
@@ -81,6 +82,7 @@ from clusterbench.launch.schedulers._base import (
     PreflightError,
     Scheduler,
     fill_ranks,
+    hosts_file_text,
     parse_hosts_file,
     resolve,
 )
@@ -188,10 +190,7 @@ def ssh_hosts(env: Mapping[str, str]) -> dict[str, int]:
             f"the ssh scheduler needs a hosts file: set {HOSTS_FILE_VAR} to a file listing the "
             "hosts, one a line ('host', 'host:slots' or 'host slots=N')"
         )
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise LaunchError(f"cannot read the hosts file {path} ({HOSTS_FILE_VAR}): {exc}") from None
+    text = hosts_file_text(path)
     try:
         hosts = parse_hosts_file(text)
     except AllocationError as exc:
@@ -380,8 +379,10 @@ class SshScheduler(Scheduler):
             settings, hosts = ssh_settings(env), ssh_hosts(env)
         except LaunchError as exc:
             raise PreflightError(str(exc)) from None
+        ranks = {name: allocated_workers(run) for name, run in context.runs.items()}
+        used = hosts_used(hosts, ranks.values())
         wants_gpus = any(run["gpus_per_node"] for run in context.runs.values())
-        probes = check_hosts(hosts, settings, context, gpus=wants_gpus)
+        probes = check_hosts(used, settings, context, gpus=wants_gpus, listed=len(hosts))
         problems = [problem for probe in probes.values() for problem in probe.problems]
         if problems:
             raise PreflightError(
@@ -390,7 +391,7 @@ class SshScheduler(Scheduler):
         gpus = {host: probe.gpus for host, probe in probes.items()}
         reasons = {}
         for name, run in context.runs.items():
-            reason = slot_problem(name, allocated_workers(run), run["gpus_per_node"], hosts, gpus)
+            reason = slot_problem(name, ranks[name], run["gpus_per_node"], hosts, gpus)
             if reason:
                 reasons[name] = f"{reason} ({HOSTS_FILE_VAR}={env[HOSTS_FILE_VAR]})"
         return reasons
@@ -491,10 +492,30 @@ class Probe:
     gpus: int | None = None
 
 
+#: Hosts the pre-flight probes at once (each an ssh process waiting on its host).
+PROBES_AT_ONCE = 32
+
+
+def hosts_used(hosts: Mapping[str, int], ranks: Iterable[int]) -> dict[str, int]:
+    """The hosts (and slots) of ``hosts`` that the runs' ranks (``ranks``: each run's) fill,
+    in order (:func:`~._base.fill_ranks`): the largest run's; all of them when it needs more
+    slots than there are (it is unavailable, and every host would be used)."""
+    slots = sum(hosts.values())
+    most = min(max(ranks, default=1), slots)
+    return {host: hosts[host] for host, _ in fill_ranks(list(hosts.items()), max(most, 1))}
+
+
 def check_hosts(
-    hosts: Mapping[str, int], settings: SshSettings, context: PreflightContext, gpus: bool
+    hosts: Mapping[str, int],
+    settings: SshSettings,
+    context: PreflightContext,
+    gpus: bool,
+    listed: int | None = None,
 ) -> dict[str, Probe]:
-    """Every host probed at once (:func:`probe_host`), each within its timeout."""
+    """Every host probed (:func:`probe_host`), :data:`PROBES_AT_ONCE` at a time, all within one
+    limit (the ssh timeout plus :data:`PROBE_EXTRA_S`, as one host's): a host not answered by
+    then is a problem naming it. Says what it does (``context.say``): how many hosts of the
+    ``listed`` ones (the hosts file's), and then how long it took."""
     request = {
         "packages": list(SAME_VERSIONS),
         "read": sorted(set(context.data_dirs.values())),
@@ -502,12 +523,30 @@ def check_hosts(
         "gpus": gpus,
     }
     here = local_versions()
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+    limit = settings.timeout + PROBE_EXTRA_S
+    listed = len(hosts) if listed is None else listed
+    which = "" if listed == len(hosts) else f" of the {listed:,} listed (those the runs use)"
+    context.say(
+        f"ssh pre-flight: probing {len(hosts):,} host(s){which} over ssh, up to "
+        f"{PROBES_AT_ONCE} at once, within {limit} s in all"
+    )
+    started = time.monotonic()
+    deadline = started + limit
+    pool = ThreadPoolExecutor(max_workers=min(PROBES_AT_ONCE, max(len(hosts), 1)))
+    try:
         futures = {
-            host: pool.submit(probe_host, host, settings, sys.executable, request, here)
+            host: pool.submit(probe_host, host, settings, sys.executable, request, here, deadline)
             for host in hosts
         }
-        return {host: future.result() for host, future in futures.items()}
+        found = {host: future.result() for host, future in futures.items()}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    failed = sum(bool(p.problems) for p in found.values())
+    context.say(
+        f"ssh pre-flight: {len(found) - failed:,} host(s) ready, {failed:,} not, in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    return found
 
 
 def local_versions() -> dict[str, str | None]:
@@ -527,20 +566,28 @@ def probe_host(
     python: str,
     request: Mapping[str, Any],
     here: Mapping[str, str | None],
+    deadline: float | None = None,
 ) -> Probe:
     """Run :data:`PROBE` on ``host`` (through ssh; on this machine directly when the host's
-    address is one of its own) and read what it says (:func:`probe_problems`)."""
+    address is one of its own) and read what it says (:func:`probe_problems`); by
+    ``deadline`` (``time.monotonic()``), the pre-flight's end, at the latest."""
+    limit = settings.timeout + PROBE_EXTRA_S
+    deadline = time.monotonic() + limit if deadline is None else deadline
+    if time.monotonic() >= deadline:
+        return Probe(host, [f"host {host}: ssh: not probed within the pre-flight's {limit} s"])
     argv = [python, "-c", PROBE, json.dumps(request)]
     local = is_local_address(host_address(settings, host))
     cmd = argv if local else settings.argv(host, shlex.join(argv))
-    timeout = settings.timeout + PROBE_EXTRA_S
+    timeout = max(deadline - time.monotonic(), 0.1)
     started = time.monotonic()
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
     except subprocess.TimeoutExpired:
-        return Probe(host, [f"host {host}: ssh: no answer within {timeout} s ({shlex.join(cmd)})"])
+        return Probe(
+            host, [f"host {host}: ssh: no answer within {timeout:.0f} s ({shlex.join(cmd)})"]
+        )
     except OSError as exc:
         return Probe(host, [f"host {host}: ssh: `{cmd[0]}` could not run: {exc}"])
     seconds = time.monotonic() - started
