@@ -7,11 +7,16 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-
 # Make the package importable even from a snakemake that is not the project's venv.
 sys.path.insert(0, str(CHECKOUT / "workflow"))
 
 from clusterbench import config as cbconfig
+from clusterbench.pipeline import interrupt
+from clusterbench.core import preemption
+from clusterbench.pipeline import Pipeline, SnakemakeAdapter, software
+from clusterbench.pipeline.commands import dir_of, evaluate_dirs
+from clusterbench.pipeline.layout import stored_files
+from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS
 from clusterbench.pipeline.adapter import unreadable
 
 # A Snakemake whose internals clusterbench reads are not where they were: refused now, naming
@@ -19,12 +24,6 @@ from clusterbench.pipeline.adapter import unreadable
 _unreadable = unreadable(workflow, CHECKOUT / "pyproject.toml")
 if _unreadable:
     raise WorkflowError(_unreadable)
-from clusterbench.pipeline import interrupt
-from clusterbench.core import preemption
-from clusterbench.pipeline import Pipeline, SnakemakeAdapter, software
-from clusterbench.pipeline.commands import dir_of, evaluate_dirs
-from clusterbench.pipeline.layout import stored_files
-from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS
 
 # SIGINT to Snakemake alone stops the training launchers (and so their ranks) at once: Snakemake
 # itself would wait for them to finish (see clusterbench.pipeline.interrupt).

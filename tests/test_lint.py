@@ -26,7 +26,7 @@ def test_snakemake_lint_is_clean():
 @pytest.mark.parametrize(
     "cmd",
     [
-        ["snakefmt", "--check", "Snakefile", "rules"],
+        ["snakefmt", "--check", "Snakefile", "workflow/Snakefile", "rules"],
         ["ruff", "check", *PY_DIRS],
         ["ruff", "format", "--check", *PY_DIRS],
     ],
