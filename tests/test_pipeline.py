@@ -697,3 +697,29 @@ def test_an_elastic_train_job_gives_the_launcher_its_bounds():
 def test_an_evaluate_jobs_directories_are_its_data_and_output_folders_quoted():
     got = commands.evaluate_dirs("results/data/digits/meta.json", "x y/metrics.json")
     assert shlex.split(got) == ["--data-dir", "results/data/digits", "--out-dir", "x y"]
+
+
+# ------------------------------------------------------------------------ the config's scheduler
+def test_the_configs_scheduler_reaches_the_checks_and_the_jobs():
+    """profiles/ssh's `config:` entry (scheduler=ssh) selects the ssh scheduler by itself: for
+    the workflow's checks and, through the jobs' environment, for their launchers."""
+    found = pipeline(FakeAdapter(), config(scheduler="ssh"), env={"PATH": "/bin"})
+    assert found.env["CLUSTERBENCH_SCHEDULER"] == "ssh"
+    assert found.environment()["CLUSTERBENCH_SCHEDULER"] == "ssh"
+    assert found.plan.scheduler("local").name == "ssh"
+    # auto: the environment as it is (the variable still works), nothing added
+    plain = pipeline(FakeAdapter(), config(), env={"CLUSTERBENCH_SCHEDULER": "ssh"})
+    assert plain.plan.scheduler("local").name == "ssh"
+    assert "CLUSTERBENCH_SCHEDULER" not in pipeline(FakeAdapter(), config()).environment()
+
+
+def test_a_scheduler_the_variable_contradicts_is_refused_naming_both():
+    with pytest.raises(Stopped, match=r"scheduler: ssh .* CLUSTERBENCH_SCHEDULER=local disagree"):
+        pipeline(FakeAdapter(), config(scheduler="ssh"), env={"CLUSTERBENCH_SCHEDULER": "local"})
+    same = pipeline(FakeAdapter(), config(scheduler="ssh"), env={"CLUSTERBENCH_SCHEDULER": "SSH"})
+    assert same.env["CLUSTERBENCH_SCHEDULER"] == "ssh"
+
+
+def test_a_scheduler_clusterbench_has_not_is_refused_naming_the_key_and_those_it_has():
+    with pytest.raises(Stopped, match=r"scheduler: 'pbs' is not a scheduler .*\(auto, .*ssh"):
+        pipeline(FakeAdapter(), config(scheduler="pbs"))

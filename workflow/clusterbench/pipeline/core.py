@@ -26,7 +26,7 @@ from typing import Any
 
 from clusterbench import config as cbconfig
 from clusterbench.config import storage
-from clusterbench.launch.schedulers import SCHEDULER_VAR
+from clusterbench.launch.schedulers import SCHEDULER_VAR, SCHEDULERS
 from clusterbench.pipeline import code, comm_jobs, commands, layout
 from clusterbench.pipeline.adapter import Adapter
 from clusterbench.pipeline.checks import DIGESTS, Checks
@@ -55,7 +55,7 @@ class Pipeline:
             cfg["environment_defaults"],
             cfg["environments"],
             adapter,
-            env,
+            self.env,
             staging=cfg["staging"]["dir"],
         )
         #: The datasets generated where they train (format synthetic, synthetic-text): their
@@ -366,6 +366,11 @@ def scheduler_env(
     wanted = cfg.get("scheduler", "auto")
     if wanted == "auto":
         return env
+    if wanted not in SCHEDULERS:
+        adapter.stop(
+            f"scheduler: {wanted!r} is not a scheduler clusterbench has (auto, "
+            f"{', '.join(SCHEDULERS)})"
+        )
     given = (env.get(SCHEDULER_VAR) or "auto").strip().lower()
     if given not in ("auto", wanted):
         adapter.stop(
