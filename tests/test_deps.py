@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -71,3 +72,40 @@ def test_the_pinned_scikit_learn_is_the_one_the_digits_checksum_belongs_to():
     from clusterbench.config.datasets import DIGITS_SKLEARN_VERSION
 
     assert deps.pin("scikit-learn") == DIGITS_SKLEARN_VERSION
+
+
+@pytest.mark.parametrize(
+    ("horovod", "config", "builds"),
+    [
+        ("", "config/config.yaml", "a run of config/config.yaml trains with it"),  # the demo
+        ("", "ddp.yaml", ""),  # a DDP-only site's config
+        ("0", "config/config.yaml", ""),
+        ("1", "ddp.yaml", "HOROVOD=1"),
+    ],
+)
+def test_setup_builds_horovod_only_where_a_run_needs_it(tmp_path, horovod, config, builds):
+    """tools/horovod-wanted.sh, make setup's decision: a config with no Horovod run (or
+    HOROVOD=0) skips the Horovod build."""
+    (tmp_path / "ddp.yaml").write_text(
+        "datasets: {digits: {}}\nrun_defaults: {backend: ddp}\n"
+        "runs: [{name: a, dataset: digits, workers: 2}]\n"
+    )
+    path = REPO / config if config.startswith("config/") else tmp_path / config
+    env = {**os.environ, "PYTHON": sys.executable, "HOROVOD": horovod, "CONFIG": str(path)}
+    env["PYTHONPATH"] = str(REPO / "workflow")
+    out = subprocess.run(
+        [str(REPO / "tools" / "horovod-wanted.sh")], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == builds.replace("config/config.yaml", str(path))
+
+
+def test_setup_refuses_another_horovod_value_and_an_unreadable_config(tmp_path):
+    script = str(REPO / "tools" / "horovod-wanted.sh")
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO / "workflow")}
+    out = subprocess.run([script], env={**env, "HOROVOD": "yes"}, capture_output=True, text=True)
+    assert out.returncode == 1 and "HOROVOD=yes: expected 1" in out.stderr
+    (tmp_path / "bad.yaml").write_text("runs: [{name: a, dataset: nope}]\n")
+    bad = {**env, "HOROVOD": "", "CONFIG": str(tmp_path / "bad.yaml")}
+    out = subprocess.run([script], env=bad, capture_output=True, text=True)
+    assert out.returncode == 1 and "cannot tell from" in out.stderr and "nope" in out.stderr

@@ -97,20 +97,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 # horovod (patched sdist build, cached wheel): where a run of the config trains with it
-case "$HOROVOD" in
-    1) want_horovod="HOROVOD=1" ;;
-    0) want_horovod="" ;;
-    "")
-        # shellcheck disable=SC2086 # CONFIG is a list of files
-        backends=$("$py" -m clusterbench.config --backends $CONFIG) || {
-            echo "set-up: cannot tell from $CONFIG whether a run needs Horovod (above);" \
-                 "fix the config, or say HOROVOD=1 or HOROVOD=0" >&2
-            exit 1
-        }
-        want_horovod=$(grep -qx horovod <<< "$backends" && echo "a run of $CONFIG uses it" || true)
-        ;;
-    *) echo "set-up: HOROVOD=$HOROVOD: expected 1 (build it) or 0 (skip it)" >&2; exit 1 ;;
-esac
+want_horovod=$(PYTHON="$py" HOROVOD="$HOROVOD" CONFIG="$CONFIG" tools/horovod-wanted.sh)
 if [ -n "$want_horovod" ]; then
     say "horovod: $want_horovod"
     PYTHON="$py" HOROVOD_VERSION="$HOROVOD_VERSION" CLUSTERBENCH_CACHE="$CACHE" tools/build-horovod.sh
@@ -125,7 +112,7 @@ fi
 # named profiles: `snakemake --profile slurm` looks in ~/.config/snakemake/<name>
 profile_home="${XDG_CONFIG_HOME:-$HOME/.config}/snakemake"
 mkdir -p "$profile_home"
-for name in local slurm sge; do
+for name in local slurm sge ssh; do
     target="$here/profiles/$name"
     link="$profile_home/$name"
     if [ -L "$link" ] && [ "$(readlink "$link")" = "$target" ]; then
