@@ -528,7 +528,8 @@ def test_unknown_profile_setting_is_an_error(tmp_path):
 
 
 def _rank_pid(rank: int, workdir: Path) -> int | None:
-    """Pid of the training process with HOROVOD_RANK=rank working for ``workdir``."""
+    """Pid of the training process of rank ``rank`` (torch.distributed's RANK, which every
+    backend's ranks get) working for ``workdir``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -540,7 +541,7 @@ def _rank_pid(rank: int, workdir: Path) -> int | None:
             continue
         if (
             any(arg.endswith(b"scripts/train.py") for arg in cmdline)
-            and f"HOROVOD_RANK={rank}".encode() in environ
+            and f"RANK={rank}".encode() in environ
             and cwd == str(workdir)
         ):
             return int(entry.name)

@@ -20,7 +20,7 @@ to install it).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib.metadata
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,8 +38,13 @@ INSTALL_HINT = (
 
 
 def available() -> bool:
-    """Whether Horovod is installed in this Python (without importing it)."""
-    return importlib.util.find_spec("horovod") is not None
+    """Whether Horovod is installed in this Python: its distribution's metadata, read without
+    importing it (nor asking the import system, which a process may have told to refuse it)."""
+    try:
+        importlib.metadata.distribution("horovod")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def require(what: str) -> None:
