@@ -80,11 +80,11 @@ def when_set(
     events: Iterable[threading.Event], action: Callable[[], None], done: threading.Event
 ) -> None:
     """Call ``action`` once, as soon as one of ``events`` is set, unless ``done`` is set
-    first (checked every 0.1 s; an event is seen at once)."""
+    first (checked every half second; an event, the only one watched, is seen at once)."""
     events = list(events)
     while not done.is_set():
         for event in events:
-            if event.wait(0.1 / max(len(events), 1)):
+            if event.wait(0.5 / max(len(events), 1)):
                 if not done.is_set():
                     action()
                 return
