@@ -31,7 +31,8 @@ CAPTION = (
     "compression, ...; runs that differ in nothing else, e.g. a sweep's learning rates or "
     "repeats' seeds, are its repeats): the mean over its runs of their mean images/s (a "
     "language model's tokens/s) over the timed epochs, whiskers \u00b1 1 standard error; the "
-    "fastest in green."
+    "fastest in green. Beside it, the model FLOPs its runs achieved (TFLOP/s) and their "
+    "model-FLOPs utilisation (MFU: that over the devices' peak; docs/report.md)."
 )
 
 #: The noise rule, in the note of every page.
@@ -97,12 +98,14 @@ def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
     y = np.arange(len(part))
     se = np.nan_to_num(part["se"].to_numpy(dtype=float))
     ax.barh(y, part["mean"], xerr=se, color=colors, capsize=3, height=0.6)
-    for yi, row in zip(y, part.itertuples(index=False), strict=True):
+    for yi, (_, row) in zip(y, part.iterrows(), strict=True):
         spread = f" \u00b1 {row.se:,.0f}" if np.isfinite(row.se) else ""
+        efficiency = recommend.efficiency_text(row)
         ax.text(
             row.mean + (row.se if np.isfinite(row.se) else 0),
             yi,
-            f"  {row.mean:,.0f}{spread} ({plural(row.n_runs, 'run')}, {row.epochs} ep.)",
+            f"  {row['mean']:,.0f}{spread} ({plural(row.n_runs, 'run')}, {row.epochs} ep.)"
+            + (f"\n  {efficiency}" if efficiency else ""),
             va="center",
             fontsize=8.5,
         )

@@ -39,7 +39,7 @@ COLUMNS = (
     ("Epochs", 0.055, True),
     (None, 0.07, True),
     ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
-    ("Throughput\n(images/s)", 0.088, True),
+    ("Throughput\n(images/s;\nTFLOP/s, MFU)", 0.088, True),
     ("Total\ntrain time", 0.092, True),
 )
 #: With elastic runs whose device-hours are known: one more column (its header names the unit),
@@ -82,7 +82,9 @@ def draw(ctx: Context) -> None:
         "configured batch size is the global batch, per worker = it is per worker (times the "
         "workers). Eff. LR = learning rate after warm-up (then cos, step, 1/t: its schedule). "
         "Time per epoch and throughput (all workers): mean \u00b1 sample sd over the timed "
-        "epochs (ep.), "
+        "epochs (ep.), with the model FLOPs achieved (TF/s: TFLOP/s) and their share of the "
+        "devices' peak (%: MFU, model-FLOPs utilisation; a GPU's peak from its datasheet, a "
+        "CPU's measured). A compiled run's compile time is under its training time, apart. "
         + (
             f"excluding {first_epochs(warmup)} of each run (warm-up)."
             if warmup
@@ -134,10 +136,25 @@ def run_cells(rank: int, r: Any, splits: bool, hours: str | None = None) -> list
             if r.timed_epochs
             else "n/a\n(0 ep.*)"
         ),
-        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1"),
+        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1") + efficiency_cell(r),
         *([hours_cell(r, "/" in hours)] if hours else []),
-        fmt_duration(r.train_seconds),
+        fmt_duration(r.train_seconds) + compile_cell(r),
     ]
+
+
+def efficiency_cell(r: Any) -> str:
+    """A run's achieved TFLOP/s and MFU on a line of their own ('' where not known)."""
+    tflops, mfu = getattr(r, "tflops", math.nan), getattr(r, "mfu", math.nan)
+    if not r.timed_epochs or not math.isfinite(tflops):
+        return ""
+    return f"\n{tflops:.3g} TF/s" + (f", {100 * mfu:.3g} %" if math.isfinite(mfu) else "")
+
+
+def compile_cell(r: Any) -> str:
+    """A compiled run's compile time, on a line of its own under its training time."""
+    if not getattr(r, "compiled", False):
+        return ""
+    return f"\n+{fmt_duration(r.compile_seconds)}\ncompile"
 
 
 def hours_cell(r: Any, mixed: bool) -> str:
