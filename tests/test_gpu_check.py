@@ -5,6 +5,7 @@ steps through the real workflow on the CPU at tiny sizes, both Horovod paths inc
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -30,6 +31,42 @@ def test_without_a_gpu_it_stops_at_once_saying_so(monkeypatch, capsys, tmp_path)
     assert "make gpu-check needs a CUDA GPU" in err and "torch.cuda.is_available() is False" in err
     assert "GPU_CHECK_ARGS=--cpu-smoke" in err
     assert not (tmp_path / "work").exists()  # nothing started
+
+
+#: The cluster executor plugins, which a GPU machine's offline set-up may lack.
+CLUSTER_PLUGINS = ("snakemake_executor_plugin_", "snakemake_interface_executor_plugins")
+
+
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """The modules a file imports when it is imported: at module level, outside any function
+    or class (inside ``if`` and ``try`` too)."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+        todo += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+    return found
+
+
+def test_collecting_the_gpu_tests_imports_no_cluster_executor_plugin():
+    """`pytest -m gpu` collects every test module (the marker selects after collection): none
+    of them, nor the modules they import from tests/, may import a cluster plugin at module
+    level (the last lent GPU's collection stopped on two that did). tests/clusters/
+    steady_polls.py is a script Snakemake runs, never imported at collection."""
+    files = [*(REPO / "tests").glob("*.py"), *(REPO / "tests" / "clusters").glob("*.py")]
+    offenders = {
+        str(path.relative_to(REPO)): name
+        for path in files
+        if path.name != "steady_polls.py"
+        for name in module_level_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if name.startswith(CLUSTER_PLUGINS)
+    }
+    assert len(files) > 80 and offenders == {}
 
 
 def test_make_gpu_check_is_the_script_with_its_args():
