@@ -206,3 +206,6 @@ def test_the_history_legend_gives_the_newest_runs_tflops_and_mfu():
     assert mfu_label(runs) == " (newest: 0.2 TFLOP/s, MFU 2 %)"
     assert mfu_label(runs.drop(columns=["tflops", "mfu"])) == ""
     assert json.dumps(mfu_label(runs.assign(tflops=math.nan))) == '""'
+    # as series.csv gives them back: empty cells where a run has none
+    read = runs.astype(str).assign(tflops=["", "0.2"], mfu=["", ""])
+    assert mfu_label(read) == " (newest: 0.2 TFLOP/s)"

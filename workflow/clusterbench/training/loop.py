@@ -257,9 +257,9 @@ class Trainer:
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
         )
+        peak = peaks.device_peak(self.device, self.run["precision"])  # before any compile
         if self.compiled is not None:  # before the clock: its time is recorded apart
             self.compiled.prepare(ctx, ctx.batches(self.max_steps))
-        peak = peaks.device_peak(self.device, self.run["precision"])
         facts = rt.allgather_object(
             {**rank_provenance(rt.rank, rt.local_rank, self.device), "peak": peak},
             name="train.provenance",

@@ -112,11 +112,12 @@ def mfu_label(runs: pd.DataFrame) -> str:
     (the store's ``tflops`` and ``mfu``); '' where none has."""
     if "tflops" not in runs:
         return ""
-    known = runs[np.isfinite(runs["tflops"].astype(float))].sort_values("date")
+    tflops = pd.to_numeric(runs["tflops"], errors="coerce")  # a CSV's empty cell: NaN
+    known = runs.assign(tflops=tflops)[np.isfinite(tflops)].sort_values("date")
     if known.empty:
         return ""
     newest = known.iloc[-1]
-    mfu = float(newest["mfu"]) if "mfu" in newest else np.nan
+    mfu = float(pd.to_numeric(newest.get("mfu"), errors="coerce"))
     text = f"{float(newest['tflops']):.3g} TFLOP/s" + (
         f", MFU {100 * mfu:.3g} %" if np.isfinite(mfu) else ""
     )
