@@ -146,7 +146,7 @@ def test_the_runs_page_shows_tflops_mfu_and_compile_time_beside_the_throughput()
     row = SimpleNamespace(
         timed_epochs=3, tflops=0.1234, mfu=0.0456, compiled=True, compile_seconds=75.0
     )
-    assert runs_table.efficiency_cell(row) == "\n0.123 TF/s, 4.56 %"
+    assert runs_table.efficiency_cell(row) == "\n0.123 TF/s\nMFU 4.56 %"
     assert runs_table.compile_cell(row) == "\n+1 min 15 s\ncompile"
     older = SimpleNamespace(timed_epochs=3, tflops=math.nan, mfu=math.nan, compiled=False)
     assert runs_table.efficiency_cell(older) == "" and runs_table.compile_cell(older) == ""
@@ -203,9 +203,21 @@ def test_the_history_legend_gives_the_newest_runs_tflops_and_mfu():
     runs = pd.DataFrame(
         {"date": ["2026-01-01", "2026-01-02"], "tflops": [0.1, 0.2], "mfu": [0.01, 0.02]}
     )
-    assert mfu_label(runs) == " (newest: 0.2 TFLOP/s, MFU 2 %)"
+    assert mfu_label(runs) == "\nnewest: 0.2 TFLOP/s, MFU 2 %"
     assert mfu_label(runs.drop(columns=["tflops", "mfu"])) == ""
     assert json.dumps(mfu_label(runs.assign(tflops=math.nan))) == '""'
     # as series.csv gives them back: empty cells where a run has none
     read = runs.astype(str).assign(tflops=["", "0.2"], mfu=["", ""])
-    assert mfu_label(read) == " (newest: 0.2 TFLOP/s)"
+    assert mfu_label(read) == "\nnewest: 0.2 TFLOP/s"
+
+
+def test_a_compiled_series_is_named_so_in_the_history():
+    from clusterbench.history.regression import config_label
+
+    settings = {"backend": "ddp", "bn": "local", "global_batch": 64, "precision": "fp32"}
+    assert config_label(json.dumps({**settings, "compile": True, "decode": "gpu"})) == (
+        "ddp, local BN, batch 64, fp32, compiled, decode gpu"
+    )
+    assert (
+        config_label(json.dumps({**settings, "compile": "auto"})) == "ddp, local BN, batch 64, fp32"
+    )

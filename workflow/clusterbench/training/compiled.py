@@ -75,15 +75,18 @@ def local_sizes(batches: list[tuple[int, int]], workers: int, rank: int) -> list
 
 
 def zero_batch(data: Any, n: int, device: Any, memory_format: Any = None) -> tuple[Any, Any]:
-    """``n`` samples of zeros as the data source gives them to the network: images ``[n, C,
-    H, W]`` (float, in ``memory_format``) with class 0, or token sequences ``[n, T]`` with
-    their next tokens 0."""
+    """``n`` samples of zeros as the loop gives them to the network, strides included (a
+    compiled graph is specialised on them): images ``[n, C, H, W]``, float, the permuted view
+    of ``(n, H, W, C)`` memory that :func:`clusterbench.data.images.normalize_images` gives,
+    made contiguous in ``memory_format``, with class 0; or token sequences ``[n, T]`` (long)
+    with their next tokens 0."""
     import torch
 
     if data.task == "language-model":
         x = torch.zeros((n, *data.input_shape), dtype=torch.long, device=device)
         return x, torch.zeros_like(x)
-    x = torch.zeros((n, *data.input_shape), dtype=torch.float32, device=device)
+    channels, height, width = data.input_shape
+    x = torch.zeros((n, height, width, channels), device=device).permute(0, 3, 1, 2)
     if memory_format is not None:
         x = x.contiguous(memory_format=memory_format)
     return x, torch.zeros(n, dtype=torch.long, device=device)

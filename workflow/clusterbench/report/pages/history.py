@@ -108,8 +108,9 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
 
 
 def mfu_label(runs: pd.DataFrame) -> str:
-    """' (newest: 0.42 TFLOP/s, MFU 3.1 %)' from a configuration's newest entry that has them
-    (the store's ``tflops`` and ``mfu``); '' where none has."""
+    """'\nnewest: 0.42 TFLOP/s, MFU 3.1 %' (a line of its own under the configuration's) from
+    a configuration's newest entry that has them (the store's ``tflops`` and ``mfu``); ''
+    where none has."""
     if "tflops" not in runs:
         return ""
     tflops = pd.to_numeric(runs["tflops"], errors="coerce")  # a CSV's empty cell: NaN
@@ -121,7 +122,7 @@ def mfu_label(runs: pd.DataFrame) -> str:
     text = f"{float(newest['tflops']):.3g} TFLOP/s" + (
         f", MFU {100 * mfu:.3g} %" if np.isfinite(mfu) else ""
     )
-    return f" (newest: {text})"
+    return f"\nnewest: {text}"
 
 
 #: The least time either side of a panel's points (one point, or points minutes apart, would

@@ -31,12 +31,14 @@ CAPTION = (
     "compression, ...; runs that differ in nothing else, e.g. a sweep's learning rates or "
     "repeats' seeds, are its repeats): the mean over its runs of their mean images/s (a "
     "language model's tokens/s) over the timed epochs, whiskers \u00b1 1 standard error; the "
-    "fastest in green. Beside it, the model FLOPs its runs achieved (TFLOP/s) and their "
-    "model-FLOPs utilisation (MFU: that over the devices' peak; docs/report.md)."
+    "fastest in green."
 )
 
 #: The noise rule, in the note of every page.
-RULE = "Noise rule: a margin is " + stats.RULE + "."
+RULE = (
+    "Beside each bar: its runs' model FLOPs achieved (TFLOP/s) and their share of the devices' "
+    "peak (MFU; docs/report.md). Noise rule: a margin is " + stats.RULE + "."
+)
 
 
 def draw(ctx: Context) -> None:
@@ -99,12 +101,13 @@ def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
     se = np.nan_to_num(part["se"].to_numpy(dtype=float))
     ax.barh(y, part["mean"], xerr=se, color=colors, capsize=3, height=0.6)
     for yi, (_, row) in zip(y, part.iterrows(), strict=True):
-        spread = f" \u00b1 {row.se:,.0f}" if np.isfinite(row.se) else ""
+        mean, se = float(row["mean"]), float(row["se"])
+        spread = f" \u00b1 {se:,.0f}" if np.isfinite(se) else ""
         efficiency = recommend.efficiency_text(row)
         ax.text(
-            row.mean + (row.se if np.isfinite(row.se) else 0),
+            mean + (se if np.isfinite(se) else 0),
             yi,
-            f"  {row['mean']:,.0f}{spread} ({plural(row.n_runs, 'run')}, {row.epochs} ep.)"
+            f"  {mean:,.0f}{spread} ({plural(row['n_runs'], 'run')}, {row['epochs']} ep.)"
             + (f"\n  {efficiency}" if efficiency else ""),
             va="center",
             fontsize=8.5,
