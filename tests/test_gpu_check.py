@@ -91,6 +91,9 @@ def test_the_check_trains_a_synthetic_resnet50_on_every_gpu_in_bf16_channels_las
     assert runs["precision"] == "bf16" and runs["channels_last"] is True
     runs_by = sorted((r["backend"], r.get("grad_allreduce", "auto")) for r in config["runs"])
     assert runs_by == [("ddp", "auto"), ("horovod", "buckets"), ("horovod", "one")]
+    one_gpu = gpu_check.check_config(gpus=1, minutes=0.5, cpu_smoke=False)
+    runs_by = sorted((r["backend"], r.get("grad_allreduce", "auto")) for r in one_gpu["runs"])
+    assert runs_by == [("ddp", "auto"), ("horovod", "one")]  # on one GPU the two are the same
     smoke = gpu_check.check_config(gpus=0, minutes=1, cpu_smoke=True)
     assert smoke["run_defaults"]["gpus_per_node"] == 0 and smoke["run_defaults"]["epochs"] == 1
     assert smoke["run_defaults"]["model"] == "torchvision.resnet50"  # the same model, smaller
