@@ -132,3 +132,42 @@ def test_the_warm_up_leaves_the_buffers_random_state_and_gradients_as_they_were(
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # weights and BN buffers
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_a_failed_compile_stops_compile_true_in_one_line_and_auto_trains_eager(monkeypatch):
+    from types import SimpleNamespace
+
+    def fails(ctx, sizes):
+        raise RuntimeError("InductorError: no C++ compiler found\nlong traceback")
+
+    monkeypatch.setattr(compiled, "compile_module", lambda net: "compiled net")
+    monkeypatch.setattr(compiled, "warm_up", fails)
+    monkeypatch.setattr(compiled, "MEASURED_FASTER", frozenset({("cpu", "resnet")}))
+    rt = SimpleNamespace(rank=0, size=1)
+    batches = global_batches(200, 25, 1)
+    run = {"name": "r", "model": "resnet", "compile": True}
+    ctx = SimpleNamespace(net="eager net", rt=rt)
+    with pytest.raises(compiled.CompileError, match="asks for compile: true, and torch.compile"):
+        compiled.Compiled(run, "cpu").prepare(ctx, batches)
+    auto = compiled.Compiled({**run, "compile": "auto"}, "cpu")
+    assert auto.enabled  # measured faster: auto compiles
+    auto.prepare(ctx, batches)
+    assert ctx.net == "eager net" and not auto.enabled
+    assert auto.record()["compile_reason"] == (
+        "auto: torch.compile failed (RuntimeError: InductorError: no C++ compiler found): eager"
+    )
+
+
+def test_the_train_stage_says_a_failed_compile_in_one_line(tmp_path, monkeypatch, capsys):
+    from clusterbench import train as stage
+
+    def fails(*args, **kwargs):
+        raise compiled.CompileError("run 'test' asks for compile: true, and ...")
+
+    monkeypatch.setattr(stage, "train", fails)
+    data = make_dataset(tmp_path / "data", n_train=20, n_val=8)
+    run = json.dumps(run_config(workers=1, compile=True))
+    argv = ["--data-dir", str(data), "--run", run, "--out-dir", str(tmp_path / "out")]
+    assert stage.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == "train: error: run 'test' asks for compile: true, and ...\n"

@@ -67,6 +67,20 @@ def test_a_language_models_count_holds_its_attention_and_is_per_token_in_run_jso
     assert record["peak"]["per_device"] == 1e11 and record["peak"]["devices"] == 1
 
 
+def test_each_ranks_peak_is_the_better_of_its_two_measurements():
+    arch = {"model": "small_cnn", "num_classes": 4, "input_shape": [1, 8, 8]}
+    data = SimpleNamespace(task="classification", units_per_sample=1)
+
+    def peak(flops):
+        return {"flops": flops, "precision": "fp32", "source": "measured"}
+
+    facts = [{"peak": peak(1e10)}, {"peak": peak(4e10)}]  # when the ranks started
+    ends = [peak(3e10), peak(2e10)]  # when training had ended (rank 0's start was loaded)
+    found = flops.run_record(arch, data, facts, ends)["peak"]
+    assert (found["per_device"], found["lowest"], found["highest"]) == (3.5e10, 3e10, 4e10)
+    assert flops.run_record(arch, data, facts)["peak"]["per_device"] == 2.5e10  # start only
+
+
 def test_a_network_that_cannot_be_counted_says_why():
     found = flops.count({"model": "small_cnn", "num_classes": 4, "input_shape": [1, 2]}, "x")
     assert (

@@ -145,23 +145,22 @@ class Compiled:
         eager = ctx.net
         ctx.net = compile_module(eager)
         try:
-            self.seconds += warm_up(ctx, local_sizes(batches, ctx.rt.size, ctx.rt.rank))
+            seconds = warm_up(ctx, local_sizes(batches, ctx.rt.size, ctx.rt.rank))
         except Exception as exc:  # noqa: BLE001 - dynamo and Inductor raise many kinds
             why = failure(exc)
+            ctx.net = eager
             if self.run.get("compile") is True:
                 raise CompileError(
                     f"run {self.run['name']!r} asks for compile: true, and torch.compile could "
                     f"not compile model {self.run['model']!r}: {why}; use compile: false"
                 ) from None
-            ctx.net = eager
             self.enabled, self.reason = False, f"auto: torch.compile failed ({why}): eager"
             if ctx.rt.rank == 0:
                 print(f"train: {self.reason}", flush=True)
             return
+        self.seconds += seconds  # after an elastic reset, added to the launch's earlier ones
         if ctx.rt.rank == 0:
-            print(
-                f"train: compiled the network in {self.seconds:.1f} s ({self.reason})", flush=True
-            )
+            print(f"train: compiled the network in {seconds:.1f} s ({self.reason})", flush=True)
 
     def record(self) -> dict[str, Any]:
         """run.json's ``effective`` entries."""

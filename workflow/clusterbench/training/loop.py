@@ -390,6 +390,8 @@ class Trainer:
             with atomic_path(Path(self.dump_dir) / self.run["name"] / f"rank-{rt.rank}.pt") as tmp:
                 torch.save(cpu_state(state.model), tmp)
         data = rt.allgather_object(record.rank_record(self.data), name="train.data")
+        # the devices' peak again, after training: each rank's better of the two is its peak
+        ends = rt.allgather_object(peaks.device_peak(self.device, self.run["precision"]), "peak")
         out = self.outputs(state)
         if out is None:
             return
@@ -410,7 +412,7 @@ class Trainer:
                 **(self.compiled.record() if self.compiled else {}),
             },
             "compile_seconds": self.compiled.seconds if self.compiled else 0.0,
-            "flops": flops.run_record(self.arch, self.data, facts),
+            "flops": flops.run_record(self.arch, self.data, facts, ends),
             "step_work": step_work_record(
                 state.model, self.data, self.run, rt.size, self.max_steps
             ),
