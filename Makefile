@@ -31,10 +31,11 @@ help:
 	@echo "            (BENCH_ARGS=--quick for a fast check), and the workflow's own cost with 100,"
 	@echo "            1,000 and 5,000 runs (parse, no-op dry run; ratios to plain Snakemake on"
 	@echo "            the same job graph) -> benchmarks/results/*.json"
-	@echo "make gpu-check  on a machine with a GPU: the GPU tests, bench F5, and a synthetic"
-	@echo "            ResNet-50 (224x224, bf16, channels-last) through the workflow under both"
-	@echo "            backends; prints images/s (about 7 minutes; GPU_CHECK_ARGS=--cpu-smoke:"
-	@echo "            the same steps on the CPU, tiny)"
+	@echo "make gpu-check  on a machine with a GPU: the GPU tests, bench F5, compile and decode,"
+	@echo "            and ResNet-50 (224x224, bf16, channels-last; synthetic, and JPEGs decoded"
+	@echo "            on the GPU) through the workflow under both backends; prints images/s, MFU"
+	@echo "            and the decode rate (under 10 minutes; GPU_CHECK_ARGS=--cpu-smoke: the"
+	@echo "            same steps on the CPU, tiny)"
 	@echo "make lint   snakemake --lint, snakefmt --check, ruff"
 
 setup:

@@ -4,8 +4,13 @@ numerator).
 
 ```
 .venv/bin/python benchmarks/folder_loader.py --data-dir DATA --run JSON [--epochs 3]
-    [--loader-workers N] [--out-dir OUT]
+    [--loader-workers N] [--device cpu|cuda] [--out-dir OUT]
 ```
+
+``--device cuda``: the batches are made for the first GPU, as a GPU rank's are: with the run's
+``decode: cpu`` decoded in the loader processes and copied there, with ``decode: gpu`` decoded
+and augmented there (:mod:`clusterbench.data.device_decode`); each epoch's clock stops after
+the GPU has finished.
 
 The train stage's own data source (:func:`clusterbench.data.source.open_source`, one rank,
 ``loading: stream``; the run's ``augment``, ``on_bad_file``, ``seed`` and ``batch_size``),
@@ -30,10 +35,13 @@ from clusterbench.data.order import global_batches
 from clusterbench.data.source import Reading, open_source
 
 
-def measure(data_dir: Path, run: dict[str, Any], epochs: int, workers: int) -> list[dict[str, Any]]:
+def measure(
+    data_dir: Path, run: dict[str, Any], epochs: int, workers: int, device: str = "cpu"
+) -> list[dict[str, Any]]:
     torch.set_num_threads(cpu_cores())
     reading = Reading({"loading": "stream", "loader_workers": workers}, 1, cpu_cores())
-    source = open_source(data_dir, run, reading, torch.device("cpu"))
+    where = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
+    source = open_source(data_dir, run, reading, where)
     batches = global_batches(source.train_size, run["batch_size"], 1)
     records = []
     try:
@@ -41,6 +49,8 @@ def measure(data_dir: Path, run: dict[str, Any], epochs: int, workers: int) -> l
             began, images = time.perf_counter(), 0
             for _, labels in source.epoch_batches(epoch, batches, 0, 0, 1):
                 images += len(labels)
+            if where.type == "cuda":
+                torch.cuda.synchronize(where)
             seconds = time.perf_counter() - began
             records.append(
                 {
@@ -49,6 +59,7 @@ def measure(data_dir: Path, run: dict[str, Any], epochs: int, workers: int) -> l
                     "epoch_seconds": seconds,
                     "images": images,
                     "loader_workers": workers,
+                    "decode": source.describe().get("decode"),
                 }
             )
             print(f"folder_loader: epoch {epoch + 1}: {images / seconds:.0f} images/s", flush=True)
@@ -64,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="the trainer's run JSON")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--loader-workers", type=int, help="default: the usable CPUs")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
     workers = args.loader_workers or cpu_cores()
-    records = measure(args.data_dir, json.loads(args.run), args.epochs, workers)
+    records = measure(args.data_dir, json.loads(args.run), args.epochs, workers, args.device)
     if args.out_dir:
         write_metrics(args.out_dir, records)
     return 0

@@ -291,15 +291,15 @@ def as_tar_gz(archive: Path) -> Path:
     return path
 
 
-def extracted(tmp_path: Path, kind: str = "zip", **params) -> Path:
+def extracted(tmp_path: Path, kind: str = "zip", make=folder_archive, **params) -> Path:
     """An image folder stored as files, preprocessed: the zip read in place (``zip``), or the
-    same images in a ``.tar.gz``, extracted (``tar.gz``)."""
+    same images in a ``.tar.gz``, extracted (``tar.gz``); ``make(path)`` writes the zip."""
     from clusterbench import preprocess
     from clusterbench.download import file_digests
 
     raw = tmp_path / "raw"
     raw.mkdir(parents=True)
-    archive = folder_archive(raw / "pics.zip")
+    archive = make(raw / "pics.zip")
     if kind == "tar.gz":
         archive = as_tar_gz(archive)
     digest = file_digests(archive)["sha256"]
@@ -395,6 +395,89 @@ def test_a_bad_image_names_its_file_or_is_skipped_and_counted(tmp_path):
             assert len(source.describe()["skipped"]) == 1
     merged = record.merge([record.rank_record(source), {"skipped": {"x": "bad"}}])
     assert merged["skipped_files"] == (2 if where != "test" else 1)
+
+
+@pytest.mark.parametrize(
+    "setting, device, want",
+    [
+        ("cpu", "cuda", ("cpu", "decode: cpu")),
+        ("gpu", "cuda", ("gpu", "decode: gpu")),
+        ("auto", "cuda", ("gpu", "auto: the run trains on a GPU")),
+        ("auto", "cpu", ("cpu", "auto: the run trains on the CPU")),
+    ],
+)
+def test_decode_auto_is_the_gpu_on_gpus_and_the_cpu_on_the_cpu(setting, device, want):
+    from clusterbench.data import device_decode
+
+    assert device_decode.choose(setting, device) == want
+    with pytest.raises(ValueError, match="decode: gpu decodes on the run's GPU"):
+        device_decode.choose("gpu", "cpu")  # the config check refuses it before any job
+
+
+def device_source(data: Path, run: dict, monkeypatch) -> object:
+    """The ``decode: gpu`` source of ``data``, its device the CPU (the loader processes read
+    bytes, the training process decodes and augments each batch)."""
+    from clusterbench.data import device_decode
+
+    monkeypatch.setattr(device_decode, "choose", lambda setting, device: ("gpu", "on the CPU"))
+    source = open_source(data, run, reading("stream", 2), CPU)
+    monkeypatch.undo()
+    assert isinstance(source.reader, device_decode.ByteReader) and source.decoder is not None
+    return source
+
+
+def test_decoding_on_the_device_gives_the_loaders_pixels_crops_flips_and_skips(
+    tmp_path, monkeypatch
+):
+    """On the CPU the device path (batches of JPEG bytes decoded by torchvision's batched
+    decode_jpeg, PNGs decoded in the loader, cropped, resized and flipped in the training
+    process) gives the loader path's batches bit for bit, every epoch's own crops."""
+    data = extracted(tmp_path, image_size=[16, 12])
+    run = data_run(workers=1, on_bad_file="skip")
+    loader = open_source(data, run, reading("stream", 2), CPU)
+    device = device_source(data, run, monkeypatch)
+    batches = global_batches(loader.train_size, 8, 1)
+    for epoch in (0, 1):
+        want = list(loader.epoch_batches(epoch, batches, 0, 0, 1))
+        got = list(device.epoch_batches(epoch, batches, 0, 0, 1))
+        assert all(same(a, b) for a, b in zip(want, got, strict=True))
+    want, got = list(loader.val_batches(0, 1)), list(device.val_batches(0, 1))
+    assert all(same(a, b) for a, b in zip(want, got, strict=True))
+    assert device.describe()["skipped"].keys() == loader.describe()["skipped"].keys()
+    assert device.describe()["decode"] == "gpu" and loader.describe()["decode"] == "cpu"
+    loader.close()
+    device.close()
+
+
+def test_the_device_decoder_falls_back_per_image_and_names_the_one_that_fails(
+    tmp_path, monkeypatch
+):
+    from clusterbench.data.folder import resize
+
+    data = extracted(tmp_path, image_size=[16, 12])
+    source = device_source(data, data_run(workers=1), monkeypatch)
+    decoder = source.decoder
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)
+    jpeg = image_bytes(pixels, "JPEG")
+
+    def as_tensor(raw: bytes) -> torch.Tensor:
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+    whole = (0, 0, 20, 30, False)
+    items = [
+        (as_tensor(jpeg), whole, 7),
+        (as_tensor(jpeg[: len(jpeg) // 2]), whole, 8),  # a truncated JPEG: the batch fails
+        (torch.from_numpy(pixels).permute(2, 0, 1).contiguous(), (0, 0, 20, 30, True), 9),
+    ]
+    x, y, idx, bad = decoder(items, torch.tensor([0, 1, 2]), torch.tensor([4, 5, 6]))
+    assert x.shape == (2, 16, 12, 3) and y.tolist() == [0, 2] and idx.tolist() == [4, 6]
+    assert [row for row, _ in bad] == [8] and bad[0][1]
+    # a GPU resizes in float (CUDA has no 8-bit antialiased resize): within a level of 8-bit
+    box = torch.from_numpy(pixels).permute(2, 0, 1)[None].contiguous()
+    exact, rounded = resize(box, (16, 12)), resize(box, (16, 12), integer=False)
+    assert (exact.int() - rounded.int()).abs().max() <= 1
+    source.close()
 
 
 def test_an_image_folder_without_an_input_size_names_the_key(tmp_path):

@@ -24,12 +24,93 @@ def gpu_run(**overrides) -> dict:
 
 @pytest.mark.parametrize("backend", ["horovod", "ddp"])
 def test_one_gpu_trains_and_records_the_device(backend, tmp_path):
+    from clusterbench.training.peaks import gpu_peak
+
     data = make_dataset(tmp_path / "data")
     run_training(data, gpu_run(backend=backend), tmp_path / "out")
     info = json.loads((tmp_path / "out" / "run.json").read_text())
     assert info["world"]["device"] == "cuda" and info["world"]["gpus"] == 1
     assert info["world"]["backend"] == backend and info["world"]["gpu_names"]
     assert read_metrics(tmp_path / "out")[-1]["val_accuracy"] >= 0.9
+    # the peak MFU divides by: the GPU table's (none for a GPU the table does not know)
+    table = gpu_peak(torch.cuda.get_device_name(0), "fp32")
+    assert info["flops"]["peak"]["per_device"] == table["flops"]
+    assert info["flops"]["peak"]["source"] == table["source"]
+
+
+def test_a_compiled_run_on_a_gpu_trains_to_the_eager_losses(tmp_path):
+    data = make_dataset(tmp_path / "data", n_train=200)
+    runs = {
+        "eager": gpu_run(backend="ddp", batch_size=25, compile=False),
+        "compiled": gpu_run(backend="ddp", batch_size=25, compile=True),
+    }
+    for name, run in runs.items():
+        run_training(data, {**run, "name": name}, tmp_path / name)
+    eager, compiled = (read_metrics(tmp_path / name) for name in runs)
+    for key in ("train_loss", "val_loss"):  # TF32 convolutions either way: a looser tolerance
+        assert [m[key] for m in compiled] == pytest.approx([m[key] for m in eager], rel=1e-2)
+    info = json.loads((tmp_path / "compiled" / "run.json").read_text())
+    assert info["effective"]["compile"] is True and info["compile_seconds"] > 0
+
+
+def smooth_jpegs(path: Path, n: int = 24) -> Path:
+    """A zip of ``n`` smooth JPEGs (full-resolution colour, quality 95: decoders agree on them
+    within a level or two) of two classes and sizes 40..79."""
+    import io
+    import zipfile
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    with zipfile.ZipFile(path, "w") as archive:
+        for i in range(n):
+            h, w = (int(v) for v in rng.integers(40, 80, 2))
+            ramp = np.linspace(0, 255, w, dtype=np.float32)[None, :, None]
+            array = (ramp * np.array([1.0, 0.5, 0.2]) + 40 * (i % 2)).clip(0, 255)
+            array = np.broadcast_to(array, (h, w, 3)).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(array).save(buf, "JPEG", quality=95, subsampling=0)
+            archive.writestr(f"top/c{i % 2}/img{i}.jpg", buf.getvalue())
+    return path
+
+
+def test_jpegs_decoded_and_augmented_on_the_gpu_match_the_cpu_path(tmp_path):
+    """The same crops and flips; nvJPEG's pixels and the float resize within a level or two of
+    the CPU's (measured as the mean absolute difference in 8-bit levels)."""
+    from clusterbench.data.order import global_batches
+    from clusterbench.data.source import open_source
+    from test_data_sources import data_run, extracted, reading
+
+    data = extracted(tmp_path, make=smooth_jpegs, image_size=[32, 32])
+    gpu = torch.device("cuda", 0)
+    run = data_run(workers=1, gpus_per_node=1)
+    on_cpu = open_source(data, {**run, "decode": "cpu"}, reading("stream", 2), gpu)
+    on_gpu = open_source(data, {**run, "decode": "gpu"}, reading("stream", 2), gpu)
+    assert on_gpu.describe()["decode"] == "gpu" and on_cpu.describe()["decode"] == "cpu"
+    batches = global_batches(on_cpu.train_size, 8, 1)
+    std = torch.tensor(on_cpu.normalisation["std"], device=gpu)[None, :, None, None]
+    for (a, ya), (b, yb) in zip(
+        on_cpu.epoch_batches(0, batches, 0, 0, 1),
+        on_gpu.epoch_batches(0, batches, 0, 0, 1),
+        strict=True,
+    ):
+        assert b.is_cuda and torch.equal(ya, yb) and a.shape == b.shape
+        levels = ((a - b) * std * 255).abs()
+        assert float(levels.mean()) < 2.0, float(levels.mean())
+    on_cpu.close()
+    on_gpu.close()
+
+
+def test_a_run_on_a_gpu_decodes_its_image_folder_there_by_default(tmp_path):
+    from test_data_sources import extracted
+
+    data = extracted(tmp_path, make=smooth_jpegs, image_size=[32, 32])
+    run = gpu_run(dataset="pics", model="resnet", batch_size=8, on_bad_file="skip")
+    run_training(data, run, tmp_path / "out")
+    info = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert info["data"]["decode"] == "gpu"
+    assert info["data"]["decode_reason"] == "auto: the run trains on a GPU"
 
 
 def test_bf16_autocast_with_channels_last(tmp_path):

@@ -70,7 +70,7 @@ def test_a_new_store_carries_its_schema_version_and_appends_once(tmp_path: Path)
     first = store.append(path, [entry(), entry("/results/runs/b")], {"config_hash": "abc"})
     assert (first.added, first.present) == (2, 0)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # a local disk
         appended = conn.execute("SELECT config_hash, user, workdir FROM appends").fetchall()
     assert appended == [("abc", store._user(), os.getcwd())]
@@ -90,7 +90,7 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(tmp_path: Path, mon
     store.append(path, [entry()], {})
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE schema_version SET version = 7")
-    newer = re.escape("has schema version 7, newer than this clusterbench's (1): a newer")
+    newer = re.escape("has schema version 7, newer than this clusterbench's (2): a newer")
     for action in (
         lambda: store.append(path, [entry("/r/b")], {}),
         lambda: store.read_runs(path),
@@ -102,17 +102,19 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(tmp_path: Path, mon
 
     # an older one: migrated in place, one step at a time, inside the writer's transaction
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE schema_version SET version = 1")
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 2)
-    with pytest.raises(store.HistoryError, match="no migration from version 1 exists"):
+        conn.execute("UPDATE schema_version SET version = 2")
+    monkeypatch.setattr(store, "SCHEMA_VERSION", 3)
+    with pytest.raises(store.HistoryError, match="no migration from version 2 exists"):
         store.append(path, [entry("/r/b")], {})
     monkeypatch.setattr(
-        store, "MIGRATIONS", {1: lambda conn: conn.execute("ALTER TABLE runs ADD note TEXT")}
+        store,
+        "MIGRATIONS",
+        {**store.MIGRATIONS, 2: lambda conn: conn.execute("ALTER TABLE runs ADD note TEXT")},
     )
     assert store.check_writable(path) is None
     store.append(path, [entry("/r/b")], {})
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
         assert "note" in [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
     assert count(path) == 2
 

@@ -21,9 +21,6 @@ from clusterbench.core import preemption
 from clusterbench.launch.schedulers.sge import SGE_MPI_PE
 from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS, train_resources
 from conftest import default_config
-from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
-from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
-from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,7 +55,14 @@ def fake_job(resources: dict, threads: int = 1):
     )
 
 
+# The executor plugins are imported where a test uses them, not at collection: `pytest -m gpu`
+# (make gpu-check) collects this module on a GPU machine that may have no cluster plugin.
+
+
 def sbatch_line(resources: dict, threads: int = 1) -> list[str]:
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command as slurm_submit
+    from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
     job = fake_job(resources, threads)
     validate_slurm_extra(job)
     params = {
@@ -73,6 +77,8 @@ def sbatch_line(resources: dict, threads: int = 1) -> list[str]:
 
 
 def qsub_line(resources: dict, tmp_path: Path) -> list[str]:
+    from snakemake_executor_plugin_sge.submit_string import get_submit_command as sge_submit
+
     settings = SimpleNamespace(pe="smp")  # what profiles/sge sets as sge-pe
     cmd = sge_submit(
         fake_job(resources),

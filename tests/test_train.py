@@ -443,6 +443,8 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "augment": "auto",
         "on_bad_file": "fail",
         "grad_allreduce": "auto",
+        "compile": "auto",
+        "decode": "auto",
         **run,
     }
     assert info["epochs_completed"] == 2
@@ -460,7 +462,17 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "grad_allreduce": "one",  # auto on the CPU: one buffer after backward
         "grad_allreduce_reason": "auto: 0.2 MiB of gradients on the CPU: one buffer after backward",
         "grad_buffers": 1,
+        "compile": False,
+        "compile_reason": "auto: small_cnn not measured faster compiled on cpu",
     }
+    assert info["compile_seconds"] == 0.0
+    # the model's FLOPs, counted once, and each rank's device's peak, measured
+    flops = info["flops"]
+    assert flops["per_sample"]["forward"] > 0 and flops["per_sample"]["counted_on"] == "meta"
+    assert flops["per_sample"]["backward"] > flops["per_sample"]["forward"]
+    assert flops["units_per_sample"] == 1 and flops["peak"]["devices"] == 2
+    assert flops["peak"]["per_device"] > 0
+    assert flops["peak"]["source"].startswith("measured: fp32 512x512 matrix product")
     assert info["world"]["hosts"] and info["versions"]["torch"] == torch.__version__
     assert_provenance(info, ranks=[0, 1])
 

@@ -31,17 +31,24 @@ def print_tables(
     rows: Sequence[Row], figures: Sequence[Figure], warmup: int, order: dict[str, int]
 ) -> None:
     print()
-    print(f"Rows (images/s and epoch s: medians over epochs > {warmup}; wall s: whole command)")
+    print(
+        f"Rows (images/s, epoch s and the trainer's MFU: medians or means over epochs > {warmup}; "
+        "compile s: apart from the epochs; wall s: whole command)"
+    )
     print(
         f"{'section':<18} {'row':<58} {'round':>5} {'status':<7} {'images/s':>9} "
-        f"{'epoch s':>8} {'wall s':>7}"
+        f"{'epoch s':>8} {'MFU':>6} {'compile s':>9} {'wall s':>7}"
     )
     for r in sorted(rows, key=lambda r: (order.get(r.spec.case, 99), r.spec.name, r.round)):
         ips = f"{r.images_per_second:.0f}" if r.images_per_second is not None else "-"
         eps = f"{r.epoch_seconds:.3f}" if r.epoch_seconds is not None else "-"
+        mfu = r.facts.get("mfu")
+        mfu_text = "-" if mfu is None else f"{100 * mfu:.1f}%"
+        compiled = r.facts.get("compile_seconds") if r.facts.get("compiled") else None
+        compile_text = "-" if compiled is None else f"{compiled:.0f}"
         print(
             f"{r.spec.case:<18} {r.spec.name:<58} {r.round:>5} {r.status:<7} {ips:>9} "
-            f"{eps:>8} {r.wall_seconds:>7.1f}"
+            f"{eps:>8} {mfu_text:>6} {compile_text:>9} {r.wall_seconds:>7.1f}"
         )
     print()
     print("Figures (ratios of the rows' median images/s within a round; median over the rounds)")

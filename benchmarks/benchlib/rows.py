@@ -96,6 +96,8 @@ class Row:
     epoch_seconds: float | None = None
     measured_epochs: list[int] = dataclasses.field(default_factory=list)
     error: str | None = None
+    #: What the trainer's run.json adds (:func:`run_facts`): compile time, TFLOP/s, MFU.
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def median(self, key: str) -> float | None:
         """The median of ``key`` over the measured epochs (None where none has it)."""
@@ -221,6 +223,24 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
+def run_facts(info: dict[str, Any], row: Row) -> dict[str, Any]:
+    """A trainer row's figures from its ``run.json``: whether it compiled and in how many
+    seconds (apart from the epochs), and its achieved TFLOP/s and MFU over the measured epochs
+    (:func:`clusterbench.records.flops.efficiency`; None where not known)."""
+    import math
+
+    from clusterbench.records.flops import efficiency
+
+    measured = [r for r in row.epochs if r["epoch"] in row.measured_epochs]
+    figures = efficiency(info, measured)
+    return {
+        "compiled": (info.get("effective") or {}).get("compile"),
+        "compile_seconds": info.get("compile_seconds"),
+        **{k: None if math.isnan(v) else v for k, v in figures.items()},
+        "peak_source": ((info.get("flops") or {}).get("peak") or {}).get("source"),
+    }
+
+
 def summarise(row: Row, warmup: int) -> None:
     """The row's median images/s and epoch seconds over the epochs after ``warmup`` (a
     measurement of something else, bytes/s, has neither: :meth:`Row.median` reads it)."""
@@ -272,6 +292,8 @@ class Runner:
             print("\n".join(f"    {line}" for line in tail(log).splitlines()), flush=True)
             return row
         summarise(row, self.args.warmup_epochs)
+        if (out / "run.json").is_file():  # the trainer's (the references write none)
+            row.facts = run_facts(json.loads((out / "run.json").read_text()), row)
         if "tokens_per_second" in row.epochs[0]:  # a language model's
             unit = "tokens/s"
         elif row.images_per_second is not None or "bytes_per_second" in row.epochs[0]:

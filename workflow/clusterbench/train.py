@@ -45,6 +45,7 @@ from clusterbench.data import DataError
 from clusterbench.data.source import Reading, check, identity
 from clusterbench.models import ModelError
 from clusterbench.training import checkpoints
+from clusterbench.training.compiled import CompileError
 from clusterbench.training.device import check_device, cpu_threads, node_name
 from clusterbench.training.network import user_code_error
 from clusterbench.training.steps import NonFiniteLossError
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except ModelError as exc:  # the model cannot be built as asked: the cause, no traceback
         return bad_settings("train", ConfigError(str(exc)))
-    except NonFiniteLossError as exc:  # its message says where and what to do: alone
+    except (NonFiniteLossError, CompileError) as exc:  # its message says what to do: alone
         print(f"train: error: {exc}", file=sys.stderr, flush=True)
         return 1
     except Exception as exc:

@@ -102,13 +102,16 @@ def _images(key: str) -> Callable[[Mapping[str, Any], Data], str | None]:
     return rule
 
 
-def _files(run: Mapping[str, Any], data: Data) -> str | None:
-    if data.files:
-        return None
-    return (
-        "on_bad_file acts on an image folder stored as files only (decoded per batch); "
-        f"dataset {run['dataset']!r} is read from arrays or generated, where no image can fail"
-    )
+def _files(key: str, what: str) -> Callable[[Mapping[str, Any], Data], str | None]:
+    def rule(run: Mapping[str, Any], data: Data) -> str | None:
+        if data.files:
+            return None
+        return (
+            f"{key} acts on an image folder stored as files only (decoded per batch); dataset "
+            f"{run['dataset']!r} is read from arrays or generated, {what}"
+        )
+
+    return rule
 
 
 #: Training key -> why it can have no effect on a run (None: it can).
@@ -120,7 +123,8 @@ RULES: dict[str, Callable[[Mapping[str, Any], Data], str | None]] = {
     "warmup_epochs": _warmup,
     "augment": _images("augment"),
     "channels_last": _images("channels_last"),
-    "on_bad_file": _files,
+    "on_bad_file": _files("on_bad_file", "where no image can fail"),
+    "decode": _files("decode", "where nothing is decoded"),
     "grad_compression": _exchanged("grad_compression"),
     "loader_workers": _streamed,
     "sge_gpu_complex": _gpus,

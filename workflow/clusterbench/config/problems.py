@@ -297,6 +297,11 @@ def run_problems(
         problems.append(
             f"{where}.nodes: {run['nodes']} nodes for {run['workers']} workers leaves a node idle"
         )
+    if run.get("decode") == "gpu" and not run["gpus_per_node"]:
+        problems.append(
+            f"{where}.decode: gpu decodes the images on the run's GPUs, and it trains on the CPU "
+            "(gpus_per_node: 0): use decode: cpu, or auto (the CPU there, the GPU on GPUs)"
+        )
     if models_seen is None:
         problems += models.problems(run["model"], f"{where}.model")
     else:

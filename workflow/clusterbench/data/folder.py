@@ -265,18 +265,10 @@ class FileReader:
         y = torch.from_numpy(self.labels[self.rows[split][kept]])
         return x, y, torch.from_numpy(kept), bad
 
-    def decode(self, row: int) -> Any:
-        """Image ``row`` decoded: uint8 ``(C, H, W)`` (module docstring)."""
-        import torch
-        from torchvision.io import ImageReadMode, decode_image
-
-        from clusterbench.formats._pixels import (
-            PixelError,
-            animated,
-            check_size,
-            dimensions,
-            header,
-        )
+    def load(self, row: int) -> tuple[bytearray, tuple[int, int]]:
+        """Image ``row``'s bytes and its ``(width, height)`` from its header, checked against
+        the pixel limit (module docstring): :class:`BadFile` saying why they cannot be had."""
+        from clusterbench.formats._pixels import PixelError, check_size, dimensions, header
 
         if row in self.not_images:
             raise BadFile("not a PNG or JPEG file (by its name)")
@@ -286,21 +278,35 @@ class FileReader:
             check_size(*size)
         except PixelError as exc:
             raise BadFile(str(exc)) from None
-        mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
-        image = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=mode)
+        return data, (int(size[0]), int(size[1]))
+
+    def decode_bytes(self, data: bytearray) -> Any:
+        """An image's bytes decoded on the CPU: uint8 ``(C, H, W)`` (module docstring)."""
+        import torch
+        from torchvision.io import decode_image
+
+        from clusterbench.formats._pixels import animated
+
+        image = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=self.read_mode())
         if image.ndim == 4:  # an animated GIF: its frames
             raise BadFile(str(animated(image.shape[0])))
         if image.dtype == torch.uint16:  # a 16-bit PNG: its high byte, as Pillow's readers
             image = (image.to(torch.int32) >> 8).to(torch.uint8)
         return image
 
-    def image(self, split: str, epoch: int | None, i: int, row: int) -> Any:
-        """Image ``i`` of ``split`` (index row ``row``): uint8 ``(H, W, C)``."""
-        import torch
-        import torch.nn.functional as F
+    def read_mode(self) -> Any:
+        """The dataset's channels as torchvision's decoders take them."""
+        from torchvision.io import ImageReadMode
 
-        image = self.decode(row)
-        _, height, width = image.shape
+        return ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
+
+    def decode(self, row: int) -> Any:
+        """Image ``row`` decoded: uint8 ``(C, H, W)`` (module docstring)."""
+        return self.decode_bytes(self.load(row)[0])
+
+    def crop(self, split: str, epoch: int | None, i: int, height: int, width: int) -> tuple:
+        """``(top, left, h, w, flip)`` of image ``i`` of ``split`` (``height x width``) in
+        ``epoch``, as ``augment`` says (module docstring)."""
         flip = False
         if self.augment == "standard" and split == "train":
             rng = augmentation.sample_rng(self.seed, epoch or 0, i)
@@ -310,13 +316,42 @@ class FileReader:
             top, left, h, w = augmentation.centre_crop_box(height, width, self.size)
         else:
             top, left, h, w = 0, 0, height, width
+        return top, left, h, w, flip
+
+    def transform(self, image: Any, crop: tuple) -> Any:
+        """A decoded ``(C, H, W)`` image (on any device) cropped to ``crop`` (:meth:`crop`),
+        resized to the input size and flipped: uint8 ``(H, W, C)``."""
+        import torch
+
+        top, left, h, w, flip = crop
         box = image[None, :, top : top + h, left : left + w]
         box = box.contiguous(memory_format=torch.channels_last)
         if (h, w) != self.size:
-            box = F.interpolate(box, size=self.size, mode="bilinear", antialias=True)
+            box = resize(box, self.size)
         if flip:
             box = box.flip(-1)
         return box[0].permute(1, 2, 0).contiguous()
+
+    def image(self, split: str, epoch: int | None, i: int, row: int) -> Any:
+        """Image ``i`` of ``split`` (index row ``row``): uint8 ``(H, W, C)``."""
+        image = self.decode(row)
+        _, height, width = image.shape
+        return self.transform(image, self.crop(split, epoch, i, height, width))
+
+
+def resize(box: Any, size: tuple[int, int], integer: bool | None = None) -> Any:
+    """uint8 ``(1, C, h, w)`` resized to ``size`` (bilinear, antialiased). ``integer`` (the
+    default on the CPU): in 8-bit arithmetic, as the CPU path always did; else (CUDA has no
+    8-bit antialiased resize) in float32, rounded back to uint8."""
+    import torch
+    import torch.nn.functional as F
+
+    if integer is None:
+        integer = box.device.type == "cpu"
+    if integer:
+        return F.interpolate(box, size=size, mode="bilinear", antialias=True)
+    out = F.interpolate(box.float(), size=size, mode="bilinear", antialias=True)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
 class EvalBatches:

@@ -269,6 +269,7 @@ def streamed_files(
     data_dir: Path, meta: Mapping[str, Any], run: Mapping[str, Any], device: Any, settings: dict
 ) -> Any:
     """An image folder stored as files, decoded per batch at the input size."""
+    from clusterbench.data import device_decode
     from clusterbench.data.folder import FileReader, Sources, input_size, read_index
     from clusterbench.data.stream import StreamedImages
 
@@ -277,6 +278,7 @@ def streamed_files(
     channels = int(meta["channels"])
     sources = Sources(data_dir, index)
     reader = FileReader(sources, index, size, channels, settings["augment"], run["seed"])
+    decoded = device_decode.choose(run.get("decode", "auto"), device.type)
     info = {
         "train_size": meta["counts"]["train"],
         "num_classes": meta["num_classes"],
@@ -285,7 +287,15 @@ def streamed_files(
         "storage": "files",
         "eval_batch": 256,
     }
-    return StreamedImages(reader, info, device, settings, name_bad=sources.describe)
+    if decoded[0] == "cpu":
+        source = StreamedImages(reader, info, device, settings, name_bad=sources.describe)
+    else:  # the loader processes read bytes, the device decodes and augments them
+        decoder = device_decode.DeviceDecoder(reader, device)
+        source = StreamedImages(
+            device_decode.ByteReader(reader), info, device, settings, sources.describe, decoder
+        )
+    source.decoded = decoded
+    return source
 
 
 def eval_input(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -114,10 +114,15 @@ class StreamedImages:
         device: Any,
         settings: dict[str, Any],
         name_bad: Callable[[int], str] = str,
+        decoder: Callable[..., Any] | None = None,
     ) -> None:
         import torch
 
         self.reader, self.device, self.name_bad = reader, device, name_bad
+        #: Decodes a batch of the reader's items on the device (decode: gpu); None: the reader
+        #: gives pixels (:mod:`clusterbench.data.device_decode`).
+        self.decoder = decoder
+        self.decoded = ("cpu", "decode: cpu")  # where, and why (run.json's data)
         self.train_size = int(info["train_size"])
         self.num_classes = int(info["num_classes"])
         self.input_shape = list(info["input_shape"])
@@ -190,6 +195,9 @@ class StreamedImages:
                 x, y, idx, bad = next(batches)
             except StopIteration:
                 return
+            if self.decoder is not None:  # the reader's items decoded on the device
+                x, y, idx, more = self.decoder(x, y, idx)
+                bad = [*bad, *more]
             self.bad_files(bad, len(y))
             x = x.to(self.device, non_blocking=True)
             if table is not None:
@@ -219,6 +227,11 @@ class StreamedImages:
         return {
             "source": "stream",
             "augment": self.augment,
+            **(
+                {"decode": self.decoded[0], "decode_reason": self.decoded[1]}
+                if self.storage == "files"
+                else {}
+            ),
             "loader_workers": self.workers,
             "skipped": dict(sorted(self.skipped.items())),
         }

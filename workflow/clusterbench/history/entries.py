@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.config import NOT_SPEED_KEYS
-from clusterbench.records import runs
+from clusterbench.records import flops, runs
 from clusterbench.records.runs import memory_format
 
 
@@ -164,7 +164,16 @@ def entry(run_dir: Path, eval_dir: Path, warmup: int) -> dict[str, Any]:
         "accuracy": _number(metrics.get("accuracy")),
         "eval_split": metrics.get("split"),
         "train_seconds": _number(info.get("train_seconds")),
+        **{k: _number(v) for k, v in efficiency(info, records, warmup).items()},
     }
+
+
+def efficiency(
+    info: Mapping[str, Any], records: list[dict[str, Any]], warmup: int
+) -> dict[str, float]:
+    """Achieved TFLOP/s and MFU over the timed epochs (:mod:`clusterbench.records.flops`)."""
+    found = flops.efficiency(info, records[warmup:])
+    return {"tflops": found["tflops"], "mfu": found["mfu"]}
 
 
 def _number(value: Any) -> float | None:

@@ -101,6 +101,10 @@ def config_label(speed_settings: str) -> str:
         words.append(str(s["device"]))
     if s.get("deterministic"):
         words.append("deterministic")
+    if s.get("compile") is True:
+        words.append("compiled")
+    if s.get("decode") in ("cpu", "gpu"):
+        words.append(f"decode {s['decode']}")
     return ", ".join(words)
 
 

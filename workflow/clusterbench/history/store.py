@@ -46,7 +46,7 @@ from typing import Any
 from clusterbench.core.paths import cannot_make_in, expand
 
 #: The schema this module writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: How long a writer waits for another's transaction before it gives up.
 BUSY_TIMEOUT_SECONDS = 120.0
@@ -133,6 +133,9 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("eval_split", "TEXT"),
     ("train_seconds", "REAL"),
     ("epoch_metrics", "TEXT"),  # every epoch's seconds, images/s, val accuracy (JSON)
+    # model FLOPs over the timed epochs (clusterbench.records.flops; schema version 2)
+    ("tflops", "REAL"),
+    ("mfu", "REAL"),
 )
 
 #: The names of :data:`RUN_COLUMNS`.
@@ -158,9 +161,17 @@ CREATE TABLE runs (
 CREATE INDEX runs_series ON runs (site, environment, workload, speed_settings);
 """
 
+
 #: Schema migrations: version v -> the function that makes a v file a v + 1 one (run inside
 #: the writer's transaction).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+def _add_flops(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: the columns ``tflops`` and ``mfu`` (NULL for the runs already there:
+    their run.json may have no FLOPs)."""
+    for name in ("tflops", "mfu"):
+        conn.execute(f"ALTER TABLE runs ADD COLUMN {name} REAL")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_flops}
 
 
 class HistoryError(Exception):

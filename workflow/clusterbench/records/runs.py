@@ -18,6 +18,7 @@ from typing import Any
 from clusterbench.config import LATER_TRAIN_KEYS, TRAIN_KEYS
 from clusterbench.core.integrity import forcerun_command
 from clusterbench.core.params import read_json_object
+from clusterbench.records import flops
 
 #: The fields every line of ``metrics.jsonl`` has, all numbers.
 EPOCH_FIELDS = (
@@ -109,6 +110,7 @@ def read_run_info(path: Path) -> dict[str, Any]:
         )
     require(info["effective"], EFFECTIVE_FIELDS, path, " in 'effective'")
     check_provenance(info, path)
+    flops.check(info, path)
     return info
 
 

@@ -56,6 +56,8 @@ CONFIG_COLUMNS = (
     "mean",
     "se",
     "unit",
+    "tflops",
+    "mfu",
     "rank",
 )
 
@@ -75,6 +77,8 @@ RECOMMENDATION_COLUMNS = (
     "beyond_noise",
     "configurations",
     "unit",
+    "tflops",
+    "mfu",
 )
 
 
@@ -132,12 +136,32 @@ def configurations(runs_df: pd.DataFrame) -> pd.DataFrame:
                 "mean": est.mean,
                 "se": est.se,
                 "unit": rate.replace("_per_second", "/s"),
+                **mean_efficiency(group),
             }
         )
     out = pd.DataFrame(rows, columns=[c for c in CONFIG_COLUMNS if c != "rank"])
     out = out.sort_values(["workload", "mean"], ascending=[True, False], kind="stable")
     out["rank"] = out.groupby("workload").cumcount() + 1
     return out.reset_index(drop=True)
+
+
+def mean_efficiency(group: pd.DataFrame) -> dict[str, float]:
+    """The mean achieved TFLOP/s and MFU of a configuration's runs (runs.csv's ``tflops`` and
+    ``mfu``; NaN where no run has them: a runs.csv of an older version, no known peak)."""
+    found = {}
+    for key in ("tflops", "mfu"):
+        values = group[key].astype(float).to_numpy() if key in group else np.array([])
+        found[key] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+    return found
+
+
+def efficiency_text(row: Any) -> str:
+    """'0.42 TFLOP/s, MFU 3.1 %' ('' where not known; the TFLOP/s alone without a peak)."""
+    tflops, mfu = row.get("tflops"), row.get("mfu")
+    if missing(tflops):
+        return ""
+    text = f"{tflops:.3g} TFLOP/s"
+    return text if missing(mfu) else f"{text}, MFU {fmt_pct(mfu, 1)}"
 
 
 def config_parts(row: Any, batch: bool = True) -> dict[str, str]:
@@ -156,6 +180,8 @@ def config_parts(row: Any, batch: bool = True) -> dict[str, str]:
         if compression in ("none", None)
         else f"{compression} compression",
         "memory_format": "channels-last" if row.get("memory_format") == "channels_last" else "",
+        "compile": "compiled" if str(row.get("compile")) == "True" else "",
+        "decode": f"decode {row['decode']}" if row.get("decode") in ("cpu", "gpu") else "",
         "batch": f"batch {int(row['global_batch'])}" if batch else "",
     }
     return {k: v for k, v in parts.items() if v}
@@ -189,6 +215,8 @@ def recommendations(configs: pd.DataFrame) -> pd.DataFrame:
             "se": best["se"],
             "configurations": len(group),
             "unit": best["unit"],
+            "tflops": best.get("tflops", math.nan),
+            "mfu": best.get("mfu", math.nan),
             **dict.fromkeys(("runner_up", "runner_up_mean", "runner_up_se"), None),
             **dict.fromkeys(("margin", "margin_pct", "margin_se"), math.nan),
             "beyond_noise": None,
@@ -235,6 +263,8 @@ def recommendation_sentence(row: Any) -> str:
     model's rate is in tokens/s."""
     unit = row.get("unit") or "images/s"
     text = f"{row['workload']}: fastest {row['config']}: {row['mean']:,.0f} {unit}"
+    if efficiency := efficiency_text(row):
+        text += f" ({efficiency})"
     if missing(row["runner_up"]):
         return f"{text} ({verdict(row)})."
     return (

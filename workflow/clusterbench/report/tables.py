@@ -13,6 +13,7 @@ import pandas as pd
 from clusterbench.config import LATER_TRAIN_DEFAULTS, SPEED_KEYS, TRAIN_DEFAULTS
 from clusterbench.config.experiments import format_value
 from clusterbench.core import provenance
+from clusterbench.records import flops
 from clusterbench.records.runs import memory_format, throughput_columns
 from clusterbench.report import step_times
 from clusterbench.report.inputs import (
@@ -207,6 +208,20 @@ def timing_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
     }
 
 
+def efficiency_stats(info: dict[str, Any], epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
+    """Model FLOPs over the timed epochs (:func:`clusterbench.records.flops.efficiency`: FLOPs
+    per sample, a device's peak TFLOP/s, achieved TFLOP/s, MFU; NaN where not known) and the
+    compilation: whether the network was compiled, and in how many seconds (not in the
+    epochs)."""
+    timed = epochs[timed_mask(epochs, warmup)].to_dict("records")
+    effective = info.get("effective") or {}
+    return {
+        **flops.efficiency(info, timed),
+        "compiled": bool(effective.get("compile", False)),
+        "compile_seconds": float(info.get("compile_seconds") or 0.0),
+    }
+
+
 def token_stats(epochs: pd.DataFrame, warmup: int) -> dict[str, Any]:
     """A language model's tokens per second over the timed epochs (mean, sample sd) and its
     final validation perplexity; NaN for a run that trains on images."""
@@ -325,6 +340,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "final_val_loss": float(ep["val_loss"].iloc[-1]),
                 "best_val_accuracy": float(ep["val_accuracy"].max()),
                 **timing_stats(ep, warmup),
+                **efficiency_stats(r.info, ep, warmup),
                 **throughput_columns(r.info),  # Horovod's summary lines, as trained
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),

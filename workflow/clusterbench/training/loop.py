@@ -34,7 +34,7 @@ from clusterbench.backends import Runtime
 from clusterbench.core import preemption
 from clusterbench.core.atomic import atomic_path
 from clusterbench.models.custom import code_digest
-from clusterbench.training import checkpoints, memory_format, step_times
+from clusterbench.training import checkpoints, compiled, flops, memory_format, peaks, step_times
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
 from clusterbench.training.memory_format import torch_format
 from clusterbench.training.network import build, same_network, unused_note
@@ -191,6 +191,7 @@ def fit(
     state = session.make_state(model, optimizer, session.prepare(values_of(ckpt), saved_ranks))
     trainer = Trainer(rt, run, data, Path(out_dir), session, device, settings)
     trainer.layout = layout
+    trainer.compiled = compiled.Compiled(run, device_type)
     trainer.partial = session.start(state, saved_ranks)
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
@@ -223,6 +224,7 @@ class Trainer:
         self.dump_dir: Path | None = None
         self.max_steps: int | None = None
         self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
+        self.compiled: compiled.Compiled | None = None  # torch.compile, and its seconds
         self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
         self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
         self.data_id: str | None = None  # the data's identity (checkpoints)
@@ -264,8 +266,12 @@ class Trainer:
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
         )
+        peak = peaks.device_peak(self.device, self.run["precision"])  # before any compile
+        if self.compiled is not None:  # before the clock: its time is recorded apart
+            self.compiled.prepare(ctx, ctx.batches(self.max_steps))
         facts = rt.allgather_object(
-            rank_provenance(rt.rank, rt.local_rank, self.device), name="train.provenance"
+            {**rank_provenance(rt.rank, rt.local_rank, self.device), "peak": peak},
+            name="train.provenance",
         )
         self.outputs(state)
         clock = Clock.starting()
@@ -393,6 +399,8 @@ class Trainer:
             with atomic_path(Path(self.dump_dir) / self.run["name"] / f"rank-{rt.rank}.pt") as tmp:
                 torch.save(cpu_state(state.model), tmp)
         data = rt.allgather_object(record.rank_record(self.data), name="train.data")
+        # the devices' peak again, after training: each rank's better of the two is its peak
+        ends = rt.allgather_object(peaks.device_peak(self.device, self.run["precision"]), "peak")
         out = self.outputs(state)
         if out is None:
             return
@@ -410,7 +418,10 @@ class Trainer:
                 "grad_buffers": self.grad_buffers,
                 # trainable parameters a step leaves without a gradient (your own model's)
                 "unused_parameters": list(self.unused),
+                **(self.compiled.record() if self.compiled else {}),
             },
+            "compile_seconds": self.compiled.seconds if self.compiled else 0.0,
+            "flops": flops.run_record(self.arch, self.data, facts, ends),
             "step_work": step_work_record(
                 state.model, self.data, self.run, rt.size, self.max_steps
             ),

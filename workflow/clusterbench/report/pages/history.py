@@ -26,7 +26,8 @@ CAPTION = (
     "training ended: a series is one site, environment, workload and configuration (a line); "
     "each point is one workflow run's runs of it (whiskers: \u00b1 1 standard error; small dots: "
     "the runs). Hollow: earlier runs, from any checkout or user sharing the store; filled: this "
-    "report's. A red cross is a regression (rule below)."
+    "report's. A red cross is a regression (rule below). Each line's legend gives the model "
+    "FLOPs its newest run achieved (TFLOP/s) and their share of the devices' peak (MFU)."
 )
 
 STATUS_WORDS = {
@@ -77,7 +78,8 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
         color = colors[config]
         runs = mine[mine["speed_settings"] == config]
         ax.plot(runs["date"], runs["images_per_second_mean"], ".", color=color, alpha=0.35)
-        ax.plot(line["when"], line["mean"], "-", color=color, lw=1.2, label=line["config"].iloc[0])
+        label = line["config"].iloc[0] + mfu_label(runs)
+        ax.plot(line["when"], line["mean"], "-", color=color, lw=1.2, label=label)
         for row in line.itertuples(index=False):
             se = row.se if np.isfinite(row.se) else 0.0
             face = color if row.current else "white"
@@ -103,6 +105,24 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.tick_params(axis="x", labelsize=8.5, labelrotation=20)
     ax.legend(fontsize=8, frameon=False, loc="lower left")
+
+
+def mfu_label(runs: pd.DataFrame) -> str:
+    """'\nnewest: 0.42 TFLOP/s, MFU 3.1 %' (a line of its own under the configuration's) from
+    a configuration's newest entry that has them (the store's ``tflops`` and ``mfu``); ''
+    where none has."""
+    if "tflops" not in runs:
+        return ""
+    tflops = pd.to_numeric(runs["tflops"], errors="coerce")  # a CSV's empty cell: NaN
+    known = runs.assign(tflops=tflops)[np.isfinite(tflops)].sort_values("date")
+    if known.empty:
+        return ""
+    newest = known.iloc[-1]
+    mfu = float(pd.to_numeric(newest.get("mfu"), errors="coerce"))
+    text = f"{float(newest['tflops']):.3g} TFLOP/s" + (
+        f", MFU {100 * mfu:.3g} %" if np.isfinite(mfu) else ""
+    )
+    return f"\nnewest: {text}"
 
 
 #: The least time either side of a panel's points (one point, or points minutes apart, would

@@ -35,7 +35,10 @@ CAPTION = (
 )
 
 #: The noise rule, in the note of every page.
-RULE = "Noise rule: a margin is " + stats.RULE + "."
+RULE = (
+    "Beside each bar: its runs' model FLOPs achieved (TFLOP/s) and their share of the devices' "
+    "peak (MFU; docs/report.md). Noise rule: a margin is " + stats.RULE + "."
+)
 
 
 def draw(ctx: Context) -> None:
@@ -97,12 +100,15 @@ def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
     y = np.arange(len(part))
     se = np.nan_to_num(part["se"].to_numpy(dtype=float))
     ax.barh(y, part["mean"], xerr=se, color=colors, capsize=3, height=0.6)
-    for yi, row in zip(y, part.itertuples(index=False), strict=True):
-        spread = f" \u00b1 {row.se:,.0f}" if np.isfinite(row.se) else ""
+    for yi, (_, row) in zip(y, part.iterrows(), strict=True):
+        mean, se = float(row["mean"]), float(row["se"])
+        spread = f" \u00b1 {se:,.0f}" if np.isfinite(se) else ""
+        efficiency = recommend.efficiency_text(row)
         ax.text(
-            row.mean + (row.se if np.isfinite(row.se) else 0),
+            mean + (se if np.isfinite(se) else 0),
             yi,
-            f"  {row.mean:,.0f}{spread} ({plural(row.n_runs, 'run')}, {row.epochs} ep.)",
+            f"  {mean:,.0f}{spread} ({plural(row['n_runs'], 'run')}, {row['epochs']} ep.)"
+            + (f"\n  {efficiency}" if efficiency else ""),
             va="center",
             fontsize=8.5,
         )

@@ -28,7 +28,7 @@ SCHEDULE_MARKS = {"constant": "", "cosine": "\ncos", "step": "\nstep", "inverse_
 #: The columns: header, relative width, right-aligned; the accuracy's header is the split's.
 COLUMNS = (
     ("#", 0.025, True),
-    ("Run", 0.137, False),
+    ("Run", 0.125, False),
     ("Dataset /\nmodel", 0.085, False),
     ("Workers\n(nodes)", 0.066, True),
     ("Device /\nmemory", 0.075, False),
@@ -39,7 +39,7 @@ COLUMNS = (
     ("Epochs", 0.055, True),
     (None, 0.07, True),
     ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
-    ("Throughput\n(images/s)", 0.088, True),
+    ("Throughput\n(images/s;\nTF/s, MFU)", 0.1, True),
     ("Total\ntrain time", 0.092, True),
 )
 #: With elastic runs whose device-hours are known: one more column (its header names the unit),
@@ -96,7 +96,12 @@ def draw(ctx: Context) -> None:
         if hours
         else None
     )
-    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df), hours_note]))
+    note = " ".join(
+        filter(
+            None,
+            [untimed_note(runs_df, "* "), *notes(runs_df), efficiency_note(runs_df), hours_note],
+        )
+    )
     bottom = 0.08 if note else 0.06
     table_pages(
         ctx.book,
@@ -134,10 +139,38 @@ def run_cells(rank: int, r: Any, splits: bool, hours: str | None = None) -> list
             if r.timed_epochs
             else "n/a\n(0 ep.*)"
         ),
-        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1"),
+        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1") + efficiency_cell(r),
         *([hours_cell(r, "/" in hours)] if hours else []),
-        fmt_duration(r.train_seconds),
+        fmt_duration(r.train_seconds) + compile_cell(r),
     ]
+
+
+def efficiency_note(runs_df: Any) -> str | None:
+    """What the throughput's TF/s and MFU and the compile time are, where a run has them."""
+    parts = []
+    if "tflops" in runs_df and runs_df["tflops"].notna().any():
+        parts.append(
+            "TF/s: the model FLOPs achieved (TFLOP/s); MFU: their share of the devices' peak "
+            "(a GPU's from its datasheet, a CPU's measured; docs/report.md)."
+        )
+    if "compiled" in runs_df and runs_df["compiled"].astype(bool).any():
+        parts.append("Under a compiled run's training time: its compile time (+, not in it).")
+    return " ".join(parts) or None
+
+
+def efficiency_cell(r: Any) -> str:
+    """A run's achieved TFLOP/s and MFU on a line of their own ('' where not known)."""
+    tflops, mfu = getattr(r, "tflops", math.nan), getattr(r, "mfu", math.nan)
+    if not r.timed_epochs or not math.isfinite(tflops):
+        return ""
+    return f"\n{tflops:.3g} TF/s" + (f"\nMFU {100 * mfu:.3g} %" if math.isfinite(mfu) else "")
+
+
+def compile_cell(r: Any) -> str:
+    """A compiled run's compile time, on a line of its own under its training time."""
+    if not getattr(r, "compiled", False):
+        return ""
+    return f"\n+{fmt_duration(r.compile_seconds)}\ncompile"
 
 
 def hours_cell(r: Any, mixed: bool) -> str:
