@@ -704,6 +704,13 @@ def test_backend_comparison_pairs_only_identical_configs():
     assert tables.backend_comparison(df).empty
     df["grad_compression"] = "fp16"
     assert list(tables.backend_comparison(df)["grad_compression"]) == ["fp16", "fp16"]
+    assert set(tables.backend_comparison(df)["unit"]) == {"images/s"}
+    # language models are compared in tokens/s (the ratio is the same)
+    lm = df.assign(task="language-model", model="gpt-tiny")
+    lm["tokens_per_second"], lm["std_tokens_per_second"] = lm["images_per_second"] * 64, 640.0
+    cmp = tables.backend_comparison(lm)
+    assert set(cmp["unit"]) == {"tokens/s"} and cmp["throughput"].tolist()[1] == 1100.0 * 64
+    assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
 
 
 @pytest.mark.slow  # a whole report rendered (several seconds)

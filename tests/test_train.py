@@ -21,6 +21,7 @@ from clusterbench.data.order import epoch_permutation, global_batches, shard_bou
 from clusterbench.models import build_model
 from clusterbench.train import main, validate_run
 from clusterbench.training.device import DeviceError, check_device
+from clusterbench.training.record import epoch_line
 from clusterbench.training.schedule import PROGRESS_INTERVAL, progress_due, progress_line
 from clusterbench.training.steps import non_finite_message
 
@@ -228,6 +229,12 @@ def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
     assert line == "train: epoch 3 step 120/400 (30%), 1280 images/s, ETA 28 s"
     assert progress_line(1, 7, 7, 700, 0.5).endswith("(100%), 1400 images/s, ETA 0 s")
     assert "\r" not in line and "\n" not in line
+    # a language model's lines: its sequences' tokens per second
+    assert progress_line(1, 7, 7, 700, 0.5, tokens=32).endswith("44800 tokens/s, ETA 0 s")
+    record = {"epoch": 2, "train_loss": 3.0, "val_loss": 3.1, "val_accuracy": 0.2, "lr": 0.1}
+    record.update(epoch_seconds=2.0, images_per_second=100.0)
+    assert epoch_line(record).endswith(", 2.00 s, 100 images/s, lr 0.1")
+    assert epoch_line({**record, "tokens_per_second": 3200.0}).endswith(" 3200 tokens/s, lr 0.1")
 
 
 @pytest.mark.parametrize(

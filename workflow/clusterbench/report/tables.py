@@ -620,7 +620,8 @@ def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
 def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
     """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
     configuration and backend: the fastest timed run of that backend, its throughput, and the
-    ratio to the reference backend (horovod if present, else the first by name)."""
+    ratio to the reference backend (horovod if present, else the first by name). ``throughput``
+    and ``std_throughput`` are in ``unit``: images/s, a language model's tokens/s."""
     runs_df = with_settings(runs_df)
     timed = runs_df[np.isfinite(runs_df["images_per_second"])]
     rows = []
@@ -634,6 +635,8 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
             for b in backends
         }
         config = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
+        tokens = "task" in group and bool((group["task"] == "language-model").all())
+        rate = "tokens_per_second" if tokens else "images_per_second"
         for b in [ref, *(b for b in backends if b != ref)]:
             row = best[b]
             rows.append(
@@ -646,8 +649,12 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
                     "images_per_second": row["images_per_second"],
                     "std_images_per_second": row["std_images_per_second"],
                     "ratio": row["images_per_second"] / best[ref]["images_per_second"],
+                    "throughput": row[rate],
+                    "std_throughput": row[f"std_{rate}"],
+                    "unit": "tokens/s" if tokens else "images/s",
                 }
             )
     columns = [*BACKEND_MATCH_KEY, "backend", "reference_backend", "run", "runs"]
     columns += ["images_per_second", "std_images_per_second", "ratio"]
+    columns += ["throughput", "std_throughput", "unit"]
     return pd.DataFrame(rows, columns=columns)

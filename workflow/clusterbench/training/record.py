@@ -59,12 +59,15 @@ def epoch_record(
 
 
 def epoch_line(record: Mapping[str, Any]) -> str:
-    """Rank 0's log line at an epoch's end."""
+    """Rank 0's log line at an epoch's end (a language model's rate in tokens/s)."""
+    if "tokens_per_second" in record:
+        rate = f"{record['tokens_per_second']:.0f} tokens/s"
+    else:
+        rate = f"{record['images_per_second']:.0f} images/s"
     return (
         f"train: epoch {record['epoch']}: loss {record['train_loss']:.4f}, "
         f"val loss {record['val_loss']:.4f}, val accuracy {record['val_accuracy']:.4f}, "
-        f"{record['epoch_seconds']:.2f} s, {record['images_per_second']:.0f} images/s, "
-        f"lr {record['lr']:.4g}"
+        f"{record['epoch_seconds']:.2f} s, {rate}, lr {record['lr']:.4g}"
     )
 
 

@@ -92,6 +92,7 @@ def run_steps(
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
     schedule, steps = lr_schedule(run), len(batches)
     loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
+    tokens = units if ctx.data.task == "language-model" else 0  # the progress lines' unit
     fmt, times, optimizer = ctx.memory_format, ctx.step_times, ctx.optimizer
     ctx.net.train()
     loss_sum = torch.full((), begin.partial.loss_sum, dtype=torch.float64, device=ctx.device)
@@ -128,7 +129,8 @@ def run_steps(
         if rank == 0:
             now = time.monotonic()
             if progress_due(now, last, done, steps, printed):
-                print(progress_line(epoch + 1, done, steps, images, now - started), flush=True)
+                line = progress_line(epoch + 1, done, steps, images, now - started, tokens)
+                print(line, flush=True)
                 last, printed = now, True
         if preemption.check_due(done, steps, check_every) and ctx.rt.any_rank(
             preemption.warned(), "train.warned"
