@@ -80,9 +80,8 @@ def series_lines(pts: pd.DataFrame, last: int) -> list[str]:
             lines.append(
                 f"  {config}" + (f" (last {last} of {len(part)})" if last < len(part) else "")
             )
-            lines.append(
-                f"    {'date':<17} {part['unit'].iloc[0]:>10} {'SE':>8} {'runs':>5} {'epochs':>6}  status"
-            )
+            unit = part["unit"].iloc[0]  # images/s, a language model's tokens/s
+            lines.append(f"    {'date':<17} {unit:>10} {'SE':>8} {'runs':>5} {'epochs':>6}  status")
             for row in shown.itertuples(index=False):
                 se = f"{row.se:,.1f}" if pd.notna(row.se) else "n/a"
                 lines.append(
