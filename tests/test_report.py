@@ -1011,6 +1011,7 @@ def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
         FAKE_COMMIT[:10],
         "(dirty)",
         "3.11.7 / 2.1.0",
+        "TensorBoard event files are in results/runs/<run>/tensorboard/",
     ):
         assert expected in page, expected
     title = " ".join(text[PAGE["title"]].split())
