@@ -36,8 +36,12 @@ rule comm:
         ),
         workers=lambda wc: PIPELINE.comm_of(wc).workers,
         backend=lambda wc: PIPELINE.comm_of(wc).backend,
+        # the interface and log level of its runs (their iface and log_level; none: the
+        # launcher's variables work)
+        network=lambda wc: network_options(vars(PIPELINE.comm_of(wc))),
         out_dir=lambda wc, output: dir_of(output.json),
     shell:
-        "python -m clusterbench.launch --np {params.workers} --backend {params.backend} -- "
+        "python -m clusterbench.launch --np {params.workers} --backend {params.backend} "
+        "{params.network}-- "
         "python {input.script:q} --params {params.params:q} --out-dir {params.out_dir:q} "
         "> {log:q} 2>&1"

@@ -988,6 +988,13 @@ def provenance_specs() -> list[dict]:
 @pytest.mark.slow  # a whole report rendered (several seconds)
 def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=provenance_specs(), epochs=3, benchmarks=False)
+    for run_dir in fake["run_dirs"]:  # the network each run's ranks talked over (run.json)
+        info = json.loads((Path(run_dir) / "run.json").read_text())
+        info["network"] = {"iface": "lo", "iface_from": None, "log_level": None}
+        if Path(run_dir).name == "other-2w":
+            info["network"] = {"iface": "ib0", "iface_from": "config", "log_level": "info"}
+            info["network"]["log_level_from"] = "$CLUSTERBENCH_LOG_LEVEL"
+        (Path(run_dir) / "run.json").write_text(json.dumps(info))
     out = tmp_path / "report"
     assert run_report(fake, out, benchmarks=[]) == 0
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
@@ -1012,12 +1019,31 @@ def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
         "(dirty)",
         "3.11.7 / 2.1.0",
         "TensorBoard event files are in results/runs/<run>/tensorboard/",
+        "Network: interface lo (chosen by the launcher) for alike-1w and alike-2w; interface "
+        "ib0 (config), log level info ($CLUSTERBENCH_LOG_LEVEL) for other-2w.",
     ):
         assert expected in page, expected
     title = " ".join(text[PAGE["title"]].split())
     differs = "DIFFERS in CPU, GPUs, GPU driver, commit, torch (see the provenance page)"
     assert f"Runs that differ {differs}: 1 run, other-2w" in title
     assert f"Training CPUs {FAKE_CPU} (2 runs), Other CPU 9000 (1 run)" in title
+
+
+def test_the_network_is_recorded_with_where_each_setting_came_from():
+    """run.json's network: the launcher's flag is the config's key where the run sets it."""
+    from clusterbench.training.record import network_record
+
+    origins = json.dumps({"iface": "--iface", "log_level": "CLUSTERBENCH_LOG_LEVEL"})
+    env = {"GLOO_SOCKET_IFNAME": "ib0", "CLUSTERBENCH_LOG_LEVEL": "info", "NCCL_DEBUG": "INFO"}
+    env["CLUSTERBENCH_NETWORK_FROM"] = origins
+    net = network_record({"iface": "ib0", "log_level": None}, env)
+    assert (net["iface"], net["iface_from"]) == ("ib0", "config")
+    assert (net["log_level"], net["log_level_from"]) == ("info", "$CLUSTERBENCH_LOG_LEVEL")
+    assert net["variables"] == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "INFO"}
+    by_hand = network_record({"iface": None, "log_level": None}, env)  # --iface, by hand
+    assert by_hand["iface_from"] == "--iface"
+    chosen = network_record({}, {"GLOO_SOCKET_IFNAME": "lo"})
+    assert (chosen["iface"], chosen["iface_from"], chosen["log_level"]) == ("lo", None, None)
 
 
 def test_provenance_differences_without_a_majority_flag_every_run(tmp_path: Path):

@@ -30,10 +30,18 @@ from clusterbench.records import runs
 from clusterbench.records.runs import memory_format
 
 
+#: Speed settings added after runs were first stored, left out of a run's series where they
+#: are at their default (null): such a run stays in the series of the runs stored before them.
+UNSTORED_AT_DEFAULT = ("iface", "log_level")
+
+
 def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that set a run's speed (see the module's docstring)."""
     run = info["run"]
     settings = {k: v for k, v in run.items() if k not in NOT_SPEED_KEYS}
+    for key in UNSTORED_AT_DEFAULT:
+        if settings.get(key) is None:
+            settings.pop(key, None)
     effective, world = info.get("effective") or {}, info.get("world") or {}
     settings["global_batch"] = effective.get("global_batch")
     settings["memory_format"] = memory_format(info)

@@ -56,6 +56,7 @@ def train_command(
         where = grow_resources(run)
         if where:
             launch += f"--grow-resources {shlex.quote(cbconfig.canonical_json(where))} "
+    launch += network_options(run)
     launch += f"--lock {shlex.quote(os.path.join(out_dir, 'train.lock'))}"
     settings = cbconfig.canonical_json(cbconfig.data_settings(run, cfg))
     stage = (
@@ -63,6 +64,16 @@ def train_command(
         f"--out-dir {shlex.quote(out_dir)}"
     )
     return TrainCommand(launch, stage)
+
+
+def network_options(run: Mapping[str, Any]) -> str:
+    """The launcher's ``--iface`` and ``--log-level`` for the run's ``iface`` and
+    ``log_level`` (none where the run leaves them null: the launcher's variables then work)."""
+    found = ""
+    for key, flag in (("iface", "--iface"), ("log_level", "--log-level")):
+        if run.get(key):
+            found += f"{flag} {shlex.quote(str(run[key]))} "
+    return found
 
 
 def grow_resources(run: Mapping[str, Any]) -> dict[str, str]:

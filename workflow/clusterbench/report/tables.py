@@ -21,6 +21,7 @@ from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
     RunData,
 )
+from clusterbench.report.network import network_columns
 from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
 
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
@@ -328,6 +329,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 **throughput_columns(r.info),  # Horovod's summary lines, as trained
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),
+                **network_columns(r.info),
                 **experiment_columns(r.info),
             }
         )

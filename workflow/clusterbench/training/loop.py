@@ -25,6 +25,7 @@ state is committed within an epoch, and what a reset of the world records
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
 from clusterbench.training.record import (
     epoch_line,
     epoch_record,
+    network_record,
     rank_provenance,
     run_provenance,
     step_work_record,
@@ -405,6 +407,8 @@ class Trainer:
             "step_work": step_work_record(
                 state.model, self.data, self.run, rt.size, self.max_steps
             ),
+            # the interface and the communication log level, and where each came from
+            "network": network_record(self.run, os.environ),
             "epochs_completed": len(state.records),
             "throughput": throughput,  # Horovod's summary lines and their figures
             "train_seconds": state.train_seconds,

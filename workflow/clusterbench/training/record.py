@@ -106,6 +106,32 @@ def world_record(
     }
 
 
+#: Where a network setting came from, in run.json's words: the launcher's flag is the config's
+#: run key where the run sets it (the train rule passes it so).
+ORIGIN_WORDS = {
+    "--iface": "--iface",
+    "--log-level": "--log-level",
+    "CLUSTERBENCH_IFACE": "$CLUSTERBENCH_IFACE",
+    "CLUSTERBENCH_LOG_LEVEL": "$CLUSTERBENCH_LOG_LEVEL",
+}
+
+
+def network_record(run: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """run.json's ``network``: the interface the ranks talk over and the communication log
+    level, each with where it came from (``config``: the run's ``iface`` / ``log_level``; the
+    launcher's flag given by hand; its environment variable; null: the launcher chose the
+    interface, the libraries' default level), and the variables the libraries read
+    (:func:`clusterbench.core.rank_env.network_facts`)."""
+    from clusterbench.core.rank_env import network_facts
+
+    facts = network_facts(env)
+    for key in ("iface", "log_level"):
+        came = facts[f"{key}_from"]
+        config = came is not None and came.startswith("--") and run.get(key) == facts[key]
+        facts[f"{key}_from"] = "config" if config else ORIGIN_WORDS.get(came, came)
+    return facts
+
+
 def step_work_record(
     model: Any, data: Any, run: Mapping[str, Any], size: int, max_steps: int | None
 ) -> dict[str, Any]:
