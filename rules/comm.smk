@@ -5,6 +5,7 @@
 # environment and backend. `comm.enabled: false`: no job. Params: the job's environment and
 # backend and the comm settings that change what it measures (clusterbench.pipeline.comm_jobs.job_params).
 from clusterbench.pipeline import comm_jobs
+from clusterbench.pipeline.commands import network_options
 
 
 wildcard_constraints:

@@ -22,7 +22,7 @@ if _unreadable:
 from clusterbench.pipeline import interrupt
 from clusterbench.core import preemption
 from clusterbench.pipeline import Pipeline, SnakemakeAdapter, software
-from clusterbench.pipeline.commands import dir_of, evaluate_dirs, network_options
+from clusterbench.pipeline.commands import dir_of, evaluate_dirs
 from clusterbench.pipeline.layout import stored_files
 from clusterbench.pipeline.resources import TRAIN_RESOURCE_KEYS
 

@@ -29,7 +29,6 @@ from clusterbench.config import NOT_SPEED_KEYS
 from clusterbench.records import runs
 from clusterbench.records.runs import memory_format
 
-
 #: Speed settings added after runs were first stored, left out of a run's series where they
 #: are at their default (null): such a run stays in the series of the runs stored before them.
 UNSTORED_AT_DEFAULT = ("iface", "log_level")
