@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train: error: {exc}", file=sys.stderr, flush=True)
         return 1
     except Exception as exc:
-        told = user_code_error(run["model"], exc)
+        told = user_code_error(run["model"], exc, run=run)
         if told is None:
             raise
         return bad_settings("train", ConfigError(told))

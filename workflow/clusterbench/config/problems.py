@@ -25,6 +25,7 @@ from clusterbench.config.lr import schedule_problems
 from clusterbench.config.slices import download_slice
 from clusterbench.core.paths import PathError, expand
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
+from clusterbench.models import custom_training
 
 
 def wildcard_problems(value: str, where: str) -> list[str]:
@@ -306,6 +307,7 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
+    problems += custom_training.problems(run, where)  # your own loss and optimiser
     problems += schedule_problems(run, where) + grad_compression_problems(run, where)
     return problems + elastic_problems(run, where) + grow_problems(run, where)
 

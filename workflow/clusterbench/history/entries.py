@@ -31,7 +31,7 @@ from clusterbench.records.runs import memory_format
 
 #: Speed settings added after runs were first stored, left out of a run's series where they
 #: are at their default (null): such a run stays in the series of the runs stored before them.
-UNSTORED_AT_DEFAULT = ("iface", "log_level")
+UNSTORED_AT_DEFAULT = ("iface", "log_level", "loss", "optimizer")
 
 
 def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,11 +34,12 @@ from typing import Any, Protocol
 from clusterbench.backends import Runtime
 from clusterbench.core import preemption
 from clusterbench.core.atomic import atomic_path
+from clusterbench.models import custom_training
 from clusterbench.models.custom import code_digest
 from clusterbench.training import checkpoints, memory_format, step_times
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
 from clusterbench.training.memory_format import torch_format
-from clusterbench.training.network import build, same_network, unused_note
+from clusterbench.training.network import build, own_loss, same_network, unused_note
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
 from clusterbench.training.record import (
     epoch_line,
@@ -170,11 +171,15 @@ def fit(
     data = make_data(device)
     layout = memory_format.choose(run, device_type, data.task)
     arch, model, optimizer, unused = build(rt, run, data, device, layout[0])
-    code = code_digest(run["model"])
+    fmt = torch_format(layout[0]) if data.task == "classification" else None
+    loss = own_loss(run, model, data, device, fmt)
+    code, training_code = code_digest(run["model"]), custom_training.code_digest(run)
     found = None
     if rt.rank == 0:
         found = checkpoints.newest_valid(
-            out_dir, run, fits=lambda ckpt: checkpoints.model_problem(ckpt, model, code)
+            out_dir,
+            run,
+            fits=lambda ckpt: checkpoints.model_problem(ckpt, model, code, training_code),
         )
     ckpt = found[1] if found else None
     if found is not None:
@@ -188,7 +193,8 @@ def fit(
     trainer.partial = session.start(state, saved_ranks)
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
-    trainer.unused, trainer.code = unused, code
+    trainer.unused, trainer.code, trainer.training_code = unused, code, training_code
+    trainer.own_loss = loss
     if unused and rt.rank == 0:
         print(unused_note(run, unused, rt.name), flush=True)
     return session.run(trainer.body, state)
@@ -219,6 +225,8 @@ class Trainer:
         self.layout = (memory_format.CONTIGUOUS, "")  # the memory format and why
         self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
         self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
+        self.training_code: str | None = None  # your own loss's and optimiser's (checkpoints)
+        self.own_loss: Any = None  # your own loss (None: the task's)
         self.time_steps = step_times.enabled()
         self.grad_allreduce = ("none", "")  # how the gradients are allreduced, and why
         self.grad_buffers: int | None = None  # in how many buffers (None: not known)
@@ -233,6 +241,7 @@ class Trainer:
             self._outputs = Outputs(
                 self.out_dir, self.run, state.records, resumed, self.keep, self.code
             )
+            self._outputs.training_code = self.training_code
         return self._outputs
 
     def body(self, state: Any) -> dict[str, Any]:
@@ -257,6 +266,7 @@ class Trainer:
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
         )
+        ctx.own_loss = self.own_loss
         facts = rt.allgather_object(
             rank_provenance(rt.rank, rt.local_rank, self.device), name="train.provenance"
         )

@@ -77,6 +77,8 @@ class Outputs:
         self.ckpt_dir = checkpoints.slice_dir(out_dir, run)
         self.keep = keep  # checkpoints.keep
         self.code = code
+        #: your own loss's and optimiser's code digest, kept with each checkpoint (None: none)
+        self.training_code: str | None = None
         (self.out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = self.out_dir / TB_PARTIAL, self.out_dir / "tensorboard"
         if not resumed:
@@ -102,6 +104,7 @@ class Outputs:
                 "epoch": position.epoch,
                 "config": self.run,
                 "model_code": self.code,
+                "training_code": self.training_code,
                 "metrics": list(state.records),
                 "train_seconds": state.train_seconds,
                 "place": state.place.as_dict(),

@@ -41,13 +41,16 @@ class StepContext:
     memory_format: Any = None
     #: This rank's phase times of the epoch's steps (:mod:`clusterbench.training.step_times`).
     step_times: Any = None
+    #: Your own loss (:class:`clusterbench.models.custom_training.OwnLoss`; None: the task's).
+    own_loss: Any = None
 
     @property
     def objective(self) -> Any:
-        """What a step minimises (:mod:`clusterbench.training.objectives`): the data's task."""
+        """What a step minimises (:mod:`clusterbench.training.objectives`): the data's task's
+        loss, or your own."""
         from clusterbench.training.objectives import objective
 
-        return objective(self.data.task)
+        return self.own_loss or objective(self.data.task)
 
     def autocast(self) -> Any:
         import torch
