@@ -186,10 +186,10 @@ class Pipeline:
 
     def known_run(self, wildcards: Any) -> list[str]:
         """Input function of the train rule: for a run of the config, the code stamps of its
-        own model, loss and optimiser (:meth:`model_code`; nothing for built-in ones). For another name (the
-        ``run`` wildcard matches any file name: an alternation of every name made Snakemake's
-        graph quadratic in the runs), a file nothing makes, which Snakemake reports as the
-        job's missing input."""
+        own model, loss and optimiser (:meth:`model_code`; nothing for built-in ones). For
+        another name (the ``run`` wildcard matches any file name: an alternation of every name
+        made Snakemake's graph quadratic in the runs), a file nothing makes, which Snakemake
+        reports as the job's missing input."""
         run = self.runs.get(wildcards.run)
         if run is None:
             return [f"(no run {wildcards.run!r} in the config)"]
