@@ -450,6 +450,7 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "augment": "auto",
         "on_bad_file": "fail",
         "grad_allreduce": "auto",
+        **dict.fromkeys(("shares", "loss", "optimizer", "iface", "log_level")),
         **run,
     }
     assert info["epochs_completed"] == 2
@@ -524,7 +525,9 @@ def test_one_worker_matches_two_workers_with_the_same_lr_under_sync_bn(backend, 
 
 
 @pytest.mark.slow
-def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_path):
+def test_time_box_stops_at_the_step_in_which_it_ran_out_reproducibly(tmp_path):
+    """A box that runs out in the first step: the run stops after it (its first check), its
+    partial epoch validated and recorded as such; the same weights every time."""
     data = make_dataset(tmp_path / "data")
     run = run_config(workers=1, epochs=50, minutes=1e-5)
     finals = []
@@ -532,8 +535,11 @@ def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_pat
         # in this process (one worker): hvd.init() and hvd.shutdown() inside main()
         args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
         assert main(args) == 0
-        assert [m["epoch"] for m in read_metrics(out)] == [1]
-        assert json.loads((out / "run.json").read_text())["epochs_completed"] == 1
+        (record,) = read_metrics(out)
+        assert record["epoch"] == 1 and record["partial"] == {"steps": 1, "of": 9}
+        info = json.loads((out / "run.json").read_text())
+        assert info["epochs_completed"] == 0
+        assert info["time_box"]["partial"] == {"epoch": 1, "steps": 1, "of": 9}
         finals.append(torch.load(out / "model.pt", weights_only=True)["state_dict"])
     # same seed, same result, bit for bit
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])

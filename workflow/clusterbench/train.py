@@ -61,11 +61,13 @@ def train(
     max_steps: int | None = None,
     data_settings: dict[str, Any] | None = None,
     started: float | None = None,
+    watched: bool = False,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
     ``data_settings``: ``--data-settings`` (schema defaults if None); ``started``: when this
-    process started (staging: a copy verified since then is this run's). Raises
+    process started (staging: a copy verified since then is this run's); ``watched``: an
+    evaluation beside the training may ask for its weights (:mod:`clusterbench.watch`). Raises
     :class:`clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from.
     """
@@ -91,7 +93,7 @@ def train(
                 print(f"train: loading {decided['decision']} ({decided['reason']})", flush=True)
             return sources[-1]
 
-        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps)
+        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps, watched)
     except BaseException:
         close_all(sources)
         # the other ranks' pending collectives then fail instead of hanging
@@ -165,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--watched",
+        action="store_true",
+        help="an evaluation runs beside the training (the watch stage: evaluate.every_minutes) "
+        "and may ask for its weights (no result changes with it: not in --run)",
+    )
     args = parser.parse_args(argv)
     started = time.time()
     preemption.install()  # from now on a warning is recorded, not fatal
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             data_settings=settings,
             started=started,
+            watched=args.watched,
         )
     except preemption.Preempted:
         return preemption.EXIT_PREEMPTED

@@ -317,6 +317,8 @@ def _message(error: jsonschema.ValidationError) -> str:
         message += f": {models.NO_WEIGHTS}"
     if error.validator == "maxLength":
         message = f"{shown} is longer than the limit of {error.validator_value} characters"
+    if error.validator == "anyOf" and "x-hint" in error.schema:  # the schema's own words
+        message = f"{shown} is not {error.schema['x-hint']}"
     if len(shown) > 60 and isinstance(error.instance, str):
         message = message.replace(shown, f"{shown[:40]}...' ({len(error.instance)} characters)")
     return message + _yaml_hint(error)

@@ -31,7 +31,7 @@ from clusterbench.records.runs import memory_format
 
 #: Speed settings added after runs were first stored, left out of a run's series where they
 #: are at their default (null): such a run stays in the series of the runs stored before them.
-UNSTORED_AT_DEFAULT = ("iface", "log_level", "loss", "optimizer")
+UNSTORED_AT_DEFAULT = ("iface", "log_level", "loss", "optimizer", "shares")
 
 
 def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,9 +73,9 @@ def spread(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def timing(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    """Mean and sd over the timed epochs (all but the first ``warmup``), and every epoch's
-    figures (``epoch_metrics``)."""
-    timed = records[warmup:]
+    """Mean and sd over the timed epochs (all but the first ``warmup``, and but a partial one
+    the time box stopped), and every epoch's figures (``epoch_metrics``)."""
+    timed = [r for r in records[warmup:] if "partial" not in r]
     out: dict[str, Any] = {"warmup_epochs": warmup, "timed_epochs": len(timed)}
     for field in ("epoch_seconds", "images_per_second", "tokens_per_second"):
         values = [float(r[field]) for r in timed if isinstance(r.get(field), int | float)]

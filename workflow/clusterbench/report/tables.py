@@ -23,6 +23,7 @@ from clusterbench.report.inputs import (
 )
 from clusterbench.report.network import network_columns
 from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
+from clusterbench.report.time_box import time_box_columns
 
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
 
@@ -181,8 +182,12 @@ def provenance_differences(runs_df: pd.DataFrame) -> tuple[pd.Series, list[str]]
 
 
 def timed_mask(epochs: pd.DataFrame, warmup: int) -> np.ndarray:
-    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones."""
-    return np.arange(len(epochs)) >= warmup
+    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones, and
+    but a partial epoch (the time box stopped it: ``partial``), which is no epoch's time."""
+    mask = np.arange(len(epochs)) >= warmup
+    if "partial" in epochs:
+        mask &= epochs["partial"].isna().to_numpy()
+    return mask
 
 
 def warmup_reason(n_epochs: int, warmup: int) -> str:
@@ -330,6 +335,7 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),
                 **network_columns(r.info),
+                **time_box_columns(r.info),
                 **experiment_columns(r.info),
             }
         )

@@ -121,7 +121,13 @@ class Outputs:
         """The epoch ``state.records[-1]`` has ended: its checkpoint, metrics and events."""
         record = state.records[-1]
         self.checkpoint(state, checkpoints.Position(record["epoch"]), ranks)
-        self.write_metrics(state.records)
+        self.record(state.records)
+
+    def record(self, records: list[dict[str, Any]]) -> None:
+        """``records`` in metrics.jsonl, and the last one's events (an epoch's, or a partial
+        one's, which the time box stopped: its checkpoint written before)."""
+        record = records[-1]
+        self.write_metrics(records)
         for tag, key in TB_SCALARS.items():
             if record.get(key) is not None:
                 self.tb.add_scalar(tag, record[key], record["epoch"])

@@ -58,6 +58,22 @@ def epoch_record(
     return record
 
 
+def time_box_record(
+    run: Mapping[str, Any], records: list[Mapping[str, Any]], train_seconds: float
+) -> dict[str, Any]:
+    """run.json's ``time_box`` of a run with ``minutes``: the box and the time it used
+    (``used_seconds``: ``train_seconds``), and where it stopped (``partial``: within an epoch,
+    ``{"epoch", "steps", "of"}``; None: at an epoch's end, or not by the box). Nothing
+    without a box."""
+    if run.get("minutes") is None:
+        return {}
+    last = records[-1] if records else {}
+    part = last.get("partial")
+    where = {"epoch": last["epoch"], **part} if part else None
+    box = {"seconds": 60 * float(run["minutes"]), "used_seconds": train_seconds, "partial": where}
+    return {"time_box": box}
+
+
 def epoch_line(record: Mapping[str, Any]) -> str:
     """Rank 0's log line at an epoch's end (a language model's rate in tokens/s)."""
     if "tokens_per_second" in record:
@@ -155,7 +171,8 @@ def throughput_summary(records: list[Mapping[str, Any]], device_type: str) -> di
     epochs."""
     if not records:
         return None
-    timed = list(records[1:] if len(records) > 1 else records)
+    whole = [r for r in records if "partial" not in r] or list(records)  # a box's partial: no
+    timed = list(whole[1:] if len(whole) > 1 else whole)  # epoch's time, unless it is all
     key = "tokens_per_second" if "tokens_per_second" in timed[0] else "images_per_second"
     per_device = [float(r[key]) / int(r["workers"]) for r in timed]
     mean = statistics.fmean(per_device)

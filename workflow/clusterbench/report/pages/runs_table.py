@@ -11,10 +11,10 @@ from clusterbench.report.context import Context
 from clusterbench.report.describe import first_epochs, untimed_note
 from clusterbench.report.table_pages import best_first, table_pages
 from clusterbench.report.text import (
-    fmt_duration,
     fmt_seconds_sd,
     wrap_label,
 )
+from clusterbench.report.time_box import epochs_cell, train_time_cell
 from clusterbench.report.workloads import (
     accuracy_cell,
     lm_only_cell,
@@ -112,7 +112,14 @@ def draw(ctx: Context) -> None:
         if hours
         else None
     )
-    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df), hours_note]))
+    boxed = (
+        "Time-boxed runs (minutes): the total is the time used, the box below it; one the box "
+        "stopped within an epoch shows that epoch's steps (+ st.), validated and recorded as "
+        "partial, not timed."
+        if "time_box_seconds" in runs_df and runs_df["time_box_seconds"].notna().any()
+        else None
+    )
+    note = " ".join(filter(None, [untimed_note(runs_df, "* "), *notes(runs_df), hours_note, boxed]))
     bottom = 0.08 if note else 0.06
     table_pages(
         ctx.book,
@@ -147,7 +154,7 @@ def run_cells(
         f"{r.global_batch}\n{convention}",
         f"{r.effective_lr:g}" + SCHEDULE_MARKS.get(r.lr_schedule, f"\n{r.lr_schedule}"),
         "yes" if r.deterministic else "no",
-        str(r.epochs),
+        epochs_cell(r),
         f"{acc}\n({r.eval_split})" if splits else acc,
         (
             f"{fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)}\n({r.timed_epochs} ep.)"
@@ -156,7 +163,7 @@ def run_cells(
         ),
         rate.replace(" \u00b1", "\n\u00b1"),
         *([hours_cell(r, "/" in hours)] if hours else []),
-        fmt_duration(r.train_seconds),
+        train_time_cell(r),
     ]
 
 
