@@ -225,6 +225,25 @@ class Pipeline:
 
         return resource
 
+    # ------------------------------------------------------------------- watch jobs
+    def watch_files(self, runs: list[str]) -> list[str]:
+        """The watch jobs' outputs of ``runs`` (rules/watch.smk): one per run where the config
+        evaluates while training (``evaluate.every_minutes``), else none."""
+        if not self.cfg["evaluate"].get("every_minutes"):
+            return []
+        return [f"results/watch/{run}/watch.json" for run in runs]
+
+    def watch_threads(self, wildcards: Any) -> int:
+        """A watch job's threads: none where Snakemake runs the jobs on this machine (it
+        evaluates while its training waits: no core of its own, beside the timed training),
+        one on a cluster (its own job)."""
+        return 0 if self.adapter.executor() in ("local", None) else 1
+
+    def watch_runtime(self, wildcards: Any) -> int:
+        """A watch job's wall-clock limit, minutes: its run's training job's and half an hour
+        (queued beside it, it must outlast it)."""
+        return int(self.run_of(wildcards)["runtime"]) + 30
+
     def available_runs(self) -> list[str]:
         """The runs the report (and so every target) takes: see :class:`RunPlan`."""
         return self.plan.available()
