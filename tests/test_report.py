@@ -1018,7 +1018,7 @@ def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
         FAKE_COMMIT[:10],
         "(dirty)",
         "3.11.7 / 2.1.0",
-        "TensorBoard event files are in results/runs/<run>/tensorboard/",
+        "TensorBoard event files: results/runs/<run>/tensorboard/ (docs/running.md).",
         "Network: interface lo (chosen by the launcher) for alike-1w and alike-2w; interface "
         "ib0 (config), log level info ($CLUSTERBENCH_LOG_LEVEL) for other-2w.",
     ):
@@ -1479,3 +1479,62 @@ def test_bad_skipped_is_refused_before_any_output(fake, tmp_path: Path, bad, cap
     assert main(argv) == 2
     assert "--skipped" in capsys.readouterr().err
     assert not out.exists()
+
+
+def issue40_tree(tmp_path: Path) -> dict:
+    """Fake results with what issue 40 added: digits-2w trained on shares [3, 1] and was
+    evaluated while it trained; digits-1w was time-boxed and stopped within its third epoch."""
+    fake = make_fake_results(tmp_path, FAKE_RUNS[:2], epochs=3, benchmarks=False)
+    runs = tmp_path / "results" / "runs"
+    info = json.loads((runs / "digits-2w" / "run.json").read_text())
+    info["shares"] = {"asked": [3, 1], "shares": [0.75, 0.25], "size": 2}
+    (runs / "digits-2w" / "run.json").write_text(json.dumps(info))
+    epochs = [json.loads(line) for line in (runs / "digits-2w" / "metrics.jsonl").open()]
+    phases = {p: {"mean": 0.01, "max": 0.01} for p in ("data", "compute", "comm", "optimizer")}
+    for e in epochs:
+        e["step_seconds"] = {"steps": 9, "ranks": 2, **phases, "work": [0.0102, 0.0098]}
+    (runs / "digits-2w" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
+    boxed = json.loads((runs / "digits-1w" / "run.json").read_text())
+    boxed["run"]["minutes"] = 0.05
+    boxed["time_box"] = {
+        "seconds": 3.0,
+        "used_seconds": 3.1,
+        "partial": {"epoch": 3, "steps": 4, "of": 9},
+    }
+    (runs / "digits-1w" / "run.json").write_text(json.dumps(boxed))
+    epochs = [json.loads(line) for line in (runs / "digits-1w" / "metrics.jsonl").open()]
+    epochs[-1]["partial"] = {"steps": 4, "of": 9}
+    (runs / "digits-1w" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
+    watch_dir = tmp_path / "results" / "watch" / "digits-2w"
+    watch_dir.mkdir(parents=True)
+    points = [
+        {"train_seconds": t, "epoch": e, "step": 0, "steps": 0, "accuracy": a, "loss": 2 - a,
+         "n": 360, "task": "classification", "pause": True, "evaluation_seconds": 0.1}
+        for t, e, a in ((0.0, 0, 0.1), (0.4, 1, 0.8), (0.8, 2, 0.93))
+    ]  # fmt: skip
+    record = {"run": "digits-2w", "split": "test", "every_minutes": 0.005, "points": points}
+    (watch_dir / "watch.json").write_text(json.dumps({**record, "ended": "trained", "note": ""}))
+    fake["watch"] = [str(watch_dir / "watch.json")]
+    return fake
+
+
+@pytest.mark.slow  # a whole report rendered (several seconds)
+def test_the_report_shows_shares_a_time_box_and_evaluations_while_training(tmp_path: Path):
+    fake = issue40_tree(tmp_path)
+    out = tmp_path / "report"
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH]
+    argv += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
+    argv += ["--watch", *fake["watch"], "--out-dir", str(out)]
+    assert main(argv) == 0
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
+    assert runs.loc["digits-1w", "partial_epoch"] == "4/9"
+    assert float(runs.loc["digits-1w", "time_box_seconds"]) == 3.0
+    assert (out / "figures" / "evaluations.png").is_file()
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    table = next(p for p in pages if p.startswith("Runs "))
+    assert "+4/9 st." in table and "(box 3.00 s)" in table and "Time-boxed runs" in table
+    shares = next(p for p in pages if p.startswith("Worker shares"))
+    assert "[3, 1]" in shares and "75.0%" in shares and "25.0%" in shares  # samples 96 / 32
+    assert "96" in shares and "32" in shares and "10.2 ms" in shares and "96%" in shares
+    watched = next(p for p in pages if p.startswith("Evaluating while training"))
+    assert "every 0.005 min while it trained" in watched

@@ -7,9 +7,9 @@ python scripts/watch.py --run JSON --params JSON --data-dir results/data/NAME \
 ```
 
 A job of its own (rules/watch.smk), started beside the run's training job. While the training
-runs (its launcher holds ``train.lock``: :mod:`clusterbench.launch.exclusive`), every
-``every_minutes`` (from when it first saw the training run, then from its last evaluation's
-end) it asks for the weights and evaluates them on ``evaluate.split``
+runs (its launcher holds ``train.lock``: :mod:`clusterbench.launch.exclusive`), as soon as it
+sees it run (the weights it starts from) and then every ``every_minutes`` from its last
+evaluation's end, it asks for the weights and evaluates them on ``evaluate.split``
 (:func:`clusterbench.evaluate.measure`), through files in the run's folder
 (:mod:`clusterbench.training.lending`): the training answers between two steps or at an
 epoch's end, and where this job runs on a host of the training's ranks, the training waits
@@ -222,8 +222,8 @@ def watch(watcher: Watcher, training: Training) -> tuple[str, str]:
     while True:
         now = time.time()
         running = training.running()
-        if running and watcher.next_at is None:
-            watcher.next_at = now + every
+        if running and watcher.next_at is None:  # at once: the weights it starts from
+            watcher.next_at = now
         if running and watcher.asked is None and now >= (watcher.next_at or now):
             watcher.ask()
         answer = watcher.answered() if watcher.asked else None

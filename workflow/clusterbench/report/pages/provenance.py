@@ -61,9 +61,8 @@ CAPTION = (
     "rank 0 recorded it in run.json: hosts (ranks on each), CPU and cores, GPUs and NVIDIA "
     "driver, git commit of the code (dirty: with uncommitted changes) and package versions. "
     "Same order as the runs table. Highlighted: a value that differs from the one most runs "
-    "share (from every run's where no value is the most common). Each run's TensorBoard event "
-    "files are in results/runs/<run>/tensorboard/ (open them with tensorboard --logdir "
-    "results/runs: docs/running.md, 'TensorBoard')."
+    "share (from every run's where no value is the most common). TensorBoard event files: "
+    "results/runs/<run>/tensorboard/ (docs/running.md)."
 )
 
 

@@ -15,13 +15,11 @@ from clusterbench.report.table_pages import cell_text, table_pages
 ORDER = 106
 
 CAPTION = (
-    "Runs that split each global batch unevenly (shares: a weight per worker, or auto: each "
-    "rank's pace timed over the first steps of its start, its samples per second making its "
-    "share). Per rank: its share, its samples of a step, its measured time per sample (auto), "
-    "and its own work per step (waiting for its batch, forward and backward; not its wait for "
-    "the others) in the run's last whole epoch, and that work over the slowest rank's: near "
-    "100 % on every rank, the ranks finish their part of a step together. The update is the "
-    "global batch's mean gradient whatever the split."
+    "Runs that split each global batch unevenly (shares: a weight per worker, or auto: timed "
+    "over the first steps). Per rank: its share, its samples per step, its measured time per "
+    "sample (auto), its own work per step (batch wait, forward and backward; not its wait for "
+    "the others) in the last whole epoch, and that over the slowest rank's: near 100 % on "
+    "every rank, the ranks finish a step together. The update is the same whatever the split."
 )
 
 COLUMNS = (
@@ -37,21 +35,21 @@ COLUMNS = (
 
 
 def asked_text(asked: Any) -> str:
-    """``auto``, or the weights as given (``3 : 1``)."""
+    """``auto``, or the weights as given (``[3, 1]``)."""
     if isinstance(asked, list):
-        return " : ".join(f"{w:g}" for w in asked)
+        return "[" + ", ".join(f"{w:g}" for w in asked) + "]"
     return str(asked)
 
 
 def last_work(epochs: Any) -> list[float | None]:
     """Each rank's own work per step in the run's last whole epoch that timed it (none: [])."""
-    if "step_seconds" not in epochs:
+    if "step_work" not in epochs:
         return []
     for i in reversed(range(len(epochs))):
         partial = epochs["partial"].iloc[i] if "partial" in epochs else None
-        found = epochs["step_seconds"].iloc[i]
-        if isinstance(found, dict) and found.get("work") and not isinstance(partial, dict):
-            return list(found["work"])
+        found = epochs["step_work"].iloc[i]
+        if isinstance(found, list) and found and not isinstance(partial, dict):
+            return list(found)
     return []
 
 
