@@ -82,6 +82,52 @@ def adam(parameters, lr):
 '''
 
 
+def test_shares_split_a_batch_one_sample_each_then_in_proportion():
+    from clusterbench.data.order import shard_sizes
+
+    assert shard_sizes(8, 2, [3, 1]) == [6, 2] and shard_sizes(10, 3, [0.7, 0.2, 0.1]) == [6, 2, 2]
+    assert shard_sizes(3, 3, [100, 1, 1]) == [1, 1, 1]  # every rank a sample at least
+    for batch in range(2, 30):  # equal shares: the even split, remainder to the first ranks
+        for workers in range(1, min(batch, 5) + 1):
+            assert shard_sizes(batch, workers, [2.0] * workers) == shard_sizes(batch, workers)
+    with pytest.raises(ValueError, match="need 2 shares above 0"):
+        shard_sizes(8, 2, [1.0])
+
+
+def test_auto_gives_each_rank_the_share_of_its_pace_after_the_first_steps():
+    from clusterbench.training.shares import balanced, window
+
+    assert balanced([8, 8], [0.016, 0.048]) == pytest.approx([0.75, 0.25])
+    assert balanced([8, 8], [0.016, 0.0]) == pytest.approx([0.5, 0.5])  # no time: the average
+    assert window(0, 100) == (2, 10) and window(40, 100) == (42, 50)
+    assert window(0, 3) == (2, 3) and window(5, 6) == (5, 6)  # a step timed where one is left
+
+
+def test_the_time_box_checks_come_as_often_as_the_box_needs():
+    from clusterbench.training.agreement import first_check, next_check
+
+    assert first_check(0, 20, boxed=False) == 20 and first_check(25, 20, boxed=False) == 40
+    assert first_check(7, 20, boxed=True) == 8  # a box: after the stretch's first step
+    assert next_check(20, 20, None, None) == 40  # no box: every 20 steps, as before
+    assert next_check(5, 20, 2.5, 1.0) == 7  # 2.5 s left at 1 s a step: check after 2 more
+    assert next_check(5, 20, 0.1, 1.0) == 6 and next_check(5, 20, 500.0, 1.0) == 25
+
+
+def test_a_list_of_shares_must_fit_the_workers_and_an_elastic_run_takes_auto():
+    from clusterbench import config as cb
+
+    def problem(**run):
+        with pytest.raises(cb.ConfigError) as err:
+            cb.validate({"runs": [{"name": "a", "dataset": "digits", **run}]})
+        return str(err.value)
+
+    assert "runs[0].shares: 3 shares for workers=2: give one weight" in problem(shares=[1, 2, 3])
+    elastic = {"workers": 2, "min_workers": 1, "max_workers": 4, "shares": [1, 1]}
+    assert "runs[0].shares: a list of 2 shares for an elastic run" in problem(**elastic)
+    ok = {"name": "a", "dataset": "digits", "workers": 2, "min_workers": 1, "max_workers": 4}
+    assert cb.validate({"runs": [{**ok, "shares": "auto"}]})["runs"][0]["shares"] == "auto"
+
+
 def launch(cwd: Path, backend: str, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "clusterbench.launch", "--np", "2", "--backend", backend]
     cmd += ["--iface", "lo", "--log-level", "info", "--", sys.executable, __file__, *args]
