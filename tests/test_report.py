@@ -672,6 +672,21 @@ def test_a_compressed_series_takes_the_1_worker_run_whatever_its_compression():
     assert "gradients" not in scaling.series_labels([list(series)[1]])[0][0]  # none only
 
 
+def test_uneven_shares_take_the_1_worker_baseline_and_a_series_names_what_it_sets():
+    """A 1-worker run has no use for shares (nor for an interface): its run is the baseline of
+    a shares series, and a label names the shares, your own loss, only where a series sets
+    them."""
+    df = _scaling_frame(shares="auto").assign(own_training="")
+    df.loc[df["workers"] == 1, "shares"] = "None"
+    out = tables.add_scaling(df).set_index("run")
+    assert out.loc["two", "baseline_run"] == "one"
+    own = df.iloc[[1]].assign(run="own", own_training=tables.own_training({"loss": "m:summed"}))
+    series = tables.add_scaling(pd.concat([df, own])).groupby(list(tables.BASELINE_KEY)).groups
+    labels, common = scaling.series_labels(list(series))
+    assert "loss m:summed" in " ".join(labels) and "cross-entropy, SGD" in " ".join(labels)
+    assert "shares auto" in " ".join(labels) + common
+
+
 def test_baseline_fastest_of_several_and_untimed():
     df = _scaling_frame()
     extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)

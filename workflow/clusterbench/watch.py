@@ -149,9 +149,12 @@ class Watcher:
 
     def evaluate(self, answer: dict[str, Any]) -> None:
         """The weights of ``answer`` evaluated, the point written, the training told."""
+        import torch
+
         from clusterbench.evaluate import EvalParams, measure
 
         began = time.monotonic()
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))  # the training waits
         try:
             point = {**where(answer), **measure_weights(self, answer, measure, EvalParams)}
         finally:
@@ -279,10 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         return bad_settings("watch", ConfigError("--params: every_minutes is not set"))
     cores = max(1, len(os.sched_getaffinity(0)))  # the training's, while it waits
     if os.environ.get("OMP_NUM_THREADS", "0") == "0":  # Snakemake's for a job of no thread
-        os.environ["OMP_NUM_THREADS"] = str(cores)
-    import torch
-
-    torch.set_num_threads(cores)
+        os.environ["OMP_NUM_THREADS"] = str(cores)  # (torch: imported at the first point)
     watcher = Watcher(args, settings, run)
     watcher.write(None)
     try:

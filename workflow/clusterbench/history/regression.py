@@ -112,6 +112,9 @@ def config_label(speed_settings: str) -> str:
         words.append(str(s["device"]))
     if s.get("deterministic"):
         words.append("deterministic")
+    for key in ("loss", "optimizer", "shares", "iface", "log_level"):  # where a run sets them
+        if s.get(key) is not None:
+            words.append(f"{key} {s[key]}")
     return ", ".join(words)
 
 

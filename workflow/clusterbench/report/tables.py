@@ -35,16 +35,23 @@ SCALE_KEYS = ("workers", "nodes", "min_workers", "max_workers", "gpus_per_node")
 #: and batch_scaling: the global batch; gpus_per_node: the device; channels_last: the memory
 #: format).
 EFFECTIVE_KEYS = ("global_batch", "device", "memory_format")
+#: Your own loss and optimiser: a speed setting, in one column, ``own_training`` (``loss m:f,
+#: optimizer m:g``; empty: the defaults), as the key ``loss`` would be the evaluation's column.
+OWN_TRAINING = ("loss", "optimizer")
 #: The training keys that set how fast a step runs at a given scale: the schema's ``x-speed``
-#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale.
-SETTING_KEYS = tuple(k for k in SPEED_KEYS if k not in SCALE_KEYS)
+#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale (and your own loss and
+#: optimiser as ``own_training``).
+SETTING_KEYS = (
+    *(k for k in SPEED_KEYS if k not in SCALE_KEYS and k not in OWN_TRAINING),
+    "own_training",
+)
 
 #: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
 BASELINE_KEY = (*SETTING_KEYS, *EFFECTIVE_KEYS, "site")
 
 #: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
 #: baseline of every series that differs from it only in these.
-NO_USE_ON_ONE_WORKER = ("grad_compression", "grad_allreduce")
+NO_USE_ON_ONE_WORKER = ("grad_compression", "grad_allreduce", "shares", "iface", "log_level")
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
@@ -266,16 +273,24 @@ def with_settings(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = df.copy()
     for key in missing:
-        default = TRAIN_DEFAULTS[key]
+        default = TRAIN_DEFAULTS.get(key, "")  # own_training: none
         df[key] = default if isinstance(default, bool) else str(default)
     return df
+
+
+def own_training(cfg: dict[str, Any]) -> str:
+    """A run's own loss and optimiser in words (``loss m:f, optimizer m:g``; none: "")."""
+    return ", ".join(f"{k} {cfg[k]}" for k in OWN_TRAINING if cfg.get(k))
 
 
 def later_settings(cfg: dict[str, Any]) -> dict[str, str]:
     """The speed settings of :data:`SETTING_KEYS` that :func:`runs_table` has no column of its
     own for, as text; an older run.json's missing key: its default (what it trained with)."""
     named = ("dataset", "model", "backend", "bn", "deterministic", "precision", "grad_compression")
-    return {k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named}
+    found = {
+        k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named
+    }
+    return {**found, "own_training": own_training(cfg)}
 
 
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
@@ -633,7 +648,7 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
     runs_df = with_settings(runs_df)
     timed = runs_df[np.isfinite(runs_df["images_per_second"])]
     rows = []
-    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):
+    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True, dropna=False):
         backends = sorted(group["backend"].unique())
         if len(backends) < 2:
             continue

@@ -45,7 +45,7 @@ def draw(ctx: Context) -> None:
     notes = backend_notes(runs_df, cmp)
     chunks = []  # a page's configurations share a unit: images/s, a language model's tokens/s
     for unit, part in cmp.groupby("unit", sort=True):
-        configs = list(part.groupby(list(BACKEND_MATCH_KEY), sort=True))
+        configs = list(part.groupby(list(BACKEND_MATCH_KEY), sort=True, dropna=False))
         top = float(np.nanmax(part["throughput"] + part["std_throughput"].fillna(0)))
         chunks += [
             (configs[i : i + CONFIGS_PER_PAGE], unit, top)
