@@ -1003,6 +1003,7 @@ def provenance_specs() -> list[dict]:
 @pytest.mark.slow  # a whole report rendered (several seconds)
 def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=provenance_specs(), epochs=3, benchmarks=False)
+    add_issue40(tmp_path, fake, uneven="alike-2w", boxed="alike-1w")
     for run_dir in fake["run_dirs"]:  # the network each run's ranks talked over (run.json)
         info = json.loads((Path(run_dir) / "run.json").read_text())
         info["network"] = {"iface": "lo", "iface_from": None, "log_level": None}
@@ -1011,7 +1012,10 @@ def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
             info["network"]["log_level_from"] = "$CLUSTERBENCH_LOG_LEVEL"
         (Path(run_dir) / "run.json").write_text(json.dumps(info))
     out = tmp_path / "report"
-    assert run_report(fake, out, benchmarks=[]) == 0
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH, "--run-dirs"]
+    argv += [*fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"], "--watch", *fake["watch"]]
+    assert main([*argv, "--out-dir", str(out)]) == 0
+    assert_issue40_pages(out)  # and, in the same report, issue 40's pages
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
     assert runs.loc["other-2w", "provenance_differs"] == "CPU, GPUs, GPU driver, commit, torch"
     assert runs.loc["alike-1w", "provenance_differs"] == ""
@@ -1496,54 +1500,50 @@ def test_bad_skipped_is_refused_before_any_output(fake, tmp_path: Path, bad, cap
     assert not out.exists()
 
 
-def issue40_tree(tmp_path: Path) -> dict:
-    """Fake results with what issue 40 added: digits-2w trained on shares [3, 1] and was
-    evaluated while it trained; digits-1w was time-boxed and stopped within its third epoch."""
-    fake = make_fake_results(tmp_path, FAKE_RUNS[:2], epochs=3, benchmarks=False)
-    runs = tmp_path / "results" / "runs"
-    info = json.loads((runs / "digits-2w" / "run.json").read_text())
-    info["shares"] = {"asked": [3, 1], "shares": [0.75, 0.25], "size": 2}
-    (runs / "digits-2w" / "run.json").write_text(json.dumps(info))
-    epochs = [json.loads(line) for line in (runs / "digits-2w" / "metrics.jsonl").open()]
+def add_issue40(root: Path, fake: dict, uneven: str, boxed: str) -> None:
+    """What issue 40 added, on fake results under ``root``: run ``uneven`` trained on shares
+    [3, 1] and was evaluated while it trained; run ``boxed`` was time-boxed and stopped within
+    its last epoch (4 of its 9 steps)."""
+    runs = root / "results" / "runs"
+    edit_json(runs / uneven / "run.json", shares={"asked": [3, 1], "shares": [0.75, 0.25]})
     phases = {p: {"mean": 0.01, "max": 0.01} for p in ("data", "compute", "comm", "optimizer")}
-    for e in epochs:
-        e["step_seconds"] = {"steps": 9, "ranks": 2, **phases, "work": [0.0102, 0.0098]}
-    (runs / "digits-2w" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
-    boxed = json.loads((runs / "digits-1w" / "run.json").read_text())
-    boxed["run"]["minutes"] = 0.05
-    boxed["time_box"] = {
-        "seconds": 3.0,
-        "used_seconds": 3.1,
-        "partial": {"epoch": 3, "steps": 4, "of": 9},
-    }
-    (runs / "digits-1w" / "run.json").write_text(json.dumps(boxed))
-    epochs = [json.loads(line) for line in (runs / "digits-1w" / "metrics.jsonl").open()]
-    epochs[-1]["partial"] = {"steps": 4, "of": 9}
-    (runs / "digits-1w" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
-    watch_dir = tmp_path / "results" / "watch" / "digits-2w"
+    work = {"step_seconds": {"steps": 9, "ranks": 2, **phases, "work": [0.0102, 0.0098]}}
+    edit_epochs(runs / uneven / "metrics.jsonl", lambda e, last: e.update(work))
+    box = {"seconds": 3.0, "used_seconds": 3.1, "partial": {"epoch": 3, "steps": 4, "of": 9}}
+    edit_json(runs / boxed / "run.json", time_box=box)
+    edit_epochs(
+        runs / boxed / "metrics.jsonl", lambda e, last: last and e.update(partial=box["partial"])
+    )
+    watch_dir = root / "results" / "watch" / uneven
     watch_dir.mkdir(parents=True)
     points = [
         {"train_seconds": t, "epoch": e, "step": 0, "steps": 0, "accuracy": a, "loss": 2 - a,
          "n": 360, "task": "classification", "pause": True, "evaluation_seconds": 0.1}
         for t, e, a in ((0.0, 0, 0.1), (0.4, 1, 0.8), (0.8, 2, 0.93))
     ]  # fmt: skip
-    record = {"run": "digits-2w", "split": "test", "every_minutes": 0.005, "points": points}
+    record = {"run": uneven, "split": "test", "every_minutes": 0.005, "points": points}
     (watch_dir / "watch.json").write_text(json.dumps({**record, "ended": "trained", "note": ""}))
     fake["watch"] = [str(watch_dir / "watch.json")]
-    return fake
 
 
-@pytest.mark.slow  # a whole report rendered (several seconds)
-def test_the_report_shows_shares_a_time_box_and_evaluations_while_training(tmp_path: Path):
-    fake = issue40_tree(tmp_path)
-    out = tmp_path / "report"
-    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH]
-    argv += ["--run-dirs", *fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"]]
-    argv += ["--watch", *fake["watch"], "--out-dir", str(out)]
-    assert main(argv) == 0
+def edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def edit_epochs(path: Path, change) -> None:
+    """``change(record, is_last)`` applied to each epoch record of a metrics.jsonl."""
+    records = [json.loads(line) for line in path.open()]
+    for i, record in enumerate(records):
+        change(record, i == len(records) - 1)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def assert_issue40_pages(out: Path) -> None:
+    """The report of :func:`add_issue40`'s tree: the time box and its partial epoch on the
+    runs table, the shares page, the evaluations page."""
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
-    assert runs.loc["digits-1w", "partial_epoch"] == "4/9"
-    assert float(runs.loc["digits-1w", "time_box_seconds"]) == 3.0
+    assert runs.loc["alike-1w", "partial_epoch"] == "4/9"
+    assert float(runs.loc["alike-1w", "time_box_seconds"]) == 3.0
     assert (out / "figures" / "evaluations.png").is_file()
     pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
     table = next(p for p in pages if p.startswith("Runs "))
