@@ -5,6 +5,7 @@
 # environment and backend. `comm.enabled: false`: no job. Params: the job's environment and
 # backend and the comm settings that change what it measures (clusterbench.pipeline.comm_jobs.job_params).
 from clusterbench.pipeline import comm_jobs
+from clusterbench.pipeline.commands import network_options
 
 
 wildcard_constraints:
@@ -36,8 +37,12 @@ rule comm:
         ),
         workers=lambda wc: PIPELINE.comm_of(wc).workers,
         backend=lambda wc: PIPELINE.comm_of(wc).backend,
+        # the interface and log level of its runs (their iface and log_level; none: the
+        # launcher's variables work)
+        network=lambda wc: network_options(vars(PIPELINE.comm_of(wc))),
         out_dir=lambda wc, output: dir_of(output.json),
     shell:
-        "python -m clusterbench.launch --np {params.workers} --backend {params.backend} -- "
+        "python -m clusterbench.launch --np {params.workers} --backend {params.backend} "
+        "{params.network}-- "
         "python {input.script:q} --params {params.params:q} --out-dir {params.out_dir:q} "
         "> {log:q} 2>&1"

@@ -18,7 +18,10 @@ rule evaluate:
     conda:
         SOFTWARE
     params:
-        settings=lambda wc: cbconfig.canonical_json(CFG["evaluate"]),
+        # the evaluation's settings (not every_minutes: the watch stage's, rules/watch.smk)
+        settings=lambda wc: cbconfig.canonical_json(
+            {k: CFG["evaluate"][k] for k in cbconfig.EVALUATE_KEYS}
+        ),
         # derived from the job's paths: no rerun trigger
         dirs=lambda wc, input, output: evaluate_dirs(input.data[-1], output.metrics),
     shell:

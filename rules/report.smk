@@ -35,6 +35,8 @@ rule report:
         history="results/history/series.csv",
         # the runs' datasets: where each is read from, what the workflow added for it
         datasets=lambda wc: PIPELINE.dataset_records(PIPELINE.available_runs()),
+        # the evaluations while training (evaluate.every_minutes; rules/watch.smk), if any
+        watch=lambda wc: PIPELINE.watch_files(PIPELINE.available_runs()),
     output:
         runs=report(
             f"{REPORT_DIR}/runs.csv",
@@ -99,5 +101,5 @@ rule report:
         "--config-hash {params.config_hash:q} --skipped {params.skipped:q} "
         "--run-dirs {params.run_dirs:q} --eval-dirs {params.eval_dirs:q} "
         "--benchmarks {input.benchmarks:q} --history {input.history:q} "
-        "--comm {input.comm:q} --datasets {input.datasets:q} "
+        "--comm {input.comm:q} --datasets {input.datasets:q} --watch {input.watch:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"

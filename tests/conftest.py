@@ -77,6 +77,7 @@ LONGEST_FIRST = (
     "tests/test_streaming.py",
     "tests/test_own_model.py",
     "tests/test_elastic.py",
+    "tests/test_uneven_workers.py",
     "tests/test_train.py",
     "tests/test_comm_stage.py",
     "tests/test_experiments_workflow.py",

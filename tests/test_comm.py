@@ -139,6 +139,33 @@ def test_one_job_per_multi_worker_environment_and_backend():
     assert comm_jobs.jobs_of_runs(jobs, ["one"]) == []
 
 
+def test_runs_naming_a_network_interface_are_measured_over_it_and_train_over_it():
+    """The run keys iface and log_level: a comm job per interface (over it, at the first run's
+    log level), and the train command gives both to the launcher; null: nothing (the launcher's
+    variables then work)."""
+    from clusterbench.pipeline.commands import network_options, train_command
+
+    runs = [
+        {"name": "a", "dataset": "digits", "workers": 2},
+        {"name": "b", "dataset": "digits", "workers": 2, "iface": "ib0", "log_level": "info"},
+    ]
+    config = resolved(runs)
+    jobs = comm_jobs.config_jobs(config)
+    assert list(jobs) == ["2w-1n-cpu-horovod", "2w-1n-cpu-horovod-ib0"]
+    ib0 = jobs["2w-1n-cpu-horovod-ib0"]
+    assert ib0.runs == ("b",) and network_options(vars(ib0)) == "--iface ib0 --log-level info "
+    params = comm_jobs.job_params(ib0, config["comm"])
+    assert params["iface"] == "ib0" and cb.stage_params("comm", params) == params
+    assert "iface" not in comm_jobs.job_params(jobs["2w-1n-cpu-horovod"], config["comm"])
+    cfg = {"staging": {"dir": None}}
+    command = train_command(config["runs"][1], cfg, "d/meta.json", "results/runs/b/run.json")
+    assert "--iface ib0 --log-level info --lock" in command.launch
+    plain = train_command(config["runs"][0], cfg, "d/meta.json", "results/runs/a/run.json")
+    assert "--iface" not in plain.launch and "--log-level" not in plain.launch
+    with pytest.raises(cb.ConfigError, match=r"runs\[0\]\.log_level: 'loud' is not one of"):
+        resolved([{"name": "a", "dataset": "digits", "log_level": "loud"}])
+
+
 def test_no_job_when_comm_is_off_or_every_run_has_one_worker():
     runs = [{"name": "a", "dataset": "digits", "workers": 2}]
     assert comm_jobs.config_jobs(resolved(runs, enabled=False)) == {}

@@ -295,6 +295,9 @@ def test_download_slice_maps_overrides_and_leaves_out_operational_settings(tmp_p
         ("run", "lr", "1e-3", r"runs\[0\]\.lr: .*YAML read 1e-3 as a string.*e\.g\. 1\.0e-3"),
         ("run", "model", False, r"runs\[0\]\.model: .*YAML read an unquoted yes/no"),
         ("run", "name", "r" * 101, r"runs\[0\]\.name: 'r{39}\.\.\.' \(101 characters\) is longer"),
+        # the schema's own words for a value of several forms (x-hint)
+        ("run", "shares", "even", r"runs\[0\]\.shares: 'even' is not auto, null, or a list of"),
+        ("run", "shares", [3, 0], r"runs\[0\]\.shares: \[3, 0\] is not auto, null, or a list"),
         ("report", "title", "   ", r"report\.title: '   ' is blank"),
         ("report", "author", "x" * 301, r"report\.author: .* is longer than the limit of 300"),
     ],

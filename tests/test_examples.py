@@ -35,7 +35,7 @@ EXAMPLES = REPO / "config" / "examples"
 NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "synthetic-resnet50": (("synthetic",), ("grad_compression",), ("torchvision.resnet50",)),
     "gpt": (("synthetic-text",), ("lr_schedule",), ("gpt-tiny",)),
-    "own-model": ((), (), ()),
+    "own-model": ((), ("loss", "optimizer"), ()),
     "image-folder-stream": (
         ("image-folder",),
         ("loading", "augment", "on_bad_file"),
@@ -257,11 +257,16 @@ def test_own_model_trains_the_users_module_beside_small_cnn(examples):
         ("mynet-horovod", "config.examples.mynets:build"),
         ("mynet-ddp", "config.examples.mynets:build"),
         ("small-cnn-horovod", "small_cnn"),
+        ("mynet-adamw", "config.examples.mynets:build"),
     ):
         assert run_info(results, run)["run"]["model"] == model
         first, last = metrics(results, run)
         assert last["train_loss"] < first["train_loss"]  # it learns
         assert last["val_accuracy"] > 0.15  # above chance (10 classes)
+    # trained with your own loss and optimiser, as recorded
+    info = run_info(results, "mynet-adamw")["run"]
+    assert info["loss"] == "config.examples.mytraining:smoothed"
+    assert info["optimizer"] == "config.examples.mytraining:adamw"
 
 
 @pytest.mark.slow

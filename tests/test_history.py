@@ -359,6 +359,24 @@ def test_the_noise_unknown_and_several_series_apart():
     assert pts.groupby("site")["status"].last().to_dict() == {"vm": "ok", "other": "regression"}
 
 
+def test_a_language_model_series_is_judged_and_told_in_tokens_per_second():
+    """Its throughput is tokens/s: the rule reads them (here the tokens fell 20 % and the
+    sequences per second did not), and every line saying the figure names the unit."""
+    df = synthetic_series(1000.0).assign(workload="notes / gpt-tiny")
+    df["tokens_per_second_mean"] = df["images_per_second_mean"] * 32
+    df["tokens_per_second_sd"] = 30.0 * 32
+    df.loc[5, "tokens_per_second_mean"] = 800.0 * 32
+    pts = regression.points(df)
+    assert set(pts["unit"]) == {"tokens/s"}
+    assert pts.iloc[-1]["status"] == "regression"
+    assert pts.iloc[-1]["ref_mean"] == pytest.approx(32_000)
+    lines = stage.summary(Path("h.sqlite"), store.Appended(1, 6, 0), df)
+    assert "25,600 tokens/s on 2026-01-08" in lines[-1] and "images/s" not in "".join(lines)
+    assert "tokens/s" in "".join(cli.series_lines(pts, 10))
+    # a classifier's series is told in images/s
+    assert set(regression.points(synthetic_series(800.0))["unit"]) == {"images/s"}
+
+
 # --- entries from a run's files, the step, the CLI and the page ------------------------------
 
 

@@ -341,6 +341,39 @@ def test_bad_arguments(monkeypatch, capsys, argv, env, message) -> None:
     assert "clusterbench-launch: error:" in err and message in err
 
 
+def test_the_log_level_sets_each_librarys_variable_and_the_ranks_learn_where_knobs_came_from(
+    monkeypatch,
+) -> None:
+    """One level for Horovod, NCCL and torch.distributed (a variable the user set keeps its
+    value); the interface and the level each with its origin: the flag (the config's, as the
+    train rule passes it), the variable, or none."""
+    from clusterbench.core.rank_env import network_facts
+    from clusterbench.launch.common import log_variables, rank_env
+    from clusterbench.launch.placement import IfaceChoice
+
+    assert log_variables("debug") == {
+        "HOROVOD_LOG_LEVEL": "debug",
+        "NCCL_DEBUG": "INFO",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "TORCH_CPP_LOG_LEVEL": "INFO",
+    }
+    assert log_variables("warning")["TORCH_DISTRIBUTED_DEBUG"] == "OFF"
+    assert "TORCH_CPP_LOG_LEVEL" not in log_variables("error")
+    env = {"CLUSTERBENCH_IFACE": "eth0"}
+    args = parse_args(["--np", "2", "--backend", "ddp", "--log-level", "INFO", "--", "x"], env)
+    assert args.origins == {"iface": "CLUSTERBENCH_IFACE", "log_level": "--log-level"}
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")  # the user's own: kept (the rank inherits it)
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
+    extra = rank_env(args, local.LocalScheduler(), IfaceChoice("eth0", "10.0.0.1", "asked"))
+    assert "NCCL_DEBUG" not in extra and extra["TORCH_DISTRIBUTED_DEBUG"] == "INFO"
+    facts = network_facts({**os.environ, **extra})
+    assert facts["iface"] == "eth0" and facts["iface_from"] == "CLUSTERBENCH_IFACE"
+    assert facts["log_level"] == "info" and facts["log_level_from"] == "--log-level"
+    assert facts["variables"]["NCCL_DEBUG"] == "WARN"
+    quiet = parse_args(["--np", "1", "--", "x"], {})
+    assert quiet.origins == {"iface": None, "log_level": None}
+
+
 # ------------------------------------------------------------------------------------------
 # how one slot's command is run (no scheduler needed)
 

@@ -486,6 +486,26 @@ def test_an_unknown_run_is_a_missing_input_naming_it():
     assert pipe.run_data(wc(run="aXb")) == []
 
 
+def test_your_own_loss_and_optimizers_modules_are_code_stamps_of_the_train_job(
+    tmp_path, monkeypatch
+):
+    """Editing the module of a run's own loss or optimiser retrains the run, as its own
+    model's does: each module's stamp is an input of the run's train job."""
+    from clusterbench.pipeline import code
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mylosses.py").write_text("def summed(o, t):\n    return o.sum()\n")
+    (tmp_path / "myopt.py").write_text("def adam(p, lr):\n    return None\n")
+    run = {"name": "a", "dataset": "digits", "workers": 1}
+    run.update(loss="mylosses:summed", optimizer="myopt:adam")
+    pipe = pipeline(FakeAdapter(None), config(run))
+    stamps = pipe.known_run(wc(run="a"))
+    assert stamps == sorted(str(code.model_stamp(n)) for n in ("mylosses:x", "myopt:x"))
+    assert all(
+        "mylosses.py" in Path(s).read_text() or "myopt.py" in Path(s).read_text() for s in stamps
+    )
+
+
 def test_the_data_input_is_a_plain_list_for_one_dataset_and_a_function_for_several():
     """Snakemake parses every file an input function returns again in every job: a sweep on
     one dataset gives its files as a list."""

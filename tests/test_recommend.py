@@ -24,7 +24,7 @@ def run_row(name: str, ips: float, sd: float = 20.0, epochs: int = 10, **config)
 
     defaults = load_schema()["$defs"]["run_settings"]["properties"]
     row = {
-        **{k: defaults[k].get("default") for k in SETTING_KEYS},
+        **{k: defaults[k].get("default") if k in defaults else "" for k in SETTING_KEYS},
         "run": name,
         "dataset": "digits",
         "model": "small_cnn",

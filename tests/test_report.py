@@ -672,6 +672,21 @@ def test_a_compressed_series_takes_the_1_worker_run_whatever_its_compression():
     assert "gradients" not in scaling.series_labels([list(series)[1]])[0][0]  # none only
 
 
+def test_uneven_shares_take_the_1_worker_baseline_and_a_series_names_what_it_sets():
+    """A 1-worker run has no use for shares (nor for an interface): its run is the baseline of
+    a shares series, and a label names the shares, your own loss, only where a series sets
+    them."""
+    df = _scaling_frame(shares="auto").assign(own_training="")
+    df.loc[df["workers"] == 1, "shares"] = "None"
+    out = tables.add_scaling(df).set_index("run")
+    assert out.loc["two", "baseline_run"] == "one"
+    own = df.iloc[[1]].assign(run="own", own_training=tables.own_training({"loss": "m:summed"}))
+    series = tables.add_scaling(pd.concat([df, own])).groupby(list(tables.BASELINE_KEY)).groups
+    labels, common = scaling.series_labels(list(series))
+    assert "loss m:summed" in " ".join(labels) and "cross-entropy, SGD" in " ".join(labels)
+    assert "shares auto" in " ".join(labels) + common
+
+
 def test_baseline_fastest_of_several_and_untimed():
     df = _scaling_frame()
     extra = df.iloc[[0]].assign(run="one-fast", images_per_second=1200.0)
@@ -704,6 +719,13 @@ def test_backend_comparison_pairs_only_identical_configs():
     assert tables.backend_comparison(df).empty
     df["grad_compression"] = "fp16"
     assert list(tables.backend_comparison(df)["grad_compression"]) == ["fp16", "fp16"]
+    assert set(tables.backend_comparison(df)["unit"]) == {"images/s"}
+    # language models are compared in tokens/s (the ratio is the same)
+    lm = df.assign(task="language-model", model="gpt-tiny")
+    lm["tokens_per_second"], lm["std_tokens_per_second"] = lm["images_per_second"] * 64, 640.0
+    cmp = tables.backend_comparison(lm)
+    assert set(cmp["unit"]) == {"tokens/s"} and cmp["throughput"].tolist()[1] == 1100.0 * 64
+    assert cmp["ratio"].tolist() == pytest.approx([1.0, 1.1])
 
 
 @pytest.mark.slow  # a whole report rendered (several seconds)
@@ -981,8 +1003,19 @@ def provenance_specs() -> list[dict]:
 @pytest.mark.slow  # a whole report rendered (several seconds)
 def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
     fake = make_fake_results(tmp_path, runs=provenance_specs(), epochs=3, benchmarks=False)
+    add_issue40(tmp_path, fake, uneven="alike-2w", boxed="alike-1w")
+    for run_dir in fake["run_dirs"]:  # the network each run's ranks talked over (run.json)
+        info = json.loads((Path(run_dir) / "run.json").read_text())
+        info["network"] = {"iface": "lo", "iface_from": None, "log_level": None}
+        if Path(run_dir).name == "other-2w":
+            info["network"] = {"iface": "ib0", "iface_from": "config", "log_level": "info"}
+            info["network"]["log_level_from"] = "$CLUSTERBENCH_LOG_LEVEL"
+        (Path(run_dir) / "run.json").write_text(json.dumps(info))
     out = tmp_path / "report"
-    assert run_report(fake, out, benchmarks=[]) == 0
+    argv = ["--params", json.dumps(PARAMS), "--config-hash", CONFIG_HASH, "--run-dirs"]
+    argv += [*fake["run_dirs"], "--eval-dirs", *fake["eval_dirs"], "--watch", *fake["watch"]]
+    assert main([*argv, "--out-dir", str(out)]) == 0
+    assert_issue40_pages(out)  # and, in the same report, issue 40's pages
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
     assert runs.loc["other-2w", "provenance_differs"] == "CPU, GPUs, GPU driver, commit, torch"
     assert runs.loc["alike-1w", "provenance_differs"] == ""
@@ -1004,12 +1037,32 @@ def test_provenance_table_flags_the_run_that_differs(tmp_path: Path):
         FAKE_COMMIT[:10],
         "(dirty)",
         "3.11.7 / 2.1.0",
+        "TensorBoard event files: results/runs/<run>/tensorboard/ (docs/running.md).",
+        "Network: interface lo (chosen by the launcher) for alike-1w and alike-2w; interface "
+        "ib0 (config), log level info ($CLUSTERBENCH_LOG_LEVEL) for other-2w.",
     ):
         assert expected in page, expected
     title = " ".join(text[PAGE["title"]].split())
     differs = "DIFFERS in CPU, GPUs, GPU driver, commit, torch (see the provenance page)"
     assert f"Runs that differ {differs}: 1 run, other-2w" in title
     assert f"Training CPUs {FAKE_CPU} (2 runs), Other CPU 9000 (1 run)" in title
+
+
+def test_the_network_is_recorded_with_where_each_setting_came_from():
+    """run.json's network: the launcher's flag is the config's key where the run sets it."""
+    from clusterbench.training.record import network_record
+
+    origins = json.dumps({"iface": "--iface", "log_level": "CLUSTERBENCH_LOG_LEVEL"})
+    env = {"GLOO_SOCKET_IFNAME": "ib0", "CLUSTERBENCH_LOG_LEVEL": "info", "NCCL_DEBUG": "INFO"}
+    env["CLUSTERBENCH_NETWORK_FROM"] = origins
+    net = network_record({"iface": "ib0", "log_level": None}, env)
+    assert (net["iface"], net["iface_from"]) == ("ib0", "config")
+    assert (net["log_level"], net["log_level_from"]) == ("info", "$CLUSTERBENCH_LOG_LEVEL")
+    assert net["variables"] == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "INFO"}
+    by_hand = network_record({"iface": None, "log_level": None}, env)  # --iface, by hand
+    assert by_hand["iface_from"] == "--iface"
+    chosen = network_record({}, {"GLOO_SOCKET_IFNAME": "lo"})
+    assert (chosen["iface"], chosen["iface_from"], chosen["log_level"]) == ("lo", None, None)
 
 
 def test_provenance_differences_without_a_majority_flag_every_run(tmp_path: Path):
@@ -1464,3 +1517,58 @@ def test_bad_skipped_is_refused_before_any_output(fake, tmp_path: Path, bad, cap
     assert main(argv) == 2
     assert "--skipped" in capsys.readouterr().err
     assert not out.exists()
+
+
+def add_issue40(root: Path, fake: dict, uneven: str, boxed: str) -> None:
+    """What issue 40 added, on fake results under ``root``: run ``uneven`` trained on shares
+    [3, 1] and was evaluated while it trained; run ``boxed`` was time-boxed and stopped within
+    its last epoch (4 of its 9 steps)."""
+    runs = root / "results" / "runs"
+    edit_json(runs / uneven / "run.json", shares={"asked": [3, 1], "shares": [0.75, 0.25]})
+    phases = {p: {"mean": 0.01, "max": 0.01} for p in ("data", "compute", "comm", "optimizer")}
+    work = {"step_seconds": {"steps": 9, "ranks": 2, **phases, "work": [0.0102, 0.0098]}}
+    edit_epochs(runs / uneven / "metrics.jsonl", lambda e, last: e.update(work))
+    box = {"seconds": 3.0, "used_seconds": 3.1, "partial": {"epoch": 3, "steps": 4, "of": 9}}
+    edit_json(runs / boxed / "run.json", time_box=box)
+    edit_epochs(
+        runs / boxed / "metrics.jsonl", lambda e, last: last and e.update(partial=box["partial"])
+    )
+    watch_dir = root / "results" / "watch" / uneven
+    watch_dir.mkdir(parents=True)
+    points = [
+        {"train_seconds": t, "epoch": e, "step": 0, "steps": 0, "accuracy": a, "loss": 2 - a,
+         "n": 360, "task": "classification", "pause": True, "evaluation_seconds": 0.1}
+        for t, e, a in ((0.0, 0, 0.1), (0.4, 1, 0.8), (0.8, 2, 0.93))
+    ]  # fmt: skip
+    record = {"run": uneven, "split": "test", "every_minutes": 0.005, "points": points}
+    (watch_dir / "watch.json").write_text(json.dumps({**record, "ended": "trained", "note": ""}))
+    fake["watch"] = [str(watch_dir / "watch.json")]
+
+
+def edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def edit_epochs(path: Path, change) -> None:
+    """``change(record, is_last)`` applied to each epoch record of a metrics.jsonl."""
+    records = [json.loads(line) for line in path.open()]
+    for i, record in enumerate(records):
+        change(record, i == len(records) - 1)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def assert_issue40_pages(out: Path) -> None:
+    """The report of :func:`add_issue40`'s tree: the time box and its partial epoch on the
+    runs table, the shares page, the evaluations page."""
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False).set_index("run")
+    assert runs.loc["alike-1w", "partial_epoch"] == "4/9"
+    assert float(runs.loc["alike-1w", "time_box_seconds"]) == 3.0
+    assert (out / "figures" / "evaluations.png").is_file()
+    pages = [" ".join(p.split()) for p in pdf_text(out / "report.pdf").split("\f")]
+    table = next(p for p in pages if p.startswith("Runs "))
+    assert "+4/9 st." in table and "(box 3.00 s)" in table and "Time-boxed runs" in table
+    shares = next(p for p in pages if p.startswith("Worker shares"))
+    assert "[3, 1]" in shares and "75.0%" in shares and "25.0%" in shares  # samples 96 / 32
+    assert "96" in shares and "32" in shares and "10.2 ms" in shares and "96%" in shares
+    watched = next(p for p in pages if p.startswith("Evaluating while training"))
+    assert "every 0.005 min while it trained" in watched

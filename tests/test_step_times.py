@@ -76,6 +76,7 @@ def test_the_record_has_the_mean_and_the_slowest_rank_per_phase():
     assert summary["steps"] == 10 and summary["ranks"] == 2
     assert summary["data"] == {"mean": 0.2, "max": 0.3}
     assert summary["comm"] == {"mean": pytest.approx(0.4), "max": pytest.approx(0.6)}
+    assert summary["work"] == [pytest.approx(2.1), pytest.approx(2.3)]  # each rank's own
 
 
 def test_report_tables_flatten_the_records_and_sum_a_run():

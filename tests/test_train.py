@@ -21,6 +21,7 @@ from clusterbench.data.order import epoch_permutation, global_batches, shard_bou
 from clusterbench.models import build_model
 from clusterbench.train import main, validate_run
 from clusterbench.training.device import DeviceError, check_device
+from clusterbench.training.record import epoch_line
 from clusterbench.training.schedule import PROGRESS_INTERVAL, progress_due, progress_line
 from clusterbench.training.steps import non_finite_message
 
@@ -228,6 +229,12 @@ def test_progress_line_shows_step_rate_and_eta_on_one_plain_line():
     assert line == "train: epoch 3 step 120/400 (30%), 1280 images/s, ETA 28 s"
     assert progress_line(1, 7, 7, 700, 0.5).endswith("(100%), 1400 images/s, ETA 0 s")
     assert "\r" not in line and "\n" not in line
+    # a language model's lines: its sequences' tokens per second
+    assert progress_line(1, 7, 7, 700, 0.5, tokens=32).endswith("44800 tokens/s, ETA 0 s")
+    record = {"epoch": 2, "train_loss": 3.0, "val_loss": 3.1, "val_accuracy": 0.2, "lr": 0.1}
+    record.update(epoch_seconds=2.0, images_per_second=100.0)
+    assert epoch_line(record).endswith(", 2.00 s, 100 images/s, lr 0.1")
+    assert epoch_line({**record, "tokens_per_second": 3200.0}).endswith(" 3200 tokens/s, lr 0.1")
 
 
 @pytest.mark.parametrize(
@@ -445,6 +452,7 @@ def test_two_workers_rank0_writes_the_outputs(two_workers):
         "grad_allreduce": "auto",
         "compile": "auto",
         "decode": "auto",
+        **dict.fromkeys(("shares", "loss", "optimizer", "iface", "log_level")),
         **run,
     }
     assert info["epochs_completed"] == 2
@@ -529,7 +537,9 @@ def test_one_worker_matches_two_workers_with_the_same_lr_under_sync_bn(backend, 
 
 
 @pytest.mark.slow
-def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_path):
+def test_time_box_stops_at_the_step_in_which_it_ran_out_reproducibly(tmp_path):
+    """A box that runs out in the first step: the run stops after it (its first check), its
+    partial epoch validated and recorded as such; the same weights every time."""
     data = make_dataset(tmp_path / "data")
     run = run_config(workers=1, epochs=50, minutes=1e-5)
     finals = []
@@ -537,8 +547,11 @@ def test_time_box_stops_after_the_epoch_in_which_it_ran_out_reproducibly(tmp_pat
         # in this process (one worker): hvd.init() and hvd.shutdown() inside main()
         args = ["--data-dir", str(data), "--run", json.dumps(run), "--out-dir", str(out)]
         assert main(args) == 0
-        assert [m["epoch"] for m in read_metrics(out)] == [1]
-        assert json.loads((out / "run.json").read_text())["epochs_completed"] == 1
+        (record,) = read_metrics(out)
+        assert record["epoch"] == 1 and record["partial"] == {"steps": 1, "of": 9}
+        info = json.loads((out / "run.json").read_text())
+        assert info["epochs_completed"] == 0
+        assert info["time_box"]["partial"] == {"epoch": 1, "steps": 1, "of": 9}
         finals.append(torch.load(out / "model.pt", weights_only=True)["state_dict"])
     # same seed, same result, bit for bit
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])

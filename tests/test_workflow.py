@@ -442,7 +442,9 @@ def local_rules(workdir: Path, env: dict[str, str]) -> list[str]:
 
 
 def test_download_and_report_run_on_the_submit_host(tmp_path: Path):
-    write_config(tmp_path, default_config())
+    cfg = default_config()
+    cfg["evaluate"]["every_minutes"] = 5  # a watch job beside each training: a job of its own
+    write_config(tmp_path, cfg)
     # (best copies the best run's files into results/best, history appends to the store: no
     # compute node needed either)
     assert local_rules(tmp_path, {"CLUSTERBENCH_REMOTE_DOWNLOAD": ""}) == [
@@ -458,6 +460,10 @@ def test_download_and_report_run_on_the_submit_host(tmp_path: Path):
     proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "slurm"), "--dry-run")
     for rule in ("download", "preprocess", "train", "evaluate", "history", "report", "best"):
         assert f"rule {rule}:" in proc.stdout, proc.stdout
+    # each run's watch job: sized to outlast its training (runtime 30 + 30 min), ending first
+    watch = proc.stdout.split("rule watch:")[1].split("\nrule ")[0]
+    assert re.search(r"resources: .*mem_mb=2000.*runtime=60", watch), watch
+    assert "--deadline-minutes 55 " in watch
 
 
 def test_remote_download_switch_rejects_other_values(tmp_path: Path):

@@ -349,6 +349,9 @@ WORKLOADS = {
     ],
     "report": {"title": "Workloads"},
     "comm": TINY_COMM,  # its defaults took about 60 s of this module's run
+    # evaluating while training: a watch job beside each training, asking at its start, then
+    # every 6 s (about one more point in the longest runs)
+    "evaluate": {"every_minutes": 0.1},
 }
 
 
@@ -404,6 +407,32 @@ def test_language_models_train_and_are_evaluated_per_token(workloads):
     assert notes[-1]["train_loss"] < math.log(256)  # it learns the text
     a, b = (torch.load(workloads / "weights" / "gpt-notes" / f"rank-{r}.pt") for r in (0, 1))
     assert all(torch.equal(a[k], b[k]) for k in a)  # two ranks, one model
+
+
+@pytest.mark.slow
+def test_every_run_is_evaluated_while_it_trains_and_the_report_draws_it(workloads):
+    """Each run's watch job ends with its training; its points (the newest weights, lent
+    between two steps or at an epoch's end) were taken while the training waited (one machine:
+    they share it), in training-time order; a language model's per token."""
+    res = workloads / "results"
+    points = {}
+    for run in WORKLOADS["runs"]:
+        record = json.loads((res / "watch" / run["name"] / "watch.json").read_text())
+        assert record["ended"] == "trained" and record["split"] == "test", record
+        points[run["name"]] = record["points"]
+        times = [p["train_seconds"] for p in record["points"]]
+        assert times == sorted(times) and all(p["pause"] for p in record["points"])
+        assert all(0 <= p["accuracy"] <= 1 and p["n"] > 0 for p in record["points"])
+        lm = run["model"] == "gpt-tiny"
+        assert {p["task"] for p in record["points"]} <= {
+            "language-model" if lm else "classification"
+        }
+    assert all(points.values()), points  # the first at once: the weights it starts from
+    text = " ".join(pdf_text(res / "report" / "report.pdf").split())
+    assert "Evaluating while training" in text and "every 0.1 min while it trained" in text
+    # a language model's log lines say tokens/s
+    log = (res / "logs" / "train" / "gpt-notes.log").read_text()
+    assert re.search(r"train: epoch 1: .* tokens/s, lr", log) and " images/s" not in log
 
 
 @pytest.mark.slow
@@ -468,6 +497,8 @@ def test_the_report_of_language_models_alone_draws_no_empty_chart(tmp_path):
     assert "Validation accuracy does not apply" in text
     assert "Highest token rate" in text and "Highest throughput" not in text
     assert "chosen on validation loss" in text
+    # the runs table's throughput is in tokens/s, said in its header once, not in each cell
+    assert "(tokens/s)" in text and "(images/s)" not in text and " tok/s" not in text
     figures = sorted(p.name for p in (tmp_path / "report" / "figures").iterdir())
     assert "language_models.png" in figures and "throughput.png" not in figures
 

@@ -53,7 +53,7 @@ class Spec:
     ``--data-settings`` that differ from the schema's defaults (``loading``, ``loader_workers``:
     how it reads the data, no run key), ``env`` environment variables of the row's processes,
     ``args`` further arguments of a script, ``label`` what the tables call it (made from the
-    rest when empty)."""
+    rest when empty), ``wrap`` a command each rank of a ``cb`` row runs the trainer under."""
 
     case: str
     kind: str
@@ -65,6 +65,8 @@ class Spec:
     env: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()
     label: str = ""
+    #: ``cb`` rows: a command each rank runs the trainer under (``slowed_rank.py``)
+    wrap: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -81,6 +83,7 @@ class Spec:
     def slug(self) -> str:
         parts = [self.case, self.kind, str(self.workers), self.backend, self.bn]
         parts += [f"{k}={v}" for k, v in (*self.run, *self.data, *self.env)] + list(self.args)
+        parts += [Path(w).stem for w in self.wrap[-1:]]
         return "-".join(str(p).replace("/", "_") for p in parts if p is not None)
 
 
@@ -143,7 +146,8 @@ def command(case: Case, spec: Spec, out: Path) -> list[str]:
         train = [py, str(REPO / "scripts" / "train.py"), *io, "--run", run]
         if spec.data:
             train += ["--data-settings", json.dumps(data_settings(spec))]
-        return [py, "-m", "clusterbench.launch", "--np", str(spec.workers), "--", *train]
+        launch = [py, "-m", "clusterbench.launch", "--np", str(spec.workers), "--"]
+        return [*launch, *spec.wrap, *train]
     nproc = ["--nproc", str(spec.workers)] if spec.workers > 1 else []
     return [py, str(HERE / f"{spec.kind}.py"), *io, "--run", run, *nproc, *spec.args]
 

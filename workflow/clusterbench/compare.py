@@ -21,7 +21,8 @@ two sites only when their training slices (every training key but the name) are 
 comparison says which runs could not be matched, and why: no run with those settings on
 another site, or (for a run of the same name elsewhere) the keys in which they differ.
 
-The PDF has a site-by-site table and chart (time per epoch and images/s of each matched run
+The PDF has a site-by-site table and chart (time per epoch and images/s, a language model's
+tokens/s, of each matched run
 on each site, and each site's ratio to the first) and then the report's own pages over all
 runs, each named ``<site>/<run>``, with the site as one more dimension: no table groups or
 averages runs of two sites (environments, sweep points, repeats, scaling baselines, backend
@@ -313,8 +314,9 @@ def _why_alone(run: SiteRun, runs: Iterable[SiteRun]) -> str:
 
 def site_table(groups: Sequence[Sequence[SiteRun]], runs_df: Any) -> Any:
     """One row per matched run and site: time per epoch (mean, sd, epochs timed), images/s,
-    and both as a ratio to the group's first site. ``runs_df``: the report's runs table with
-    ``run`` = :attr:`SiteRun.label`."""
+    and both as a ratio to the group's first site; ``throughput`` in ``unit``: images/s, a
+    language model's tokens/s. ``runs_df``: the report's runs table with ``run`` =
+    :attr:`SiteRun.label`."""
     import pandas as pd
 
     by_label = runs_df.set_index("run")
@@ -341,9 +343,17 @@ def site_table(groups: Sequence[Sequence[SiteRun]], runs_df: Any) -> Any:
                         r["images_per_second"] / first["images_per_second"]
                     ),
                     "accuracy": float(r["accuracy"]),
+                    **site_throughput(r),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def site_throughput(r: Any) -> dict[str, Any]:
+    """A run's throughput in its unit: tokens/s for a language model, else images/s."""
+    tokens = r.get("task") == "language-model"
+    rate = float(r["tokens_per_second" if tokens else "images_per_second"])
+    return {"throughput": rate, "unit": "tokens/s" if tokens else "images/s"}
 
 
 def comm_site_table(comm: Any) -> Any:

@@ -437,6 +437,35 @@ def evaluate_tokens(
     return metrics
 
 
+def measure(
+    data_dir: Path, ckpt: dict[str, Any], model_path: Path, params: EvalParams
+) -> dict[str, Any]:
+    """The accuracy and loss (per image, or per token: ``task``) of the network ``ckpt`` holds
+    (as ``model.pt`` does) on ``params.split``, and the samples ``n``; nothing written (the
+    watch stage's points, :mod:`clusterbench.watch`). Refusals as :func:`evaluate`'s."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if is_language_model(ckpt):
+        x, y, _ = token_split(data_dir, params.split, ckpt["arch"])
+        loss_sum, correct = predict_tokens(build(ckpt, model_path), x, y, params.batch_size, device)
+        task, n, right, units = "language-model", len(y), correct, int(y.size)
+    else:
+        meta, batches = split_of(data_dir, params, ckpt)
+        check_compatible(ckpt, meta, model_path)
+        model = build(ckpt, model_path)
+        y_true, y_pred, loss_sum = predict(model, batches, ckpt["mean"], ckpt["std"], device)
+        n = len(y_true)
+        task, right, units = "classification", int((y_true == y_pred).sum()), n
+    loss = loss_sum / units if units else math.nan
+    return {
+        "task": task,
+        "n": int(n),
+        "accuracy": right / units if units else math.nan,
+        "loss": loss if math.isfinite(loss) else None,
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The stage's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

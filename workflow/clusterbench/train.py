@@ -66,12 +66,15 @@ def train(
     data_settings: dict[str, Any] | None = None,
     started: float | None = None,
     data_id: str | None = None,
+    watched: bool = False,
 ) -> dict[str, Any]:
     """Train on every rank; rank 0 writes the outputs. Returns the last epoch's metrics.
 
     ``data_settings``: ``--data-settings`` (schema defaults if None); ``started``: when this
     process started (staging: a copy verified since then is this run's); ``data_id``: the
-    data's identity (:func:`clusterbench.data.source.identity`), kept with each checkpoint. Raises
+    data's identity (:func:`clusterbench.data.source.identity`), kept with each checkpoint;
+    ``watched``: an evaluation beside the training may ask for its weights
+    (:mod:`clusterbench.watch`). Raises
     :class:`clusterbench.core.preemption.Preempted` on every rank after a preemption warning, once
     rank 0 has written the checkpoint to continue from.
     """
@@ -98,7 +101,9 @@ def train(
                 print(f"train: loading {decided['decision']} ({decided['reason']})", flush=True)
             return sources[-1]
 
-        result = fit(rt, run, make_data, out_dir, device_type, dump_dir, max_steps, data_id)
+        result = fit(
+            rt, run, make_data, out_dir, device_type, dump_dir, max_steps, data_id, watched
+        )
     except BaseException:
         close_all(sources)
         # the other ranks' pending collectives then fail instead of hanging
@@ -173,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Debug/test only: at most N optimiser steps per epoch (e.g. to compare first steps).
     parser.add_argument("--max-steps", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--watched",
+        action="store_true",
+        help="an evaluation runs beside the training (the watch stage: evaluate.every_minutes) "
+        "and may ask for its weights (no result changes with it: not in --run)",
+    )
     args = parser.parse_args(argv)
     # every path made absolute now, before any code of the user's runs: an own model may
     # change the working directory (os.chdir in build or forward), the outputs stay put
@@ -200,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             data_settings=settings,
             started=started,
             data_id=identity(meta),
+            watched=args.watched,
         )
     except preemption.Preempted:
         return preemption.EXIT_PREEMPTED
@@ -212,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train: error: {exc}", file=sys.stderr, flush=True)
         return 1
     except Exception as exc:
-        told = user_code_error(run["model"], exc)
+        told = user_code_error(run["model"], exc, run=run)
         if told is None:
             raise
         return bad_settings("train", ConfigError(told))

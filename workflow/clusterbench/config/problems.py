@@ -23,6 +23,7 @@ from clusterbench.config.lr import schedule_problems
 from clusterbench.config.slices import download_slice
 from clusterbench.core.paths import PathError, cannot_make_in, expand
 from clusterbench.formats import FORMAT_KEYS, FORMATS, format_module, is_synthetic, keys_of
+from clusterbench.models import custom_training
 
 
 def wildcard_problems(value: str, where: str) -> list[str]:
@@ -308,8 +309,29 @@ def run_problems(
         if run["model"] not in models_seen:
             models_seen[run["model"]] = models.problems(run["model"], "")
         problems += [f"{where}.model{problem}" for problem in models_seen[run["model"]]]
+    problems += custom_training.problems(run, where)  # your own loss and optimiser
+    problems += share_problems(run, where)
     problems += schedule_problems(run, where) + grad_compression_problems(run, where)
     return problems + elastic_problems(run, where) + grow_problems(run, where)
+
+
+def share_problems(run: Mapping[str, Any], where: str = "run") -> list[str]:
+    """A list of ``shares`` that is not one weight per worker, or given to an elastic run (whose
+    world changes: ``auto`` follows it)."""
+    shares = run.get("shares")
+    if not isinstance(shares, list):
+        return []
+    if is_elastic(run):
+        return [
+            f"{where}.shares: a list of {len(shares)} shares for an elastic run, whose number "
+            "of workers changes: use shares: auto (timed again after each change) or none"
+        ]
+    if len(shares) != run["workers"]:
+        return [
+            f"{where}.shares: {len(shares)} shares for workers={run['workers']}: give one "
+            "weight per worker, in rank order"
+        ]
+    return []
 
 
 def is_elastic(run: Mapping[str, Any]) -> bool:

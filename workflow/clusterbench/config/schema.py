@@ -115,6 +115,11 @@ TRAIN_DEFAULTS = {k: _RUN_PROPERTIES[k].get("default") for k in TRAIN_KEYS}
 LATER_TRAIN_DEFAULTS = {k: TRAIN_DEFAULTS[k] for k in LATER_TRAIN_KEYS}
 
 
+#: The evaluate stage's settings (its ``--params``, its rerun trigger); the others of
+#: ``evaluate`` (``every_minutes``) are the watch stage's alone.
+EVALUATE_KEYS = ("batch_size", "split")
+
+
 #: Run keys that only size or place the job (``x-slice: job``: scheduler resources, the order
 #: of local jobs): never part of params, so changing them reruns nothing.
 RESOURCE_KEYS = _tagged(_RUN_SLICES, "job")
@@ -317,6 +322,8 @@ def _message(error: jsonschema.ValidationError) -> str:
         message += f": {models.NO_WEIGHTS}"
     if error.validator == "maxLength":
         message = f"{shown} is longer than the limit of {error.validator_value} characters"
+    if error.validator == "anyOf" and "x-hint" in error.schema:  # the schema's own words
+        message = f"{shown} is not {error.schema['x-hint']}"
     if len(shown) > 60 and isinstance(error.instance, str):
         message = message.replace(shown, f"{shown[:40]}...' ({len(error.instance)} characters)")
     return message + _yaml_hint(error)

@@ -13,6 +13,7 @@ from typing import Any
 from clusterbench.config.errors import ConfigError
 from clusterbench.config.problems import run_problems, split_problems
 from clusterbench.config.schema import (
+    EVALUATE_KEYS,
     LATER_TRAIN_KEYS,
     TRAIN_KEYS,
     fill_defaults,
@@ -76,7 +77,9 @@ STAGES: dict[str, StageSettings] = {
         required=tuple(k for k in TRAIN_KEYS if k not in LATER_TRAIN_KEYS),
         check=run_problems,
     ),
-    "evaluate": StageSettings("/properties/evaluate"),
+    "evaluate": StageSettings("/properties/evaluate", keys=EVALUATE_KEYS),
+    # the watch stage's: evaluate's and how often it evaluates while the training runs
+    "watch": StageSettings("/properties/evaluate"),
     "report": StageSettings("/properties/report"),
     "download": StageSettings("/properties/download"),
     "download_source": StageSettings("/$defs/download_params"),

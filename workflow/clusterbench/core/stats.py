@@ -34,7 +34,8 @@ Z = 3.0
 #: The rule in words, as the report, the history page and the CLI state it.
 RULE = (
     "beyond the noise when the difference of the means exceeds 3 standard errors of the "
-    "difference, sqrt(SE_a\u00b2 + SE_b\u00b2); each mean is over its runs' mean images/s, its SE "
+    "difference, sqrt(SE_a\u00b2 + SE_b\u00b2); each mean is over its runs' mean images/s (a "
+    "language model's tokens/s), its SE "
     "the larger of the epochs' share, sqrt(\u03a3 sd\u00b2/epochs) / runs, and the repeats' share, "
     "the sd of the run means / sqrt(runs)"
 )

@@ -3,8 +3,10 @@ validation splits as tensors and takes its shard of each global batch by indexin
 
 The training loop (:mod:`clusterbench.training.loop`) asks a data source for
 
-- ``epoch_batches(epoch, batches, first, rank, size)``: this rank's ``(inputs, targets)`` of
-  each global batch ``[start, stop)`` of the epoch's sample order, from step ``first`` on;
+- ``epoch_batches(epoch, batches, first, rank, size, shares=None)``: this rank's ``(inputs,
+  targets)`` of each global batch ``[start, stop)`` of the epoch's sample order, from step
+  ``first`` on (its share of each: :func:`clusterbench.data.order.shard_bounds`; ``shares``,
+  uneven workers' weights, is given only where a run sets them);
 - ``val_batches(rank, size)``: this rank's shard of the validation split, in slices;
 
 and for ``task`` (:mod:`clusterbench.training.objectives`), ``units_per_sample`` (1 image; a
@@ -71,7 +73,13 @@ class ResidentImages:
         return normalize_images(images, self.mean, self.std)
 
     def epoch_batches(
-        self, epoch: int, batches: list[tuple[int, int]], first: int, rank: int, size: int
+        self,
+        epoch: int,
+        batches: list[tuple[int, int]],
+        first: int,
+        rank: int,
+        size: int,
+        shares: list[float] | None = None,
     ) -> Iterator[tuple[Any, Any]]:
         import torch
 
@@ -82,7 +90,7 @@ class ResidentImages:
             table = augmentation.crop_flip_table(self.train_size, self.seed, epoch)
             table = torch.from_numpy(table).to(self.device)
         for start, stop in batches[first:]:
-            lo, hi = shard_bounds(stop - start, size, rank)
+            lo, hi = shard_bounds(stop - start, size, rank, shares)
             idx = order[start + lo : start + hi]
             images = self.train_x[idx]
             if table is not None:

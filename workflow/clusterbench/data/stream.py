@@ -156,14 +156,20 @@ class StreamedImages:
         )
 
     def epoch_batches(
-        self, epoch: int, batches: list[tuple[int, int]], first: int, rank: int, size: int
+        self,
+        epoch: int,
+        batches: list[tuple[int, int]],
+        first: int,
+        rank: int,
+        size: int,
+        shares: list[float] | None = None,
     ) -> Iterator[tuple[Any, Any]]:
         import torch
 
         order = epoch_permutation(self.train_size, self.seed, epoch)
         items = []
         for start, stop in batches[first:]:
-            lo, hi = shard_bounds(stop - start, size, rank)
+            lo, hi = shard_bounds(stop - start, size, rank, shares)
             items.append(("train", epoch, order[start + lo : start + hi]))
         table = None
         if self.augment == "standard" and self.storage == "arrays":

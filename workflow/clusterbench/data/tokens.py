@@ -88,14 +88,20 @@ class ResidentTokens:
         return len(self.train_x)
 
     def epoch_batches(
-        self, epoch: int, batches: list[tuple[int, int]], first: int, rank: int, size: int
+        self,
+        epoch: int,
+        batches: list[tuple[int, int]],
+        first: int,
+        rank: int,
+        size: int,
+        shares: list[float] | None = None,
     ) -> Iterator[tuple[Any, Any]]:
         import torch
 
         order = torch.from_numpy(epoch_permutation(self.train_size, self.seed, epoch))
         order = order.to(self.device)
         for start, stop in batches[first:]:
-            lo, hi = shard_bounds(stop - start, size, rank)
+            lo, hi = shard_bounds(stop - start, size, rank, shares)
             idx = order[start + lo : start + hi]
             yield self.train_x[idx].long(), self.train_y[idx].long()
 

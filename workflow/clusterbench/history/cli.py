@@ -11,7 +11,8 @@ default (``results/history.sqlite``). The store is opened read-only: reading it 
 workflow appends is safe, and a store other users write can be read by anyone who may read it.
 
 For each site, environment and workload, each configuration's points (one workflow run's runs
-of it each) are listed oldest first with their mean images/s, standard error, runs, timed
+of it each) are listed oldest first with their mean images/s (a language model's: tokens/s),
+standard error, runs, timed
 epochs and status under the regression rule (:mod:`clusterbench.history.regression`); then
 every series whose newest point is a regression, with what changed in provenance since its
 last good entry. Exit status 0; 1 with ``--fail-on-regression`` when a newest point is a
@@ -79,9 +80,8 @@ def series_lines(pts: pd.DataFrame, last: int) -> list[str]:
             lines.append(
                 f"  {config}" + (f" (last {last} of {len(part)})" if last < len(part) else "")
             )
-            lines.append(
-                f"    {'date':<17} {'images/s':>10} {'SE':>8} {'runs':>5} {'epochs':>6}  status"
-            )
+            unit = part["unit"].iloc[0]  # images/s, a language model's tokens/s
+            lines.append(f"    {'date':<17} {unit:>10} {'SE':>8} {'runs':>5} {'epochs':>6}  status")
             for row in shown.itertuples(index=False):
                 se = f"{row.se:,.1f}" if pd.notna(row.se) else "n/a"
                 lines.append(
@@ -108,7 +108,7 @@ def report(path: Path, last: int) -> tuple[list[str], int]:
     for row in flagged.itertuples(index=False):
         lines.append(
             f"  {regression.series_name(row)}: {row.mean:,.0f} "
-            f"images/s on {row.date[:10]}, {-row.change:.1%} below {row.ref_mean:,.0f}; changed "
+            f"{row.unit} on {row.date[:10]}, {-row.change:.1%} below {row.ref_mean:,.0f}; changed "
             f"since the last good entry: {row.changed}"
         )
     return lines, len(flagged)

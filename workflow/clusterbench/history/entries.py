@@ -29,11 +29,18 @@ from clusterbench.config import NOT_SPEED_KEYS
 from clusterbench.records import flops, runs
 from clusterbench.records.runs import memory_format
 
+#: Speed settings added after runs were first stored, left out of a run's series where they
+#: are at their default (null): such a run stays in the series of the runs stored before them.
+UNSTORED_AT_DEFAULT = ("iface", "log_level", "loss", "optimizer", "shares")
+
 
 def speed_settings(info: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that set a run's speed (see the module's docstring)."""
     run = info["run"]
     settings = {k: v for k, v in run.items() if k not in NOT_SPEED_KEYS}
+    for key in UNSTORED_AT_DEFAULT:
+        if settings.get(key) is None:
+            settings.pop(key, None)
     effective, world = info.get("effective") or {}, info.get("world") or {}
     settings["global_batch"] = effective.get("global_batch")
     settings["memory_format"] = memory_format(info)
@@ -66,9 +73,9 @@ def spread(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def timing(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    """Mean and sd over the timed epochs (all but the first ``warmup``), and every epoch's
-    figures (``epoch_metrics``)."""
-    timed = records[warmup:]
+    """Mean and sd over the timed epochs (all but the first ``warmup``, and but a partial one
+    the time box stopped), and every epoch's figures (``epoch_metrics``)."""
+    timed = [r for r in records[warmup:] if "partial" not in r]
     out: dict[str, Any] = {"warmup_epochs": warmup, "timed_epochs": len(timed)}
     for field in ("epoch_seconds", "images_per_second", "tokens_per_second"):
         values = [float(r[field]) for r in timed if isinstance(r.get(field), int | float)]

@@ -6,7 +6,8 @@ append added to it (one workflow run: its runs of that configuration, repeats of
 dated by its newest training; points are taken in date order.
 
 **The rule.** Each point is compared with its **reference**: every earlier point of the series
-that was not itself flagged. With the point's and the reference's mean images/s and standard
+that was not itself flagged. With the point's and the reference's mean throughput (images/s; a
+language model's series: tokens/s, :func:`unit_of`) and standard
 errors from :func:`clusterbench.core.stats.estimate` (each entry's mean and sd over its timed
 epochs; the run-to-run spread ``sigma`` the larger of the sd of the reference's entry means and
 that of the point's), a point is a **regression** when
@@ -38,7 +39,8 @@ SERIES_KEY = ("site", "environment", "workload", "speed_settings")
 
 #: The rule in one sentence (the report's history page, the CLI).
 RULE = (
-    "A point (one workflow run's runs of a series) is a regression when its mean images/s is "
+    "A point (one workflow run's runs of a series) is a regression when its mean images/s (a "
+    "language model's: tokens/s) is "
     "below that of every earlier point not flagged by more than 3 standard errors of the "
     "difference, sqrt(SE_new\u00b2 + SE_ref\u00b2); each SE is the larger of the epochs' share "
     "(sqrt(\u03a3 sd\u00b2/epochs) / runs) and the run-to-run spread's (the sd of the entries' "
@@ -63,7 +65,15 @@ PROVENANCE_FIELDS = {
 ENTRY_COLUMNS = frozenset(
     (*SERIES_KEY, "append_id", "date", "run", "current", "dirty", *PROVENANCE_FIELDS)
     + ("images_per_second_mean", "images_per_second_sd", "timed_epochs")
+    + ("tokens_per_second_mean", "tokens_per_second_sd")
 )
+
+#: A series' throughput: its entries' mean and sd columns and the unit, by what it trained
+#: (:func:`unit_of`).
+UNITS = {
+    "images/s": ("images_per_second_mean", "images_per_second_sd"),
+    "tokens/s": ("tokens_per_second_mean", "tokens_per_second_sd"),
+}
 
 #: The columns of :func:`points`.
 POINT_COLUMNS = (
@@ -84,6 +94,7 @@ POINT_COLUMNS = (
     "status",
     "changed",
     "current",
+    "unit",
 )
 
 
@@ -105,6 +116,9 @@ def config_label(speed_settings: str) -> str:
         words.append("compiled")
     if s.get("decode") in ("cpu", "gpu"):
         words.append(f"decode {s['decode']}")
+    for key in ("loss", "optimizer", "shares", "iface", "log_level"):  # where a run sets them
+        if s.get(key) is not None:
+            words.append(f"{key} {s[key]}")
     return ", ".join(words)
 
 
@@ -146,23 +160,33 @@ def _epochs(entry: Mapping[str, Any]) -> int:
     return 0 if _missing(n) else int(n)
 
 
-def _estimate(entries: Sequence[Mapping[str, Any]], sigma: float) -> stats.Estimate:
+def unit_of(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The unit a series' throughput is compared in: ``tokens/s`` where every entry has
+    tokens/s (a language model: its records have it on every epoch), else ``images/s``."""
+    timed = [e for e in entries if _epochs(e)]
+    tokens = [e.get("tokens_per_second_mean") for e in timed]
+    return "tokens/s" if tokens and not any(_missing(t) for t in tokens) else "images/s"
+
+
+def _estimate(entries: Sequence[Mapping[str, Any]], sigma: float, unit: str) -> stats.Estimate:
+    mean, sd = UNITS[unit]
     return stats.estimate(
-        _floats(entries, "images_per_second_mean"),
-        _floats(entries, "images_per_second_sd"),
-        [_epochs(e) for e in entries],
-        sigma,
+        _floats(entries, mean), _floats(entries, sd), [_epochs(e) for e in entries], sigma
     )
 
 
 def judge(
-    point: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]
+    point: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]],
+    unit: str = "images/s",
 ) -> dict[str, Any]:
-    """The rule for one point against its reference (both entries of one series)."""
-    spreads = [stats.run_spread(_floats(e, "images_per_second_mean")) for e in (reference, point)]
+    """The rule for one point against its reference (both entries of one series), their
+    throughput in ``unit`` (:data:`UNITS`)."""
+    column = UNITS[unit][0]
+    spreads = [stats.run_spread(_floats(e, column)) for e in (reference, point)]
     finite = [x for x in spreads if math.isfinite(x)]
     sigma = max(finite) if finite else math.nan
-    new, ref = _estimate(point, sigma), _estimate(reference, sigma)
+    new, ref = _estimate(point, sigma, unit), _estimate(reference, sigma, unit)
     slower = stats.difference(ref, new)
     faster = stats.difference(new, ref)
     if slower.beyond is None:
@@ -183,11 +207,12 @@ def judge(
 
 def series_points(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The points of one series' entries (the store's rows as mappings), oldest first, each
-    judged (see the module)."""
+    judged (see the module) in the series' unit (:func:`unit_of`)."""
     by_append: dict[Any, list[Mapping[str, Any]]] = {}
     for e in entries:
         by_append.setdefault(e["append_id"], []).append(e)
     groups = sorted(by_append.items(), key=lambda item: (max(e["date"] for e in item[1]), item[0]))
+    unit = unit_of(entries)
     rows: list[dict[str, Any]] = []
     good: list[Mapping[str, Any]] = []  # the entries of every earlier point not flagged
     last_good: Mapping[str, Any] | None = None
@@ -202,12 +227,13 @@ def series_points(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "epochs": sum(_epochs(e) for e in point),
             "current": any(bool(e.get("current", False)) for e in point),
             "changed": "",
+            "unit": unit,
         }
         if not good:
-            est = _estimate(point, math.nan)
+            est = _estimate(point, math.nan, unit)
             row.update(mean=est.mean, se=est.se, status="first")
         else:
-            row.update(judge(point, good))
+            row.update(judge(point, good, unit))
             if row["status"] == "regression" and last_good is not None:
                 row["changed"] = provenance_changes(last_good, point)
         if row["status"] != "regression":

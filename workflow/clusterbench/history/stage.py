@@ -68,7 +68,7 @@ def summary(path: Path, appended: store.Appended, history: pd.DataFrame) -> list
     for row in regression.newest_regressions(pts).itertuples(index=False):
         lines.append(
             f"history: REGRESSION {regression.series_name(row)}: "
-            f"{row.mean:,.0f} images/s on {row.date[:10]}, {-row.change:.1%} "
+            f"{row.mean:,.0f} {row.unit} on {row.date[:10]}, {-row.change:.1%} "
             f"below the history's {row.ref_mean:,.0f} (threshold {row.threshold:,.0f}); "
             f"changed: {row.changed}"
         )

@@ -110,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", default=None, help="Gloo timeout in seconds (HOROVOD_GLOO_TIMEOUT_SECONDS)"
     )
     parser.add_argument(
-        "--log-level", default=None, help=f"Horovod log level: {', '.join(LOG_LEVELS)}"
+        "--log-level",
+        default=None,
+        help=f"the ranks' communication log level ({', '.join(LOG_LEVELS)}): HOROVOD_LOG_LEVEL, "
+        "NCCL_DEBUG and TORCH_DISTRIBUTED_DEBUG (clusterbench.launch.common.LOG_VARIABLES)",
     )
     parser.add_argument(
         "--lock",
@@ -195,7 +198,13 @@ def grow_resources(args: argparse.Namespace) -> dict[str, str]:
 
 
 def read_environment(args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """The settings a flag or a ``CLUSTERBENCH_*`` variable gives (the flag wins), checked."""
+    """The settings a flag or a ``CLUSTERBENCH_*`` variable gives (the flag wins), checked;
+    ``args.origins``: where the interface and the log level came from (the flag, the variable,
+    or none), which every rank gets (:data:`clusterbench.core.rank_env.NETWORK_FROM_VAR`)."""
+    args.origins = {
+        "iface": origin(args.iface, env, "CLUSTERBENCH_IFACE", "--iface"),
+        "log_level": origin(args.log_level, env, "CLUSTERBENCH_LOG_LEVEL", "--log-level"),
+    }
     args.iface = args.iface or env.get("CLUSTERBENCH_IFACE") or None
     level = args.log_level or env.get("CLUSTERBENCH_LOG_LEVEL") or None
     if level is not None and level.lower() not in LOG_LEVELS:
@@ -209,6 +218,15 @@ def read_environment(args: argparse.Namespace, env: Mapping[str, str]) -> None:
             args.timeout = 0
         if args.timeout <= 0:
             raise LaunchError(f"the Gloo timeout must be a positive number of seconds: {timeout!r}")
+
+
+def origin(flag: str | None, env: Mapping[str, str], var: str, name: str) -> str | None:
+    """Where a setting came from: the flag ``name`` (the workflow passes the config's value as
+    it), the variable ``var``, or None (neither: the launcher's choice, the libraries'
+    defaults)."""
+    if flag:
+        return name
+    return var if env.get(var) else None
 
 
 class _StderrHandler(logging.StreamHandler):

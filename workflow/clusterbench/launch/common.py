@@ -5,10 +5,17 @@ rank gets beside Horovod's own variables."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 
-from clusterbench.core.rank_env import CPUS_PER_RANK_VAR, GROW_RECORD_VAR, NODE_VAR
+from clusterbench.core.rank_env import (
+    CPUS_PER_RANK_VAR,
+    GROW_RECORD_VAR,
+    LOG_LEVEL_VAR,
+    NETWORK_FROM_VAR,
+    NODE_VAR,
+)
 from clusterbench.launch import schedulers
 from clusterbench.launch.placement import IfaceChoice
 from clusterbench.launch.schedulers import Scheduler
@@ -68,8 +75,34 @@ def rank_env(args: argparse.Namespace, scheduler: Scheduler, iface: IfaceChoice)
     }
     if args.iface:  # asked for: the same name on every host (a scheduler whose hosts choose
         extra["CLUSTERBENCH_IFACE"] = args.iface  # their own reads it there: ssh)
-    if args.log_level:
-        extra["HOROVOD_LOG_LEVEL"] = args.log_level
+    if args.log_level:  # each library's variable, unless the environment sets that one itself
+        levels = log_variables(args.log_level)
+        extra.update({k: v for k, v in levels.items() if not os.environ.get(k)})
+        extra[LOG_LEVEL_VAR] = args.log_level
     if args.timeout:
         extra["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.timeout)
+    # where the interface and the level came from, for run.json (clusterbench.training.record)
+    extra[NETWORK_FROM_VAR] = json.dumps(getattr(args, "origins", {}), sort_keys=True)
     return extra
+
+
+#: The communication libraries' own debug variables, by the launcher's log level (Horovod's
+#: levels): Horovod's log level; NCCL's (WARN, INFO, TRACE: NCCL has no quieter level than
+#: VERSION, its version line); torch.distributed's checks and logs (DETAIL adds a consistency
+#: check of every collective: slower), which it prints only at TORCH_CPP_LOG_LEVEL=INFO.
+LOG_VARIABLES = {
+    "trace": {"NCCL_DEBUG": "TRACE", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    "debug": {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    "info": {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "INFO"},
+    "warning": {"NCCL_DEBUG": "WARN", "TORCH_DISTRIBUTED_DEBUG": "OFF"},
+    "error": {"NCCL_DEBUG": "VERSION", "TORCH_DISTRIBUTED_DEBUG": "OFF"},
+    "fatal": {"NCCL_DEBUG": "VERSION", "TORCH_DISTRIBUTED_DEBUG": "OFF"},
+}
+
+
+def log_variables(level: str) -> dict[str, str]:
+    """The ranks' variables for the launcher's log ``level`` (:data:`LOG_VARIABLES`)."""
+    found = {"HOROVOD_LOG_LEVEL": level, **LOG_VARIABLES[level]}
+    if found["TORCH_DISTRIBUTED_DEBUG"] != "OFF":
+        found["TORCH_CPP_LOG_LEVEL"] = "INFO"
+    return found

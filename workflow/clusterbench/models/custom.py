@@ -63,17 +63,18 @@ def search_path() -> list[str]:
     return [os.getcwd(), *(p or os.getcwd() for p in sys.path)]
 
 
-def module_files(name: str, search: Sequence[str] | None = None) -> list[Path]:
+def module_files(name: str, search: Sequence[str] | None = None, what: str = "model") -> list[Path]:
     """The files of ``name``'s module, found as the import would find them, without importing
     anything (no code of the user's runs): each package's ``__init__.py`` on the way and the
     module's own file (a namespace package has none; a built-in module no file at all).
-    :class:`ModelError` when there is no such module."""
+    :class:`ModelError` when there is no such module, naming ``what`` it is (your own model,
+    loss or optimizer: :mod:`clusterbench.models.custom_training`)."""
     path = tuple(search if search is not None else search_path())
-    return list(_found_files(name, path))
+    return list(_found_files(name, path, what))
 
 
 @functools.lru_cache(maxsize=64)
-def _found_files(name: str, search: tuple[str, ...]) -> tuple[Path, ...]:
+def _found_files(name: str, search: tuple[str, ...], what: str = "model") -> tuple[Path, ...]:
     """:func:`module_files` for one search path (looked up once per process: the config check
     asks for every run)."""
     parts = name.partition(":")[0].split(".")
@@ -84,7 +85,7 @@ def _found_files(name: str, search: tuple[str, ...]) -> tuple[Path, ...]:
         found = find_in(part, path) or (find_top(part) if i == 1 else None)
         if found is None:
             raise ModelError(
-                f"model {name!r}: no module {'.'.join(parts[:i])!r} to import, from "
+                f"{what} {name!r}: no module {'.'.join(parts[:i])!r} to import, from "
                 f"{os.getcwd()} or the environment (searched without importing it): check the "
                 "name, or run from the folder that holds it"
             )
@@ -92,7 +93,7 @@ def _found_files(name: str, search: tuple[str, ...]) -> tuple[Path, ...]:
         files += [] if origin is None else [origin]
         if i < len(parts) and path is None:
             raise ModelError(
-                f"model {name!r}: {'.'.join(parts[:i])!r} ({origin}) is a module, not a "
+                f"{what} {name!r}: {'.'.join(parts[:i])!r} ({origin}) is a module, not a "
                 "package: it holds no module"
             )
     return tuple(files)
@@ -155,8 +156,9 @@ def code_digest(name: str) -> str | None:
     return digest.hexdigest()
 
 
-def load(name: str) -> Any:
-    """The callable ``name`` names, imported with the working directory on ``sys.path``."""
+def load(name: str, what: str = "model") -> Any:
+    """The callable ``name`` names, imported with the working directory on ``sys.path``;
+    failures named as ``what``'s (your own model, loss or optimizer)."""
     module_name, _, attribute = name.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -164,14 +166,14 @@ def load(name: str) -> Any:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - sys.exit() or Ctrl-C in the user's import too
         raise ModelError(
-            f"model {name!r}: importing module {module_name!r} failed ({raised(exc)}); it must "
+            f"{what} {name!r}: importing module {module_name!r} failed ({raised(exc)}); it must "
             f"be importable from {os.getcwd()} or the environment"
         ) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
         raise ModelError(
-            f"model {name!r}: module {module_name!r} ({getattr(module, '__file__', '?')}) has "
+            f"{what} {name!r}: module {module_name!r} ({getattr(module, '__file__', '?')}) has "
             f"no {attribute!r}"
         ) from None
 

@@ -39,6 +39,7 @@ RULES = (
     "train",
     "comm",
     "evaluate",
+    "watch",
     "history",
     "report",
     "best",

@@ -3,9 +3,11 @@
 An *environment* is where a run trains: its ranks (``workers``), the nodes they spread over
 and the GPUs per node (which make its device, the CPU for 0). Every multi-worker run's
 environment and backend is measured once, however many runs share it (a sweep of 20 runs on
-2 workers is one job); a 1-worker environment exchanges nothing and has no job. Each job has a
+2 workers is one job); a 1-worker environment exchanges nothing and has no job. Runs that ask
+for a network interface (``iface``) are measured over it, a job per interface. Each job has a
 readable name, its wildcard and folder (``results/comm/<name>/``):
-``<workers>w-<nodes>n-<cpu|<G>gpu>-<backend>``, e.g. ``2w-1n-cpu-horovod``, ``8w-2n-4gpu-ddp``.
+``<workers>w-<nodes>n-<cpu|<G>gpu>-<backend>[-<iface>]``, e.g. ``2w-1n-cpu-horovod``,
+``8w-2n-4gpu-ddp-ib0``.
 
 A job is sized and submitted as a train job of its size (:func:`job_run` for
 :func:`clusterbench.pipeline.resources.train_resources`): the same ranks, nodes, GPUs and scheduler
@@ -40,6 +42,10 @@ class CommJob:
     gpus_per_node: int
     backend: str
     runs: tuple[str, ...]
+    #: The interface its runs talk over (their ``iface``; None: the launcher's choice) and the
+    #: log level of its first run.
+    iface: str | None = None
+    log_level: str | None = None
 
     @property
     def device(self) -> str:
@@ -51,10 +57,13 @@ class CommJob:
         return (self.workers, self.nodes, self.gpus_per_node)
 
 
-def job_name(workers: int, nodes: int, gpus_per_node: int, backend: str) -> str:
-    """The readable name of the job of an environment and backend (the module docstring)."""
+def job_name(
+    workers: int, nodes: int, gpus_per_node: int, backend: str, iface: str | None = None
+) -> str:
+    """The readable name of the job of an environment and backend (the module docstring), and
+    of the interface its runs ask for (``iface``; none: nothing added)."""
     device = f"{gpus_per_node}gpu" if gpus_per_node else "cpu"
-    return f"{workers}w-{nodes}n-{device}-{backend}"
+    return f"{workers}w-{nodes}n-{device}-{backend}" + (f"-{iface}" if iface else "")
 
 
 def jobs(runs: Iterable[Mapping[str, Any]]) -> dict[str, CommJob]:
@@ -64,8 +73,8 @@ def jobs(runs: Iterable[Mapping[str, Any]]) -> dict[str, CommJob]:
     for run in runs:
         if run["workers"] < 2:
             continue
-        key = job_name(run["workers"], run["nodes"], run["gpus_per_node"], run["backend"])
-        found.setdefault(key, []).append(run)
+        where = (run["workers"], run["nodes"], run["gpus_per_node"], run["backend"])
+        found.setdefault(job_name(*where, run.get("iface")), []).append(run)
     return {
         name: CommJob(
             name,
@@ -74,6 +83,8 @@ def jobs(runs: Iterable[Mapping[str, Any]]) -> dict[str, CommJob]:
             members[0]["gpus_per_node"],
             members[0]["backend"],
             tuple(run["name"] for run in members),
+            members[0].get("iface"),
+            members[0].get("log_level"),
         )
         for name, members in found.items()
     }
@@ -100,6 +111,7 @@ def job_params(job: CommJob, comm: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": job.nodes,
         "gpus_per_node": job.gpus_per_node,
         "backend": job.backend,
+        **({"iface": job.iface} if job.iface else {}),
         **comm_slice(comm),
     }
 

@@ -43,8 +43,9 @@ def train_command(
     The launcher: the workers (an elastic run's bounds too), the backend (Horovod's
     rendezvous, or none) and the lock that lets one job at a
     time train the run (clusterbench.launch.exclusive). The stage: where the data and the outputs
-    are, and how the data is read (loading, loader_workers, staging): no result changes with it,
-    so it is no rerun trigger."""
+    are, and how the data is read (loading, loader_workers, staging), and whether a watch job
+    evaluates it while it trains (``--watched``): no result changes with them, so they are no
+    rerun trigger."""
     out_dir = dir_of(info_file)
     launch = f"--np {run['workers']} --backend {run['backend']} "
     if cbconfig.is_elastic(run):
@@ -56,13 +57,26 @@ def train_command(
         where = grow_resources(run)
         if where:
             launch += f"--grow-resources {shlex.quote(cbconfig.canonical_json(where))} "
+    launch += network_options(run)
     launch += f"--lock {shlex.quote(os.path.join(out_dir, 'train.lock'))}"
     settings = cbconfig.canonical_json(cbconfig.data_settings(run, cfg))
     stage = (
         f"--data-dir {shlex.quote(dir_of(data_file))} --data-settings {shlex.quote(settings)} "
         f"--out-dir {shlex.quote(out_dir)}"
     )
+    if (cfg.get("evaluate") or {}).get("every_minutes"):  # a watch job asks for its weights
+        stage += " --watched"
     return TrainCommand(launch, stage)
+
+
+def network_options(run: Mapping[str, Any]) -> str:
+    """The launcher's ``--iface`` and ``--log-level`` for the run's ``iface`` and
+    ``log_level`` (none where the run leaves them null: the launcher's variables then work)."""
+    found = ""
+    for key, flag in (("iface", "--iface"), ("log_level", "--log-level")):
+        if run.get(key):
+            found += f"{flag} {shlex.quote(str(run[key]))} "
+    return found
 
 
 def grow_resources(run: Mapping[str, Any]) -> dict[str, str]:
@@ -78,4 +92,17 @@ def evaluate_dirs(data_file: Any, metrics_file: Any) -> str:
     """The evaluate job's ``--data-dir`` and ``--out-dir``, quoted for the shell."""
     return (
         f"--data-dir {shlex.quote(dir_of(data_file))} --out-dir {shlex.quote(dir_of(metrics_file))}"
+    )
+
+
+def watch_command(data_file: Any, out_file: Any, deadline_minutes: int) -> str:
+    """The watch job's ``--data-dir``, ``--run-dir`` (its run's outputs: ``results/runs/RUN``
+    beside ``results/watch/RUN``), ``--out`` and ``--deadline-minutes``, quoted for the
+    shell."""
+    out = str(out_file)
+    run_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(out))), "runs")
+    run_dir = os.path.join(run_dir, os.path.basename(os.path.dirname(out)))
+    return (
+        f"--data-dir {shlex.quote(dir_of(data_file))} --run-dir {shlex.quote(run_dir)} "
+        f"--out {shlex.quote(out)} --deadline-minutes {deadline_minutes}"
     )

@@ -86,8 +86,9 @@ class Pipeline:
         self._before_jobs_done = False
         self._job_checks: list[tuple[str, Callable[[], str | None]]] = []
         self._stamps: dict[str, str] = {}
-        #: Your own models' code stamps, by model (written now, by the main process).
-        self.model_stamps = {model: self.model_code(model) for model in self.own_models()}
+        #: Your own models', losses' and optimisers' code stamps, by name (written now, by the
+        #: main process).
+        self.model_stamps = {name: self.model_code(name) for name in self.own_models()}
 
     # ------------------------------------------------------------------- parse time
     def environment(self, python: str = sys.executable) -> dict[str, str]:
@@ -143,18 +144,20 @@ class Pipeline:
         return self._stamps[name]
 
     def own_models(self) -> list[str]:
-        """The config's own models (``package.module:callable``), each once."""
-        from clusterbench.models import custom
+        """The config's own models, losses and optimisers (``package.module:callable``), each
+        once."""
+        from clusterbench.models.custom_training import own_code
 
-        return sorted({r["model"] for r in self.runs.values() if custom.resolve(r["model"])})
+        return sorted({name for r in self.runs.values() for _, name in own_code(r)})
 
     def model_code(self, model: str) -> str | None:
-        """The code stamp of your own ``model``'s module (:func:`code.model_stamp`): an input
-        of the train jobs of its runs, so that editing the module retrains them, as a stage's
-        code stamp (:meth:`stage_code`). None where the module has no file (built in)."""
+        """The code stamp of your own ``model``'s (loss's, optimiser's) module
+        (:func:`code.model_stamp`): an input of the train jobs of its runs, so that editing the
+        module retrains them, as a stage's code stamp (:meth:`stage_code`). None where the
+        module has no file (built in)."""
         from clusterbench.models.custom import module_files
 
-        files = module_files(model)
+        files = module_files(model, what="code")
         if not files:
             return None
         stamp = code.model_stamp(model)
@@ -182,16 +185,18 @@ class Pipeline:
         return [] if run is None else self.data_files(run["dataset"])
 
     def known_run(self, wildcards: Any) -> list[str]:
-        """Input function of the train rule: for a run of the config, its own model's code
-        stamp (:meth:`model_code`; nothing for a built-in model). For another name (the
-        ``run`` wildcard matches any file name: an alternation of every name made Snakemake's
-        graph quadratic in the runs), a file nothing makes, which Snakemake reports as the
-        job's missing input."""
+        """Input function of the train rule: for a run of the config, the code stamps of its
+        own model, loss and optimiser (:meth:`model_code`; nothing for built-in ones). For
+        another name (the ``run`` wildcard matches any file name: an alternation of every name
+        made Snakemake's graph quadratic in the runs), a file nothing makes, which Snakemake
+        reports as the job's missing input."""
         run = self.runs.get(wildcards.run)
         if run is None:
             return [f"(no run {wildcards.run!r} in the config)"]
-        stamp = self.model_stamps.get(run["model"])
-        return [] if stamp is None else [stamp]
+        from clusterbench.models.custom_training import own_code
+
+        stamps = [self.model_stamps.get(name) for _, name in own_code(run)]
+        return sorted({stamp for stamp in stamps if stamp is not None})
 
     def data_files(self, dataset: str) -> list[str]:
         """Every file of the preprocessed ``dataset``, as its storage has it."""
@@ -228,6 +233,25 @@ class Pipeline:
             return found.get(key)
 
         return resource
+
+    # ------------------------------------------------------------------- watch jobs
+    def watch_files(self, runs: list[str]) -> list[str]:
+        """The watch jobs' outputs of ``runs`` (rules/watch.smk): one per run where the config
+        evaluates while training (``evaluate.every_minutes``), else none."""
+        if not self.cfg["evaluate"].get("every_minutes"):
+            return []
+        return [f"results/watch/{run}/watch.json" for run in runs]
+
+    def watch_threads(self, wildcards: Any) -> int:
+        """A watch job's threads: none where Snakemake runs the jobs on this machine (it
+        evaluates while its training waits: no core of its own, beside the timed training),
+        one on a cluster (its own job)."""
+        return 0 if self.adapter.executor() in ("local", None) else 1
+
+    def watch_runtime(self, wildcards: Any) -> int:
+        """A watch job's wall-clock limit, minutes: its run's training job's and half an hour
+        (queued beside it, it must outlast it)."""
+        return int(self.run_of(wildcards)["runtime"]) + 30
 
     def available_runs(self) -> list[str]:
         """The runs the report (and so every target) takes: see :class:`RunPlan`."""

@@ -5,7 +5,8 @@ python scripts/report.py \
     --params '{"title": ..., "author": ..., "timing_warmup_epochs": 1}' --config-hash HASH \
     --run-dirs results/runs/A ... --eval-dirs results/eval/A ... \
     --benchmarks results/benchmarks/**/*.tsv [--history results/history/series.csv] \
-    [--comm results/comm/JOB/comm.json ...] --out-dir results/report
+    [--comm results/comm/JOB/comm.json ...] [--watch results/watch/RUN/watch.json ...] \
+    --out-dir results/report
 ```
 
 Reads, per run, ``run.json`` + ``metrics.jsonl`` (train stage) and ``metrics.json`` +
@@ -93,6 +94,7 @@ from clusterbench.report.inputs import (
     load_datasets,
     load_history,
     load_run,
+    load_watch,
     parse_params,
     parse_skipped,
 )
@@ -190,11 +192,13 @@ def write_outputs(
     history: pd.DataFrame | None = None,
     comm: pd.DataFrame | None = None,
     datasets: Sequence[dict[str, Any]] = (),
+    watch: dict[str, dict[str, Any]] | None = None,
 ) -> int:
     """Write the CSVs, the figure PNGs and, last, report.pdf; returns the PDF's page count.
     ``comm``: the comm stage's rows (:func:`~clusterbench.report.inputs.load_comm`);
     ``datasets``: the runs' datasets' records (:func:`~clusterbench.report.inputs.
-    load_datasets`)."""
+    load_datasets`); ``watch``: the evaluations while training, by run
+    (:func:`~clusterbench.report.inputs.load_watch`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,6 +217,7 @@ def write_outputs(
         if comm is not None:
             ctx.comm = comm
         ctx.datasets = list(datasets)
+        ctx.watch = dict(watch or {})
         write_tables(out_dir, {"scaling_model": ctx.scaling_model})
         pages = build(ctx)
         footer = footer_text(params, prov)
@@ -235,8 +240,8 @@ def write_skipped(path: Path, skipped: list[dict[str, Any]]) -> None:
             writer.writerow(["" if entry.get(k) is None else entry[k] for k in SKIPPED_COLUMNS])
 
 
-@one_line("report")
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The stage's command line (the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--params", required=True, help='the report settings: {"title", "author", ...}'
@@ -274,6 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="the runs' preprocessed datasets (results/data/NAME/meta.json)",
     )
+    parser.add_argument(
+        "--watch",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="JSON",
+        help="the evaluations while training (results/watch/RUN/watch.json, the watch stage)",
+    )
     parser.add_argument("--out-dir", type=Path, required=True, help="results/report")
     parser.add_argument(
         "--skipped",
@@ -281,8 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the runs skipped where the workflow ran: a JSON list of "
         '{"run", "experiment", "environment", "point", "reason"} (-> skipped.csv)',
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+@one_line("report")
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         params = parse_params(args.params, args.config_hash)
         skipped = parse_skipped(args.skipped)
@@ -297,10 +314,21 @@ def main(argv: list[str] | None = None) -> int:
     history = load_history(args.history)
     comm = load_comm(args.comm)
     datasets = load_datasets(args.datasets)
+    watch = load_watch(args.watch)
     prov = provenance.collect()
     write_skipped(args.out_dir / "skipped.csv", skipped)  # the PDF comes last
     n_pages = write_outputs(
-        args.out_dir, params, prov, runs, bench, bench_missing, skipped, history, comm, datasets
+        args.out_dir,
+        params,
+        prov,
+        runs,
+        bench,
+        bench_missing,
+        skipped,
+        history,
+        comm,
+        datasets,
+        watch,
     )
     print(
         f"report: {plural(len(runs), 'run')}, {plural(len(bench), 'benchmark record')}, "

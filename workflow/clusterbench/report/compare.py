@@ -87,8 +87,9 @@ def site_pages(book: Book, sites: Sites) -> None:
         f"Runs with equal training settings on {len(sites.names)} sites "
         f"({', '.join(sites.names)}): time per epoch (mean \u00b1 sd over the timed epochs, "
         + (f"{first_epochs(warmup)} of each run left out" if warmup else "all epochs")
-        + ") and images/s over all workers; 'vs first' is the ratio to the first site listed "
-        "for that benchmark (time: below 1 is faster; images/s: above 1 is faster)."
+        + ") and throughput over all workers (images/s; a language model's tokens/s, marked); "
+        "'vs first' is the ratio to the first site listed for that benchmark (time: below 1 is "
+        "faster; throughput: above 1 is faster)."
     )
     if sites.table.empty:
         book.nothing_to_show(
@@ -112,7 +113,7 @@ def site_table_pages(book: Book, table: pd.DataFrame, caption: str) -> None:
         ("Workers\n(nodes)", 0.09, True),
         ("Time per epoch\n(mean \u00b1 sd)", 0.16, True),
         ("vs first", 0.08, True),
-        ("Images/s", 0.1, True),
+        ("Images/s", 0.1, True),  # a language model's cell: tokens/s, so marked
         ("vs first", 0.08, True),
         ("Accuracy", 0.1, True),
     ]
@@ -123,7 +124,7 @@ def site_table_pages(book: Book, table: pd.DataFrame, caption: str) -> None:
             f"{r.workers} ({r.nodes})",
             fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds),
             fmt_ratio(r.epoch_seconds_vs_first_site),
-            fmt_number_sd(r.images_per_second, None),
+            fmt_number_sd(r.throughput, None) + (" tok/s" if r.unit == "tokens/s" else ""),
             fmt_ratio(r.images_per_second_vs_first_site),
             fmt_pct(r.accuracy),
         ]
@@ -148,7 +149,7 @@ def site_chart_page(book: Book, table: pd.DataFrame, sites: Sequence[str]) -> No
     fig = book.new(
         "Time per epoch and throughput by site",
         "Each matched benchmark on each site: mean time per epoch (left; whiskers: sd) and "
-        "images/s over all workers (right), both on log scales."
+        "images/s over all workers (right; a language model's: tokens/s), both on log scales."
         + (
             f" The first {CHART_BENCHMARKS} of {len(benchmarks)} benchmarks."
             if len(benchmarks) > CHART_BENCHMARKS
@@ -162,7 +163,7 @@ def site_chart_page(book: Book, table: pd.DataFrame, sites: Sequence[str]) -> No
     axes = fig.subplots(1, 2, sharey=True)
     for ax, column, sd, label in (
         (axes[0], "mean_epoch_seconds", "std_epoch_seconds", "seconds per epoch"),
-        (axes[1], "images_per_second", None, "images/s"),
+        (axes[1], "throughput", None, throughput_label(table)),
     ):
         known = table[column][np.isfinite(table[column]) & (table[column] > 0)]
         if known.empty:
@@ -206,3 +207,9 @@ def unmatched_pages(book: Book, unmatched: list[tuple[str, str]]) -> None:
         columns,
         rows,
     )
+
+
+def throughput_label(table: pd.DataFrame) -> str:
+    """The throughput axis's label: images/s, tokens/s, or both where the benchmarks mix."""
+    units = sorted(set(table["unit"]))
+    return " or ".join(units) if units else "images/s"

@@ -36,6 +36,8 @@ class Context:
     comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMM_COLUMNS)))
     # each dataset's preprocessed meta.json (inputs.load_datasets), with its own size
     datasets: Sequence[dict[str, Any]] = ()
+    # the evaluations while training, by run (inputs.load_watch: evaluate.every_minutes)
+    watch: dict[str, dict[str, Any]] = field(default_factory=dict)
     book: Book = field(init=False)  # the style: new pages, the runs' colours and order
 
     def __post_init__(self) -> None:

@@ -192,6 +192,19 @@ def load_datasets(paths: list[Path]) -> list[dict[str, Any]]:
     return found
 
 
+def load_watch(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """The watch stage's records (results/watch/RUN/watch.json: its evaluations while the
+    training ran, :mod:`clusterbench.watch`), by run; a file that is not one is named."""
+    found = {}
+    for path in paths:
+        record = read_json_object(Path(path), "evaluations while training (the watch stage's)")
+        points = record.get("points")
+        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+            raise ValueError(f"{path}: 'points' must be a list of objects (the watch stage's)")
+        found[str(record.get("run") or Path(path).parent.name)] = record
+    return found
+
+
 def load_comm(paths: list[Path]) -> pd.DataFrame:
     """Every comm job's rows (:func:`read_comm`) as one table; no path: an empty one."""
     frames = [read_comm(Path(p)) for p in paths]

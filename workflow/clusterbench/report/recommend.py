@@ -119,7 +119,7 @@ def configurations(runs_df: pd.DataFrame) -> pd.DataFrame:
     df = with_config(runs_df)
     df = df[np.isfinite(df["images_per_second"].astype(float))]
     rows = []
-    for key, group in df.groupby(["workload", *CONFIG_KEY], sort=False):
+    for key, group in df.groupby(["workload", *CONFIG_KEY], sort=False, dropna=False):
         rate = rate_key(group)
         est = stats.estimate(
             group[rate].astype(float).tolist(),

@@ -23,17 +23,19 @@ PHASE_NAMES = {
 
 def flatten(epochs: pd.DataFrame) -> pd.DataFrame:
     """``epochs`` with its ``step_seconds`` records (dicts, or absent in older runs) as columns
-    ``step_<phase>_mean`` / ``step_<phase>_max`` (seconds per step over the ranks) and
-    ``step_timed_steps``; NaN where an epoch has none."""
+    ``step_<phase>_mean`` / ``step_<phase>_max`` (seconds per step over the ranks),
+    ``step_timed_steps`` and ``step_work`` (each rank's own work per step, a list); NaN (None)
+    where an epoch has none."""
     if "step_seconds" not in epochs.columns:
         return epochs
     records = epochs["step_seconds"]
-    columns: dict[str, list[float]] = {"step_timed_steps": []}
+    columns: dict[str, list[Any]] = {"step_timed_steps": [], "step_work": []}
     for phase in PHASES:
         columns[f"step_{phase}_mean"], columns[f"step_{phase}_max"] = [], []
     for rec in records:
         ok = isinstance(rec, dict) and rec.get("steps")
         columns["step_timed_steps"].append(float(rec["steps"]) if ok else np.nan)
+        columns["step_work"].append(rec.get("work") if ok else None)  # each rank's, or none
         for phase in PHASES:
             for stat in ("mean", "max"):
                 value = rec[phase][stat] if ok else np.nan

@@ -22,7 +22,9 @@ from clusterbench.report.inputs import (
     PROVENANCE_VERSIONS,
     RunData,
 )
+from clusterbench.report.network import network_columns
 from clusterbench.report.text import UNKNOWN, commit_text, list_runs, plural
+from clusterbench.report.time_box import time_box_columns
 
 RUN_ID_COLUMNS = ("run", "dataset", "model", "workers", "nodes")
 
@@ -34,16 +36,23 @@ SCALE_KEYS = ("workers", "nodes", "min_workers", "max_workers", "gpus_per_node")
 #: and batch_scaling: the global batch; gpus_per_node: the device; channels_last: the memory
 #: format).
 EFFECTIVE_KEYS = ("global_batch", "device", "memory_format")
+#: Your own loss and optimiser: a speed setting, in one column, ``own_training`` (``loss m:f,
+#: optimizer m:g``; empty: the defaults), as the key ``loss`` would be the evaluation's column.
+OWN_TRAINING = ("loss", "optimizer")
 #: The training keys that set how fast a step runs at a given scale: the schema's ``x-speed``
-#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale.
-SETTING_KEYS = tuple(k for k in SPEED_KEYS if k not in SCALE_KEYS)
+#: keys (:data:`clusterbench.config.SPEED_KEYS`) but those of the scale (and your own loss and
+#: optimiser as ``own_training``).
+SETTING_KEYS = (
+    *(k for k in SPEED_KEYS if k not in SCALE_KEYS and k not in OWN_TRAINING),
+    "own_training",
+)
 
 #: Runs that share these are one scaling series: the 1-worker run among them is the baseline.
 BASELINE_KEY = (*SETTING_KEYS, *EFFECTIVE_KEYS, "site")
 
 #: Settings a 1-worker run has no use for (it exchanges no gradients): such a run is the
 #: baseline of every series that differs from it only in these.
-NO_USE_ON_ONE_WORKER = ("grad_compression", "grad_allreduce")
+NO_USE_ON_ONE_WORKER = ("grad_compression", "grad_allreduce", "shares", "iface", "log_level")
 
 
 #: Runs that share these differ only in their backend: compared on the backend page.
@@ -181,8 +190,12 @@ def provenance_differences(runs_df: pd.DataFrame) -> tuple[pd.Series, list[str]]
 
 
 def timed_mask(epochs: pd.DataFrame, warmup: int) -> np.ndarray:
-    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones."""
-    return np.arange(len(epochs)) >= warmup
+    """True for the epochs a run's timing uses: all but the first ``warmup`` recorded ones, and
+    but a partial epoch (the time box stopped it: ``partial``), which is no epoch's time."""
+    mask = np.arange(len(epochs)) >= warmup
+    if "partial" in epochs:
+        mask &= epochs["partial"].isna().to_numpy()
+    return mask
 
 
 def warmup_reason(n_epochs: int, warmup: int) -> str:
@@ -275,16 +288,24 @@ def with_settings(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = df.copy()
     for key in missing:
-        default = TRAIN_DEFAULTS[key]
+        default = TRAIN_DEFAULTS.get(key, "")  # own_training: none
         df[key] = default if isinstance(default, bool) else str(default)
     return df
+
+
+def own_training(cfg: dict[str, Any]) -> str:
+    """A run's own loss and optimiser in words (``loss m:f, optimizer m:g``; none: "")."""
+    return ", ".join(f"{k} {cfg[k]}" for k in OWN_TRAINING if cfg.get(k))
 
 
 def later_settings(cfg: dict[str, Any]) -> dict[str, str]:
     """The speed settings of :data:`SETTING_KEYS` that :func:`runs_table` has no column of its
     own for, as text; an older run.json's missing key: its default (what it trained with)."""
     named = ("dataset", "model", "backend", "bn", "deterministic", "precision", "grad_compression")
-    return {k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named}
+    found = {
+        k: str(cfg.get(k, LATER_TRAIN_DEFAULTS.get(k))) for k in SETTING_KEYS if k not in named
+    }
+    return {**found, "own_training": own_training(cfg)}
 
 
 def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
@@ -344,6 +365,8 @@ def runs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
                 **throughput_columns(r.info),  # Horovod's summary lines, as trained
                 "train_seconds": float(r.info["train_seconds"]),
                 **provenance_columns(r.info),
+                **network_columns(r.info),
+                **time_box_columns(r.info),
                 **experiment_columns(r.info),
             }
         )
@@ -636,11 +659,12 @@ def epochs_table(runs: list[RunData], warmup: int = 1) -> pd.DataFrame:
 def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
     """Runs that differ only in their backend (same ``BACKEND_MATCH_KEY``), one row per
     configuration and backend: the fastest timed run of that backend, its throughput, and the
-    ratio to the reference backend (horovod if present, else the first by name)."""
+    ratio to the reference backend (horovod if present, else the first by name). ``throughput``
+    and ``std_throughput`` are in ``unit``: images/s, a language model's tokens/s."""
     runs_df = with_settings(runs_df)
     timed = runs_df[np.isfinite(runs_df["images_per_second"])]
     rows = []
-    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True):
+    for key, group in timed.groupby(list(BACKEND_MATCH_KEY), sort=True, dropna=False):
         backends = sorted(group["backend"].unique())
         if len(backends) < 2:
             continue
@@ -650,6 +674,8 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
             for b in backends
         }
         config = dict(zip(BACKEND_MATCH_KEY, key, strict=True))
+        tokens = "task" in group and bool((group["task"] == "language-model").all())
+        rate = "tokens_per_second" if tokens else "images_per_second"
         for b in [ref, *(b for b in backends if b != ref)]:
             row = best[b]
             rows.append(
@@ -662,8 +688,12 @@ def backend_comparison(runs_df: pd.DataFrame) -> pd.DataFrame:
                     "images_per_second": row["images_per_second"],
                     "std_images_per_second": row["std_images_per_second"],
                     "ratio": row["images_per_second"] / best[ref]["images_per_second"],
+                    "throughput": row[rate],
+                    "std_throughput": row[f"std_{rate}"],
+                    "unit": "tokens/s" if tokens else "images/s",
                 }
             )
     columns = [*BACKEND_MATCH_KEY, "backend", "reference_backend", "run", "runs"]
     columns += ["images_per_second", "std_images_per_second", "ratio"]
+    columns += ["throughput", "std_throughput", "unit"]
     return pd.DataFrame(rows, columns=columns)

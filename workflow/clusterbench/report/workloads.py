@@ -51,6 +51,22 @@ def throughput_cell(r: Any, sd: bool = False) -> str:
     return f"{r.images_per_second:,.0f}"
 
 
+def throughput_header(tasks: Any, prefix: str = "") -> str:
+    """A throughput column's header for runs of ``tasks``: ``(images/s)`` for classifiers,
+    ``(tokens/s)`` for language models alone, both where they mix (each language model's cell
+    then says tok/s: :func:`throughput_cell`)."""
+    found = {"language-model" if t == "language-model" else "classification" for t in tasks}
+    if found == {"language-model"}:
+        return f"{prefix}(tokens/s)"
+    return f"{prefix}(images/s)" if found == {"classification"} else f"{prefix}(img/s; tok/s)"
+
+
+def lm_only_cell(cell: str, lm_only: bool) -> str:
+    """A throughput cell of a table whose runs are all language models (its header says
+    tokens/s: :func:`throughput_header`): without its own unit."""
+    return cell.removesuffix(" tok/s") if lm_only else cell
+
+
 def notes(runs_df: pd.DataFrame) -> list[str]:
     """The notes a table of ``runs_df`` needs for its marked cells."""
     found = []

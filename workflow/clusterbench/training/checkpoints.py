@@ -163,11 +163,15 @@ def differing_keys(ckpt: Any, run: Mapping[str, Any]) -> str:
     return f"differs in {', '.join(keys)}" if keys else "same settings"
 
 
-def model_problem(ckpt: Mapping[str, Any], model: Any, code: str | None) -> str | None:
+def model_problem(
+    ckpt: Mapping[str, Any], model: Any, code: str | None, training_code: str | None = None
+) -> str | None:
     """Why a checkpoint's weights are not for ``model`` as the run builds it now (None: they
     are): other weights' names or shapes, or (your own model: ``code``, the digest of its
-    module's files, :func:`clusterbench.models.custom.code_digest`) other code. A checkpoint
-    written before the digest was kept has none and is judged by its weights alone."""
+    module's files, :func:`clusterbench.models.custom.code_digest`) other code, or other code
+    of your own loss or optimiser (``training_code``,
+    :func:`clusterbench.models.custom_training.code_digest`). A checkpoint written before a
+    digest was kept has none and is judged by its weights alone."""
     saved, mine = ckpt.get("model") or {}, model.state_dict()
     if set(saved) != set(mine):
         extra, lacks = sorted(set(saved) - set(mine)), sorted(set(mine) - set(saved))
@@ -186,6 +190,8 @@ def model_problem(ckpt: Mapping[str, Any], model: Any, code: str | None) -> str 
         )
     if code is not None and ckpt.get("model_code") not in (None, code):
         return "made with other code of the model's module (edited since)"
+    if training_code is not None and ckpt.get("training_code") not in (None, training_code):
+        return "made with other code of the loss's or the optimizer's module (edited since)"
     return None
 
 

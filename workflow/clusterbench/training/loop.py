@@ -16,8 +16,16 @@ state is committed within an epoch, and what a reset of the world records
   the epoch's record, rank 0's checkpoint, metrics and events.
 * Timing: each epoch's clock starts after the device is synchronised, before its first step,
   and stops after the device is synchronised at its last, before validation.
-* Stops after ``epochs`` epochs or after the epoch during which ``minutes`` ran out, whichever
-  comes first (rank 0 decides, every rank follows).
+* Stops after ``epochs`` epochs, or once ``minutes`` have run out, whichever comes first (rank 0
+  decides, every rank follows): checked at each epoch's end and, within an epoch, at the ranks'
+  checks (:mod:`clusterbench.training.agreement`), which come often enough that a run stops at
+  most one step after its time box, then writes a checkpoint there; the partial epoch is
+  validated after the time used and recorded as partial (``partial``: its steps of the epoch's).
+* Each worker's share of a global batch (``shares``: :mod:`clusterbench.training.shares`): even,
+  a list, or ``auto``, timed over the first steps of each start.
+* A run the workflow watches (``--watched``: ``evaluate.every_minutes``) lends its weights to the
+  evaluation beside it when asked, between two steps or at an epoch's end
+  (:mod:`clusterbench.training.lending`), the time it takes counted nowhere.
 * Preemption (:mod:`clusterbench.core.preemption`): on a warning signal the ranks agree at the next
   check, rank 0 writes a checkpoint at that step (each rank's own sums and RNG in it), and
   every rank raises :class:`~clusterbench.core.preemption.Preempted`; the same command continues.
@@ -25,6 +33,7 @@ state is committed within an epoch, and what a reset of the world records
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,22 +42,30 @@ from typing import Any, Protocol
 from clusterbench.backends import Runtime
 from clusterbench.core import preemption
 from clusterbench.core.atomic import atomic_path
+from clusterbench.data.order import shard_sizes
+from clusterbench.models import custom_training
 from clusterbench.models.custom import code_digest
 from clusterbench.training import checkpoints, compiled, flops, memory_format, peaks, step_times
+from clusterbench.training.agreement import Box
 from clusterbench.training.device import rng_state, set_rng_state, setup_device, synchronize
+from clusterbench.training.lending import Lender
 from clusterbench.training.memory_format import torch_format
-from clusterbench.training.network import build, same_network, unused_note
+from clusterbench.training.network import build, own_loss, same_network, unused_note
 from clusterbench.training.outputs import Outputs, cpu_state, rank_entry
 from clusterbench.training.record import (
     epoch_line,
     epoch_record,
+    network_record,
+    now_iso,
     rank_provenance,
     run_provenance,
     step_work_record,
     throughput_summary,
+    time_box_record,
     world_record,
 )
 from clusterbench.training.schedule import effective_settings
+from clusterbench.training.shares import Balancer
 from clusterbench.training.state import Clock, Partial, Place, values_of
 from clusterbench.training.steps import StepContext, Stretch, run_steps, summed_loss, validate
 
@@ -153,6 +170,7 @@ def fit(
     dump_dir: Path | None = None,
     max_steps: int | None = None,
     data_id: str | None = None,
+    watched: bool = False,
 ) -> dict[str, Any]:
     """Train ``run`` on every rank; rank 0 writes the outputs. Returns the last epoch's record.
 
@@ -162,23 +180,27 @@ def fit(
     its final weights as ``<dump_dir>/<run>/rank-R.pt``. ``max_steps`` (debug): at most this many
     optimiser steps per epoch. ``data_id``: the data's identity (:func:`clusterbench.data.
     source.identity`), kept with each checkpoint; a checkpoint of other data is passed over.
-    No collective before the session starts: an elastic run's joining rank starts there too,
-    while the others are resetting.
+    ``watched``: an evaluation beside the training may ask for its weights
+    (:mod:`clusterbench.training.lending`). No collective before the session starts: an
+    elastic run's joining rank starts there too, while the others are resetting.
     """
     settings = checkpoints.checkpoint_settings()
     session = make_session(rt, run, settings)
     device = setup_device(run, device_type, rt.local_rank, rt.local_size)
     data = make_data(device)
     layout = memory_format.choose(run, device_type, data.task)
-    code = code_digest(run["model"])  # before the module's own code runs (it may chdir)
+    # before the modules' own code runs (it may chdir)
+    code, training_code = code_digest(run["model"]), custom_training.code_digest(run)
     arch, model, optimizer, unused = build(rt, run, data, device, layout[0])
+    fmt = torch_format(layout[0]) if data.task == "classification" else None
+    loss = own_loss(run, model, data, device, fmt)
     found = None
     if rt.rank == 0:
         found = checkpoints.newest_valid(
             out_dir,
             run,
             fits=lambda ckpt: (
-                checkpoints.model_problem(ckpt, model, code)
+                checkpoints.model_problem(ckpt, model, code, training_code)
                 or checkpoints.data_problem(ckpt, data_id)
             ),
         )
@@ -196,6 +218,7 @@ def fit(
     trainer.resumed = found is not None
     trainer.arch, trainer.dump_dir, trainer.max_steps = arch, dump_dir, max_steps
     trainer.unused, trainer.code, trainer.data_id = unused, code, data_id
+    trainer.training_code, trainer.own_loss, trainer.watched = training_code, loss, watched
     if unused and rt.rank == 0:
         print(unused_note(run, unused, rt.name), flush=True)
     return session.run(trainer.body, state)
@@ -228,6 +251,13 @@ class Trainer:
         self.unused: tuple[str, ...] = ()  # parameters a step leaves without a gradient
         self.code: str | None = None  # your own model's code digest (checkpoints, model.pt)
         self.data_id: str | None = None  # the data's identity (checkpoints)
+        self.training_code: str | None = None  # your own loss's and optimiser's (checkpoints)
+        self.own_loss: Any = None  # your own loss (None: the task's)
+        self.balancer = Balancer(run.get("shares"), rt.size)  # each worker's share of a batch
+        self.timed_from = 0.0  # auto shares: this rank's own work before the timed steps
+        self.watched = False  # an evaluation beside the training may ask for the weights
+        self.lender: Lender | None = None
+        self.boxed = False  # the time box ran out within an epoch
         self.time_steps = step_times.enabled()
         self.grad_allreduce = ("none", "")  # how the gradients are allreduced, and why
         self.grad_buffers: int | None = None  # in how many buffers (None: not known)
@@ -242,6 +272,7 @@ class Trainer:
             self._outputs = Outputs(
                 self.out_dir, self.run, state.records, resumed, self.keep, self.code, self.data_id
             )
+            self._outputs.training_code = self.training_code
         return self._outputs
 
     def body(self, state: Any) -> dict[str, Any]:
@@ -266,6 +297,7 @@ class Trainer:
         ctx.memory_format = (
             torch_format(self.layout[0]) if self.data.task == "classification" else None
         )
+        ctx.own_loss = self.own_loss
         peak = peaks.device_peak(self.device, self.run["precision"])  # before any compile
         if self.compiled is not None:  # before the clock: its time is recorded apart
             self.compiled.prepare(ctx, ctx.batches(self.max_steps))
@@ -273,6 +305,10 @@ class Trainer:
             {**rank_provenance(rt.rank, rt.local_rank, self.device), "peak": peak},
             name="train.provenance",
         )
+        self.balancer.start(rt.size)  # auto: timed again after each start (an elastic reset)
+        if self.watched:
+            self.lender = Lender(self.out_dir, {f["host"] for f in facts}, facts[0]["host"])
+            ctx.asks = self.lender.asked
         self.outputs(state)
         clock = Clock.starting()
         record: dict[str, Any] = state.records[-1] if state.records else {}
@@ -284,16 +320,24 @@ class Trainer:
     def finished(self, state: Any, clock: Clock) -> bool:
         """Rank 0 decides (its clock is the time box's); every rank stops after that epoch.
         The time since the epoch's end (its outputs, its checkpoint) counts, in the time box
-        and in ``train_seconds`` alike: the record is what the time box saw."""
+        and in ``train_seconds`` alike: the record is what the time box saw. A run the time box
+        stopped within an epoch has ended (its time used is the stop's). An evaluation's
+        request is answered here too, at an epoch's end (a watched run)."""
+        if self.boxed:
+            return True
         now = time.perf_counter()
         state.train_seconds += now - clock.train
         clock.train = now
-        stop = False
+        stop = asked = False
         if self.rt.rank == 0:
             run = self.run
             stop = run["epochs"] is not None and state.epoch >= run["epochs"]
             stop = stop or run["minutes"] is not None and state.train_seconds >= 60 * run["minutes"]
-        return self.rt.broadcast_object(stop, name="train.stop")
+            asked = not stop and self.lender is not None and self.lender.asked()
+        stop, asked = self.rt.broadcast_object((stop, asked), name="train.stop")
+        if asked:
+            self.lend(state, clock, 0)
+        return stop
 
     def epoch(self, ctx: StepContext, state: Any, clock: Clock) -> dict[str, Any]:
         """One epoch (or the rest of one), its validation and its record."""
@@ -303,20 +347,28 @@ class Trainer:
         if place.step == 0 and rt.any_rank(preemption.warned(), "train.warned"):
             raise self.preempted(checkpoints.Position(state.epoch))
         batches = ctx.batches(self.max_steps)
-        inputs = self.data.epoch_batches(state.epoch, batches, place.step, rt.rank, rt.size)
-        ctx.step_times = step_times.StepTimes(self.device, self.time_steps)
+        self.balancer.plan(place.step, len(batches))
+        self.timed_from = 0.0
+        timed = self.time_steps or self.balancer.pending
+        ctx.step_times = step_times.StepTimes(self.device, timed)
         synchronize(self.device)
         clock.epoch = time.perf_counter()
-        self.train_pass(ctx, state, clock, batches, inputs)
+        self.boxed = self.train_pass(ctx, state, clock, batches)
         synchronize(self.device)
         seconds = state.place.seconds + time.perf_counter() - clock.epoch
+        if self.boxed:  # the time used ends here: its checkpoint, then the partial epoch's record
+            self.box_checkpoint(state, clock, seconds)
         record = epoch_record(
             self.run, state.epoch + 1, state.place, seconds, validate(ctx), rt.size, self.data
         )
+        if self.boxed:
+            record["partial"] = {"steps": state.place.step, "of": len(batches)}
         if self.time_steps:  # every rank's phases: one small gather per epoch
             phases = rt.allgather_object(ctx.step_times.result(), name="train.step_times")
             record["step_seconds"] = step_times.summarise(phases)
         record = self.session.extend_record(record, state)
+        if self.boxed:
+            return self.partial_record(state, record)
         state.epoch += 1
         state.records = [*state.records, record]
         state.place = Place(sizes=(rt.size,))
@@ -331,19 +383,22 @@ class Trainer:
         self.session.commit(state, clock, within_epoch=False)
         return record
 
-    def train_pass(
-        self, ctx: StepContext, state: Any, clock: Clock, batches: list, inputs: Any
-    ) -> None:
+    def train_pass(self, ctx: StepContext, state: Any, clock: Clock, batches: list) -> bool:
         """The epoch's steps from ``state.place`` on, in stretches: the loss is summed over the
-        ranks at each stretch's end, and the state committed between stretches."""
+        ranks at each stretch's end, and the state committed between stretches. Between two
+        stretches the weights are lent to an evaluation that asked, and ``auto`` shares are
+        set once timed. Returns whether the time box stopped the epoch."""
         every = self.session.commit_every
         partial, self.partial = self.partial or Partial(), None
+        inputs = self.inputs(state, batches)
         while True:
             place = state.place
             end = len(batches) if every is None else min(len(batches), place.step + every)
-            begin = Stretch(place.step, partial, place.images, place.lr, False)
+            end = self.balancer.stretch_end(place.step, end)
+            ctx.box = self.box(state, clock)
+            begin = Stretch(place.step, partial, place.images, place.lr, None)
             stretch = run_steps(ctx, state.epoch, batches, inputs, begin, end, self.check_every)
-            if stretch.stopped:  # warned: a checkpoint at this step, then every rank stops
+            if stretch.stopped == "preempted":  # a checkpoint at this step, then every rank stops
                 raise self.stop(state, clock, stretch)
             total = summed_loss(ctx, state.epoch, stretch, len(batches))
             state.place = replace(
@@ -354,9 +409,65 @@ class Trainer:
                 lr=stretch.lr,
             )
             partial = Partial()
+            if stretch.stopped == "boxed":
+                return True
+            if stretch.stopped == "asked":
+                self.lend(state, clock, len(batches))
+            if self.balance(ctx, batches, stretch.step):  # auto shares set: the data again
+                inputs = self.inputs(state, batches)
             if stretch.step >= len(batches):
-                return
+                return False
             self.session.commit(state, clock, within_epoch=True)
+
+    def inputs(self, state: Any, batches: list) -> Any:
+        """This rank's batches of the epoch from ``state.place``'s step, at the current shares."""
+        rt, kwargs = self.rt, self.balancer.kwargs()
+        return self.data.epoch_batches(
+            state.epoch, batches, state.place.step, rt.rank, rt.size, **kwargs
+        )
+
+    def box(self, state: Any, clock: Clock) -> Box | None:
+        """The time box on this rank's clock (rank 0's decides), None without ``minutes``."""
+        minutes = self.run["minutes"]
+        return None if minutes is None else Box(clock.train + 60 * minutes - state.train_seconds)
+
+    def balance(self, ctx: StepContext, batches: list, step: int) -> bool:
+        """``auto`` shares: this rank's own work noted where the timed steps start, the shares
+        set where they end (:meth:`clusterbench.training.shares.Balancer.measure`); whether they
+        changed."""
+        balancer = self.balancer
+        if not balancer.pending or step not in balancer.marks:
+            return False
+        synchronize(self.device)
+        found = ctx.step_times.result()
+        work = found["data"] + found["compute"]
+        if step == balancer.marks[0] and step != balancer.marks[1]:
+            self.timed_from = work
+            return False
+        rt, first, last = self.rt, *balancer.marks
+        sizes = (shard_sizes(b - a, rt.size, balancer.current) for a, b in batches[first:last])
+        samples = sum(size[rt.rank] for size in sizes)
+        return balancer.measure(rt, (samples, work - self.timed_from), step)
+
+    def lend(self, state: Any, clock: Clock, steps: int) -> None:
+        """The weights lent to the evaluation that asked (:mod:`clusterbench.training.lending`),
+        between two steps (``steps``: the epoch's; 0 at an epoch's end); the time it takes is
+        taken out of the epoch's clock and the time box's."""
+        synchronize(self.device)
+        began = time.perf_counter()
+        where = {
+            "train_seconds": state.train_seconds + began - clock.train,
+            "epoch": state.epoch,
+            "step": state.place.step if steps else 0,
+            "steps": steps,
+            "time": now_iso(),
+        }
+        model_file = self.model_file(state) if self.rt.rank == 0 else {}
+        assert self.lender is not None
+        self.lender.lend(self.rt, model_file, where)
+        took = time.perf_counter() - began
+        clock.train += took
+        clock.epoch += took
 
     def stop(self, state: Any, clock: Clock, stretch: Stretch) -> preemption.Preempted:
         """A checkpoint at the step where the ranks agreed on a preemption warning (each
@@ -380,6 +491,30 @@ class Trainer:
         if out is not None:
             out.checkpoint(state, where, ranks)
         return self.preempted(where)
+
+    def box_checkpoint(self, state: Any, clock: Clock, seconds: float) -> None:
+        """The time box ran out within the epoch: the time used ends with the checkpoint at
+        this step (each rank's RNG; its sums are in the place), written before the partial
+        epoch's validation."""
+        state.place = replace(state.place, seconds=seconds)
+        ranks = self.rt.allgather_object(rank_entry(rng_state(), None), name="train.rank_state")
+        out = self.outputs(state)
+        if out is not None:
+            out.checkpoint(state, checkpoints.Position(state.epoch, state.place.step), ranks)
+        now = time.perf_counter()
+        state.train_seconds += now - clock.train
+        clock.train = now
+
+    def partial_record(self, state: Any, record: dict[str, Any]) -> dict[str, Any]:
+        """The partial epoch's record (``partial``: its steps), in metrics.jsonl and the events
+        after the checkpoint; the run ends."""
+        state.records = [*state.records, record]
+        out = self.outputs(state)
+        if out is not None:
+            out.record(state.records)
+            part = record["partial"]
+            print(f"{epoch_line(record)} (partial: {part['steps']}/{part['of']} steps; time box)")
+        return record
 
     def preempted(self, where: checkpoints.Position) -> preemption.Preempted:
         self.rt.broadcast_object(None, name="train.checkpointed")  # rank 0 has written it
@@ -425,26 +560,38 @@ class Trainer:
             "step_work": step_work_record(
                 state.model, self.data, self.run, rt.size, self.max_steps
             ),
-            "epochs_completed": len(state.records),
+            # the interface and the communication log level, and where each came from
+            "network": network_record(self.run, os.environ),
+            "epochs_completed": sum(1 for r in state.records if "partial" not in r),
+            # the time box and each worker's share (clusterbench.training.shares), where set
+            **time_box_record(self.run, state.records, state.train_seconds),
+            **({"shares": self.balancer.record} if self.run.get("shares") else {}),
             "throughput": throughput,  # Horovod's summary lines and their figures
             "train_seconds": state.train_seconds,
             "versions": provenance["versions"],  # rank 0's, as before provenance existed
             "provenance": provenance,
             "data": record.merge(data),  # how it read its data (clusterbench.data.record)
         }
-        model_file = {
-            "arch": self.arch,
-            "state_dict": cpu_state(state.model),
-            **self.data.normalisation,
-            # your own model's code digest: the evaluation builds the same code, or says so
-            **({"model_code": self.code} if self.code else {}),
-        }
-        out.finish(summary, model_file)
+        out.finish(summary, self.model_file(state))
         for line in throughput["lines"] if throughput else []:
             print(line, flush=True)
+        part = (state.records[-1] if state.records else {}).get("partial")
         print(
-            f"train: {state.epoch} epoch(s) in {state.train_seconds:.1f} s"
+            f"train: {state.epoch} epoch(s)"
+            + (f" and {part['steps']}/{part['of']} steps (time box)" if part else "")
+            + f" in {state.train_seconds:.1f} s"
             + (f", {len(state.resets)} reset(s)" if state.resets else "")
             + f" -> {self.out_dir}",
             flush=True,
         )
+
+    def model_file(self, state: Any) -> dict[str, Any]:
+        """What ``model.pt`` holds (and the weights lent to an evaluation): the architecture,
+        the weights on the CPU, the data's normalisation and your own model's code digest
+        (the evaluation builds the same code, or says so)."""
+        return {
+            "arch": self.arch,
+            "state_dict": cpu_state(state.model),
+            **self.data.normalisation,
+            **({"model_code": self.code} if self.code else {}),
+        }

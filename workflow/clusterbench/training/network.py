@@ -18,12 +18,15 @@ def build(
     rt: Runtime, run: dict[str, Any], data: Any, device: Any, memory_format: str
 ) -> tuple[dict, Any, Any, tuple[str, ...]]:
     """The run's architecture description, model (seeded: equal on every rank; in
-    ``memory_format``), SGD and the names of the parameters a step leaves without a gradient
-    (your own model's: :data:`clusterbench.models.custom.UNUSED`)."""
+    ``memory_format``), optimiser (SGD, or your own ``optimizer``:
+    :func:`clusterbench.models.custom_training.build_optimizer`) and the names of the
+    parameters a step leaves without a gradient (your own model's:
+    :data:`clusterbench.models.custom.UNUSED`)."""
     import torch
 
     from clusterbench.models import architecture, build_model
     from clusterbench.models.custom import UNUSED
+    from clusterbench.models.custom_training import build_optimizer
 
     arch = architecture(run["model"], data.num_classes, data.input_shape)
     torch.manual_seed(run["seed"])
@@ -31,6 +34,8 @@ def build(
     unused = tuple(getattr(net, UNUSED, ()))
     model = rt.prepare_model(net, run["bn"], device).to(device)
     model = model.to(memory_format=torch_format(memory_format))
+    if run.get("optimizer"):
+        return arch, model, build_optimizer(run["optimizer"], model, run["lr"]), unused
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=run["lr"],
@@ -38,6 +43,31 @@ def build(
         weight_decay=run["weight_decay"],
     )
     return arch, model, optimizer, unused
+
+
+def own_loss(run: dict[str, Any], model: Any, data: Any, device: Any, memory_format: Any) -> Any:
+    """Your own ``loss`` as the objective of the data's task
+    (:class:`clusterbench.models.custom_training.OwnLoss`), checked on a forward of a batch of
+    two zero samples in evaluation mode (no BatchNorm statistic moves); None without one."""
+    import torch
+
+    from clusterbench.models.custom_training import build_loss
+    from clusterbench.training.objectives import objective
+
+    if not run.get("loss"):
+        return None
+    tokens = data.task == "language-model"
+    shape = [2, *data.input_shape]
+    x = torch.zeros(shape, dtype=torch.long if tokens else torch.float32, device=device)
+    if memory_format is not None:
+        x = x.contiguous(memory_format=memory_format)
+    targets = torch.zeros(shape[:2] if tokens else shape[:1], dtype=torch.long, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        return build_loss(run["loss"], objective(data.task), model(x).float(), targets)
+    finally:
+        model.train(was_training)
 
 
 def same_network(rt: Runtime, model: Any, name: str) -> None:
@@ -78,34 +108,53 @@ def unused_note(run: dict[str, Any], unused: tuple[str, ...], backend: str) -> s
     )
 
 
-def user_code_error(model: str, exc: BaseException, when: str = "trained") -> str | None:
-    """One line for ``exc`` raised in your own model's code while the run trained (its
-    forward, a hook): the model, the file and line of its code where it happened, what it
-    raised; a DDP run that met a parameter without a gradient the start's check did not see
-    (one unused for some inputs only) is told so. None for an exception of anything else."""
-    from clusterbench.models import ModelError
-    from clusterbench.models.custom import module_files, raised
+def user_code_error(
+    model: str, exc: BaseException, when: str = "trained", run: dict[str, Any] | None = None
+) -> str | None:
+    """One line for ``exc`` raised in your own code while the run trained (your model's forward
+    or a hook, your loss, your optimiser's step: ``run``'s own code,
+    :func:`clusterbench.models.custom_training.own_code`; without ``run``, the model's alone):
+    what it is, the file and line of its code where it happened, what it raised; a DDP run that
+    met a parameter without a gradient the start's check did not see (one unused for some
+    inputs only) is told so. None for an exception of anything else."""
+    from clusterbench.models.custom import raised
+    from clusterbench.models.custom_training import own_code
 
-    if ":" not in model or model.startswith("torchvision."):
+    named = own_code(run if run is not None else {"model": model})
+    if not named:
         return None
-    if "find_unused_parameters" in str(exc):
+    if "find_unused_parameters" in str(exc) and named[0][0] == "model":
         return (
             f"model {model!r}: a training step left parameters without a gradient, which the "
             "check at the run's start (a batch of zeros) did not see: they go unused for some "
             "inputs only. DDP cannot tell them apart as it trains; use backend: horovod, or "
             "make forward use every parameter"
         )
-    try:
-        mine = {Path(p).resolve() for p in module_files(model)}
-    except ModelError:
-        return None
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() in mine
-    ]
-    if not frames:
-        return None
-    where = frames[-1]
-    return (
-        f"model {model!r} failed in its own code ({where.filename}:{where.lineno}, in "
-        f"{where.name}) while the run {when}: {raised(exc)}"
-    )
+    files = own_files(named)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):  # the innermost first
+        path = Path(frame.filename).resolve()
+        holders = [(what, name) for what, name in named if path in files[name]]
+        if holders:  # a module of several: the one whose callable this is, else the first
+            what, name = next(
+                (h for h in holders if h[1].partition(":")[2] == frame.name), holders[0]
+            )
+            return (
+                f"{what} {name!r} failed in its own code ({frame.filename}:{frame.lineno}, in "
+                f"{frame.name}) while the run {when}: {raised(exc)}"
+            )
+    return None
+
+
+def own_files(named: list[tuple[str, str]]) -> dict[str, set[Path]]:
+    """The resolved module files of each of your own code's ``(what, name)`` (none where the
+    module cannot be found now)."""
+    from clusterbench.models import ModelError
+    from clusterbench.models.custom import module_files
+
+    files: dict[str, set[Path]] = {}
+    for what, name in named:
+        try:
+            files[name] = {Path(p).resolve() for p in module_files(name, what=what)}
+        except ModelError:
+            files[name] = set()
+    return files

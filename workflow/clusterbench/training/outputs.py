@@ -80,6 +80,8 @@ class Outputs:
         self.keep = keep  # checkpoints.keep
         self.code = code
         self.data = data  # the data's identity (clusterbench.data.source.identity)
+        #: your own loss's and optimiser's code digest, kept with each checkpoint (None: none)
+        self.training_code: str | None = None
         (self.out_dir / "model.pt").unlink(missing_ok=True)  # the done marker goes first
         partial, final = self.out_dir / TB_PARTIAL, self.out_dir / "tensorboard"
         if not resumed:
@@ -106,6 +108,7 @@ class Outputs:
                 "config": self.run,
                 "model_code": self.code,
                 "data": self.data,
+                "training_code": self.training_code,
                 "metrics": list(state.records),
                 "train_seconds": state.train_seconds,
                 "place": state.place.as_dict(),
@@ -122,7 +125,13 @@ class Outputs:
         """The epoch ``state.records[-1]`` has ended: its checkpoint, metrics and events."""
         record = state.records[-1]
         self.checkpoint(state, checkpoints.Position(record["epoch"]), ranks)
-        self.write_metrics(state.records)
+        self.record(state.records)
+
+    def record(self, records: list[dict[str, Any]]) -> None:
+        """``records`` in metrics.jsonl, and the last one's events (an epoch's, or a partial
+        one's, which the time box stopped: its checkpoint written before)."""
+        record = records[-1]
+        self.write_metrics(records)
         for tag, key in TB_SCALARS.items():
             if record.get(key) is not None:
                 self.tb.add_scalar(tag, record[key], record["epoch"])

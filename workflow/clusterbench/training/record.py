@@ -58,13 +58,32 @@ def epoch_record(
     return record
 
 
+def time_box_record(
+    run: Mapping[str, Any], records: list[Mapping[str, Any]], train_seconds: float
+) -> dict[str, Any]:
+    """run.json's ``time_box`` of a run with ``minutes``: the box and the time it used
+    (``used_seconds``: ``train_seconds``), and where it stopped (``partial``: within an epoch,
+    ``{"epoch", "steps", "of"}``; None: at an epoch's end, or not by the box). Nothing
+    without a box."""
+    if run.get("minutes") is None:
+        return {}
+    last = records[-1] if records else {}
+    part = last.get("partial")
+    where = {"epoch": last["epoch"], **part} if part else None
+    box = {"seconds": 60 * float(run["minutes"]), "used_seconds": train_seconds, "partial": where}
+    return {"time_box": box}
+
+
 def epoch_line(record: Mapping[str, Any]) -> str:
-    """Rank 0's log line at an epoch's end."""
+    """Rank 0's log line at an epoch's end (a language model's rate in tokens/s)."""
+    if "tokens_per_second" in record:
+        rate = f"{record['tokens_per_second']:.0f} tokens/s"
+    else:
+        rate = f"{record['images_per_second']:.0f} images/s"
     return (
         f"train: epoch {record['epoch']}: loss {record['train_loss']:.4f}, "
         f"val loss {record['val_loss']:.4f}, val accuracy {record['val_accuracy']:.4f}, "
-        f"{record['epoch_seconds']:.2f} s, {record['images_per_second']:.0f} images/s, "
-        f"lr {record['lr']:.4g}"
+        f"{record['epoch_seconds']:.2f} s, {rate}, lr {record['lr']:.4g}"
     )
 
 
@@ -103,6 +122,32 @@ def world_record(
     }
 
 
+#: Where a network setting came from, in run.json's words: the launcher's flag is the config's
+#: run key where the run sets it (the train rule passes it so).
+ORIGIN_WORDS = {
+    "--iface": "--iface",
+    "--log-level": "--log-level",
+    "CLUSTERBENCH_IFACE": "$CLUSTERBENCH_IFACE",
+    "CLUSTERBENCH_LOG_LEVEL": "$CLUSTERBENCH_LOG_LEVEL",
+}
+
+
+def network_record(run: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """run.json's ``network``: the interface the ranks talk over and the communication log
+    level, each with where it came from (``config``: the run's ``iface`` / ``log_level``; the
+    launcher's flag given by hand; its environment variable; null: the launcher chose the
+    interface, the libraries' default level), and the variables the libraries read
+    (:func:`clusterbench.core.rank_env.network_facts`)."""
+    from clusterbench.core.rank_env import network_facts
+
+    facts = network_facts(env)
+    for key in ("iface", "log_level"):
+        came = facts[f"{key}_from"]
+        config = came is not None and came.startswith("--") and run.get(key) == facts[key]
+        facts[f"{key}_from"] = "config" if config else ORIGIN_WORDS.get(came, came)
+    return facts
+
+
 def step_work_record(
     model: Any, data: Any, run: Mapping[str, Any], size: int, max_steps: int | None
 ) -> dict[str, Any]:
@@ -126,7 +171,8 @@ def throughput_summary(records: list[Mapping[str, Any]], device_type: str) -> di
     epochs."""
     if not records:
         return None
-    timed = list(records[1:] if len(records) > 1 else records)
+    whole = [r for r in records if "partial" not in r] or list(records)  # a box's partial: no
+    timed = list(whole[1:] if len(whole) > 1 else whole)  # epoch's time, unless it is all
     key = "tokens_per_second" if "tokens_per_second" in timed[0] else "images_per_second"
     per_device = [float(r[key]) / int(r["workers"]) for r in timed]
     mean = statistics.fmean(per_device)

@@ -63,12 +63,15 @@ def progress_due(
     return now - last >= interval or (step == steps and not printed)
 
 
-def progress_line(epoch: int, step: int, steps: int, images: int, seconds: float) -> str:
+def progress_line(
+    epoch: int, step: int, steps: int, images: int, seconds: float, tokens: int = 0
+) -> str:
     """``images`` trained (all ranks) in the ``seconds`` of the ``epoch``'s first ``step`` steps
-    (1-based), as one log line: the rate and the epoch's ETA at that rate."""
-    rate = images / seconds if seconds > 0 else 0.0
+    (1-based), as one log line: the rate and the epoch's ETA at that rate. ``tokens``: the
+    tokens of a sequence (a language model's rate is in tokens/s); 0: images."""
+    rate = images * max(tokens, 1) / seconds if seconds > 0 else 0.0
     eta = seconds * (steps - step) / step
     return (
         f"train: epoch {epoch} step {step}/{steps} ({100 * step // steps}%), "
-        f"{rate:.0f} images/s, ETA {eta:.0f} s"
+        f"{rate:.0f} {'tokens' if tokens else 'images'}/s, ETA {eta:.0f} s"
     )

@@ -21,7 +21,8 @@ communication hook, Horovod's gradient hooks:
 
 Every rank sums its phases over the epoch's steps; at the epoch's end one gather gives the
 record's ``step_seconds``: per phase, the mean and the max over the ranks of the seconds per
-step (a straggler shows as max > mean), and the steps timed. A run started again within an
+step (a straggler shows as max > mean), the steps timed, and each rank's own work per step
+(``work``: its ``data`` and ``compute``). A run started again within an
 epoch times the steps of its own attempt. ``CLUSTERBENCH_STEP_TIMES=off`` turns the timing
 off (it changes no result; ``make bench``'s F12 measures what it costs).
 """
@@ -139,4 +140,9 @@ def summarise(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     for phase in PHASES:
         per_step = [r[phase] / r["steps"] for r in timed]
         out[phase] = {"mean": sum(per_step) / len(per_step), "max": max(per_step)}
+    # each rank's own work per step (waiting for its batch, forward and backward), in rank
+    # order (None: a rank that timed no step): uneven workers show here (training.shares)
+    out["work"] = [
+        (r["data"] + r["compute"]) / r["steps"] if r and r.get("steps") else None for r in per_rank
+    ]
     return out

@@ -5,8 +5,10 @@ per stretch of steps (an epoch, or an elastic commit's stretch). Rank 0 logs pro
 (:func:`~clusterbench.training.schedule.progress_due`) from its host clock alone: no
 collective, no device synchronisation, no loss (reading it would wait for the device); on a
 GPU its rate is approximate, the host running a little ahead of the device. Every
-``checkpoints.preemption_check_steps`` steps the ranks agree whether any was warned of
-preemption (:mod:`clusterbench.core.preemption`): one tiny collective.
+``checkpoints.preemption_check_steps`` steps (more often as a time box runs out) the ranks agree
+whether any was warned of preemption (:mod:`clusterbench.core.preemption`), whether the time box
+ran out and whether an evaluation asked for the weights: one tiny collective
+(:mod:`clusterbench.training.agreement`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from clusterbench.backends import Runtime
 from clusterbench.config.lr import learning_rate, lr_schedule
 from clusterbench.core import preemption
 from clusterbench.data.order import global_batches
+from clusterbench.training.agreement import agree, first_check
 from clusterbench.training.schedule import global_batch_size, progress_due, progress_line
 from clusterbench.training.state import Partial
 
@@ -41,13 +44,20 @@ class StepContext:
     memory_format: Any = None
     #: This rank's phase times of the epoch's steps (:mod:`clusterbench.training.step_times`).
     step_times: Any = None
+    #: Your own loss (:class:`clusterbench.models.custom_training.OwnLoss`; None: the task's).
+    own_loss: Any = None
+    #: The time box on rank 0's clock (:class:`clusterbench.training.agreement.Box`; None:
+    #: no ``minutes``), and rank 0's look for an evaluation's request (None: not watched).
+    box: Any = None
+    asks: Any = None
 
     @property
     def objective(self) -> Any:
-        """What a step minimises (:mod:`clusterbench.training.objectives`): the data's task."""
+        """What a step minimises (:mod:`clusterbench.training.objectives`): the data's task's
+        loss, or your own."""
         from clusterbench.training.objectives import objective
 
-        return objective(self.data.task)
+        return self.own_loss or objective(self.data.task)
 
     def autocast(self) -> Any:
         import torch
@@ -65,14 +75,16 @@ class StepContext:
 @dataclass(frozen=True)
 class Stretch:
     """Where a stretch of steps ended: ``step`` steps of the epoch done, this rank's own sums
-    (``partial``), the epoch's ``images`` so far, the last ``lr``, and whether the ranks agreed
-    to stop for a preemption warning (``stopped``)."""
+    (``partial``), the epoch's ``images`` so far, the last ``lr``, and why the ranks agreed to
+    end it early (``stopped``: ``preempted``, a warning; ``boxed``, the time box ran out;
+    ``asked``, an evaluation asked for the weights: :class:`~clusterbench.training.agreement.
+    Agreed`), None at ``end``."""
 
     step: int
     partial: Partial
     images: int
     lr: float
-    stopped: bool
+    stopped: str | None
 
 
 def run_steps(
@@ -86,20 +98,24 @@ def run_steps(
 ) -> Stretch:
     """Steps ``begin.step`` to ``end`` (exclusive) of ``epoch`` (0-based), taking each step's
     ``(x, y)`` from ``inputs``; returns where it ended: at ``end``, or (``stopped``) at the
-    first check, every ``check_every`` steps, at which a rank had been warned of preemption."""
+    first check (every ``check_every`` steps, or as the time box needs:
+    :mod:`clusterbench.training.agreement`) at which a rank had been warned of preemption, the
+    box had run out or an evaluation asked for the weights."""
     import torch
 
     run, rank, workers = ctx.run, ctx.rt.rank, ctx.rt.size
     schedule, steps = lr_schedule(run), len(batches)
     loss_sum_of, units = ctx.objective.loss_sum, ctx.data.units_per_sample
+    tokens = units if ctx.data.task == "language-model" else 0  # the progress lines' unit
     fmt, times, optimizer = ctx.memory_format, ctx.step_times, ctx.optimizer
     ctx.net.train()
     loss_sum = torch.full((), begin.partial.loss_sum, dtype=torch.float64, device=ctx.device)
     # the first step whose loss is not finite (-1: none), tracked on the device: no sync
     first_bad = torch.full((), begin.partial.first_bad, dtype=torch.int64, device=ctx.device)
-    lr, images, done, stopped = begin.lr or run["lr"], begin.images, begin.step, False
+    lr, images, done, stopped = begin.lr or run["lr"], begin.images, begin.step, None
     started = last = time.monotonic() if rank == 0 else 0.0
     printed = False
+    check = first_check(begin.step, check_every, ctx.box is not None)
     for step in range(begin.step, end):
         start, stop = batches[step]
         lr = learning_rate(schedule, epoch, step, steps)
@@ -128,13 +144,16 @@ def run_steps(
         if rank == 0:
             now = time.monotonic()
             if progress_due(now, last, done, steps, printed):
-                print(progress_line(epoch + 1, done, steps, images, now - started), flush=True)
+                line = progress_line(epoch + 1, done, steps, images, now - started, tokens)
+                print(line, flush=True)
                 last, printed = now, True
-        if preemption.check_due(done, steps, check_every) and ctx.rt.any_rank(
-            preemption.warned(), "train.warned"
-        ):
-            stopped = True
-            break
+        if done == check and done < steps:
+            pace = (time.monotonic() - started) / (done - begin.step) if rank == 0 else None
+            asked = ctx.asks() if ctx.asks is not None and rank == 0 else False
+            agreed = agree(ctx.rt, preemption.warned(), ctx.box, asked, done, check_every, pace)
+            check, stopped = agreed.next, agreed.stop
+            if stopped:
+                break
     partial = Partial(float(loss_sum), int(first_bad))
     return Stretch(done, partial, images, lr, stopped)
 

@@ -41,13 +41,18 @@ def draw(ctx: Context) -> None:
         book.nothing_to_show(TITLE, CAPTION, nothing_to_compare(runs_df), png="backends")
         return
     colors = dict(zip(backends, book.sns.color_palette("colorblind", len(backends)), strict=True))
-    configs = list(cmp.groupby(list(BACKEND_MATCH_KEY), sort=True))
     legend_order = list(dict.fromkeys(cmp["backend"]))  # the reference (top bar) first
     notes = backend_notes(runs_df, cmp)
-    chunks = [configs[i : i + CONFIGS_PER_PAGE] for i in range(0, len(configs), CONFIGS_PER_PAGE)]
-    top = float(np.nanmax(cmp["images_per_second"] + cmp["std_images_per_second"].fillna(0)))
+    chunks = []  # a page's configurations share a unit: images/s, a language model's tokens/s
+    for unit, part in cmp.groupby("unit", sort=True):
+        configs = list(part.groupby(list(BACKEND_MATCH_KEY), sort=True, dropna=False))
+        top = float(np.nanmax(part["throughput"] + part["std_throughput"].fillna(0)))
+        chunks += [
+            (configs[i : i + CONFIGS_PER_PAGE], unit, top)
+            for i in range(0, len(configs), CONFIGS_PER_PAGE)
+        ]
     sites = cmp["site"].nunique() > 1
-    for page_no, chunk in enumerate(chunks, start=1):
+    for page_no, (chunk, unit, top) in enumerate(chunks, start=1):
         fig = book.new(
             TITLE + part_of(page_no, len(chunks)),
             CAPTION,
@@ -60,7 +65,7 @@ def draw(ctx: Context) -> None:
         ]
         set_category_ticks(ax, labels, width=30)
         ax.set_xlim(0, top * 1.45)
-        ax.set_xlabel("Images per second, all workers")
+        ax.set_xlabel(f"{unit.split('/')[0].capitalize()} per second, all workers")
         ax.legend(
             handles=[Patch(color=colors[b], label=b) for b in legend_order],
             loc="lower left",
@@ -118,19 +123,19 @@ def config_bars(
     ratios = []
     for j, row in enumerate(group.itertuples(index=False)):
         y = i - 0.35 + height * (j + 0.5)
-        sd = row.std_images_per_second if math.isfinite(row.std_images_per_second) else 0
+        sd = row.std_throughput if math.isfinite(row.std_throughput) else 0
         ax.barh(
             y,
-            row.images_per_second,
+            row.throughput,
             xerr=sd,
             height=height * 0.9,
             color=colors[row.backend],
             error_kw={"ecolor": "0.25", "capsize": 3, "lw": 1},
         )
         ax.text(
-            row.images_per_second + sd,
+            row.throughput + sd,
             y,
-            f"  {row.images_per_second:,.0f} ({row.run})",
+            f"  {row.throughput:,.0f} ({row.run})",
             va="center",
             fontsize=9 if n > 2 else 9.5,
         )

@@ -22,7 +22,8 @@ PANELS_PER_PAGE = 6
 TITLE = "History: throughput over time"
 
 CAPTION = (
-    "Mean images/s of every run of these runs' series in the history store, by the date its "
+    "Mean images/s (a language model's: tokens/s) of every run of these runs' series in the "
+    "history store, by the date its "
     "training ended: a series is one site, environment, workload and configuration (a line); "
     "each point is one workflow run's runs of it (whiskers: \u00b1 1 standard error; small dots: "
     "the runs). Hollow: earlier runs, from any checkout or user sharing the store; filled: this "
@@ -73,11 +74,13 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
     colors = dict(zip(configs, ctx.book.sns.color_palette("tab10", len(configs)), strict=False))
     same = (history["site"].fillna("") == (site or "")) & (history["environment"] == environment)
     mine = history[same & history["speed_settings"].isin(configs)]  # this panel's runs
+    unit = part["unit"].iloc[0]  # a workload's: images/s, or a language model's tokens/s
+    rate = mine.get(regression.UNITS[unit][0], pd.Series(np.nan, index=mine.index))
     for config in configs:
         line = part[part["speed_settings"] == config]
         color = colors[config]
         runs = mine[mine["speed_settings"] == config]
-        ax.plot(runs["date"], runs["images_per_second_mean"], ".", color=color, alpha=0.35)
+        ax.plot(runs["date"], rate[runs.index], ".", color=color, alpha=0.35)
         label = line["config"].iloc[0] + mfu_label(runs)
         ax.plot(line["when"], line["mean"], "-", color=color, lw=1.2, label=label)
         for row in line.itertuples(index=False):
@@ -92,10 +95,8 @@ def panel(ctx: Context, ax: Any, key: tuple, part: pd.DataFrame, history: pd.Dat
         shorten_text(f"{site or 'no site'} \u00b7 {environment} \u00b7 {workload}", 70),
         fontsize=10.5,
     )
-    ax.set_ylabel("images/s")
-    tops = np.concatenate(
-        [np.asarray(part["mean"] + part["se"].fillna(0), float), mine["images_per_second_mean"]]
-    )
+    ax.set_ylabel(unit)
+    tops = np.concatenate([np.asarray(part["mean"] + part["se"].fillna(0), float), rate])
     tops = tops[np.isfinite(tops)]  # a point without a timed epoch has no rate
     ax.set_ylim(0, 1.12 * tops.max() if tops.size and tops.max() > 0 else 1.0)  # markers whole
     dates = pd.concat([part["when"], mine["date"]])
@@ -153,7 +154,7 @@ def history_note(pts: pd.DataFrame) -> str:
     for row in flagged.itertuples(index=False):
         lines.append(
             f"REGRESSION {regression.series_name(row)}: "
-            f"{row.mean:,.0f} images/s on {row.date[:10]}, {-row.change:.1%} below the "
+            f"{row.mean:,.0f} {row.unit} on {row.date[:10]}, {-row.change:.1%} below the "
             f"history's {row.ref_mean:,.0f} (threshold {row.threshold:,.0f}). Changed since the "
             f"last good entry: {row.changed}."
         )

@@ -10,6 +10,7 @@ import pandas as pd
 
 from clusterbench.report.book import Book
 from clusterbench.report.context import Context
+from clusterbench.report.network import network_note
 from clusterbench.report.table_pages import DIFFERS_COLOR, CellStyle, table_pages
 from clusterbench.report.tables import provenance_differences
 from clusterbench.report.text import (
@@ -60,7 +61,8 @@ CAPTION = (
     "rank 0 recorded it in run.json: hosts (ranks on each), CPU and cores, GPUs and NVIDIA "
     "driver, git commit of the code (dirty: with uncommitted changes) and package versions. "
     "Same order as the runs table. Highlighted: a value that differs from the one most runs "
-    "share (from every run's where no value is the most common)."
+    "share (from every run's where no value is the most common). TensorBoard event files: "
+    "results/runs/<run>/tensorboard/ (docs/running.md)."
 )
 
 
@@ -88,8 +90,10 @@ def draw(ctx: Context) -> None:
 
 
 def provenance_note(runs_df: pd.DataFrame) -> str | None:
-    """What differs between the runs, and the runs whose provenance was not recorded."""
+    """What differs between the runs, the runs whose provenance was not recorded, and the
+    network the runs' ranks talked over (interface, log level, and where each came from)."""
     _, notes = provenance_differences(runs_df)
+    network = network_note(runs_df)
     unrecorded = runs_df[runs_df["provenance"] != "recorded"]
     if not unrecorded.empty:
         notes.append(
@@ -98,6 +102,7 @@ def provenance_note(runs_df: pd.DataFrame) -> str | None:
             "versions as its rank 0 recorded them)."
         )
     notes = [shorten_text(n, 290, placeholder=" ...") for n in notes[:6]]
+    notes += [shorten_text(network, 290, placeholder=" ...")] if network else []
     return "\n".join(notes) if notes else None
 
 

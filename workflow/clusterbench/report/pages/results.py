@@ -7,7 +7,13 @@ from clusterbench.report.context import Context
 from clusterbench.report.describe import point_label
 from clusterbench.report.table_pages import best_first, cell_text, table_pages
 from clusterbench.report.text import fmt_seconds_sd
-from clusterbench.report.workloads import accuracy_cell, notes, throughput_cell
+from clusterbench.report.workloads import (
+    accuracy_cell,
+    lm_only_cell,
+    notes,
+    throughput_cell,
+    throughput_header,
+)
 
 ORDER = 20
 
@@ -21,7 +27,7 @@ COLUMNS = (
     ("Validation\naccuracy", 0.075, True),
     ("Test\naccuracy", 0.065, True),
     ("Time per epoch\n(mean \u00b1 sd)", 0.11, True),
-    ("Images/s", 0.065, True),
+    (None, 0.065, True),  # the throughput: its unit by the runs (throughput_header)
 )
 
 CAPTION = (
@@ -33,6 +39,9 @@ CAPTION = (
 
 
 def draw(ctx: Context) -> None:
+    lm_only = bool((ctx.runs_df["task"] == "language-model").all())
+    header = throughput_header(ctx.runs_df["task"]).strip("()").replace("img/s; ", "img/s;\n")
+    columns = [(h or header.capitalize(), w, right) for h, w, right in COLUMNS]
     rows = []
     for rank, r in enumerate(ctx.runs_df.itertuples(index=False), start=1):
         origin = "\n".join(x for x in (r.experiment, r.environment) if x) or "by hand"
@@ -49,10 +58,10 @@ def draw(ctx: Context) -> None:
                 fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)
                 if r.timed_epochs
                 else "n/a",
-                throughput_cell(r).replace(" tok/s", "\ntok/s"),
+                lm_only_cell(throughput_cell(r), lm_only).replace(" tok/s", "\ntok/s"),
             ]
         )
     note = " ".join(notes(ctx.runs_df)) or None
     table_pages(
-        ctx.book, "Results, best first", CAPTION, COLUMNS, rows, style=best_first, note=note
+        ctx.book, "Results, best first", CAPTION, columns, rows, style=best_first, note=note
     )

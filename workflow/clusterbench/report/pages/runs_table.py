@@ -15,7 +15,14 @@ from clusterbench.report.text import (
     fmt_seconds_sd,
     wrap_label,
 )
-from clusterbench.report.workloads import accuracy_cell, notes, throughput_cell
+from clusterbench.report.time_box import epochs_cell, train_time_cell
+from clusterbench.report.workloads import (
+    accuracy_cell,
+    lm_only_cell,
+    notes,
+    throughput_cell,
+    throughput_header,
+)
 
 ORDER = 70
 #: The memory formats as the table names them.
@@ -25,6 +32,9 @@ MEMORY_FORMATS = {"channels_last": "NHWC (ch.-last)", "contiguous": "NCHW"}
 SCHEDULE_MARKS = {"constant": "", "cosine": "\ncos", "step": "\nstep", "inverse_time": "\n1/t"}
 
 
+#: The throughput column's header, as the columns list it (:func:`throughput_header` says it
+#: for the table's runs).
+THROUGHPUT = "Throughput\n(images/s)"
 #: The columns: header, relative width, right-aligned; the accuracy's header is the split's.
 COLUMNS = (
     ("#", 0.025, True),
@@ -39,7 +49,7 @@ COLUMNS = (
     ("Epochs", 0.055, True),
     (None, 0.07, True),
     ("Time per epoch\n(mean \u00b1 sd)", 0.125, True),
-    ("Throughput\n(images/s;\nTF/s, MFU)", 0.1, True),
+    (THROUGHPUT, 0.1, True),
     ("Total\ntrain time", 0.092, True),
 )
 #: With elastic runs whose device-hours are known: one more column (its header names the unit),
@@ -49,12 +59,18 @@ NARROWER = {"Run": 0.045, "Time per epoch\n(mean \u00b1 sd)": 0.015, "Global\nba
 SHORTER = {"Time per epoch\n(mean \u00b1 sd)": "Time / epoch\n(mean \u00b1 sd)"}
 
 
-def columns_for(acc_header: str, hours: str | None) -> list[tuple[str, float, bool]]:
+def columns_for(
+    acc_header: str,
+    hours: str | None,
+    throughput: str = THROUGHPUT,
+) -> list[tuple[str, float, bool]]:
     """The table's columns; with ``hours`` (the device-hours' unit: ``CPU``, ``GPU``, or both),
-    the device-hours column before the total time (the widths still add up the same)."""
+    the device-hours column before the total time (the widths still add up the same);
+    ``throughput``: its header (:func:`throughput_header`)."""
+    named = [(throughput if h == THROUGHPUT else h, w, r) for h, w, r in COLUMNS]
     if not hours:
-        return [(h or acc_header, w, r) for h, w, r in COLUMNS]
-    columns = [(SHORTER.get(h, h or acc_header), w - NARROWER.get(h, 0), r) for h, w, r in COLUMNS]
+        return [(h or acc_header, w, r) for h, w, r in named]
+    columns = [(SHORTER.get(h, h or acc_header), w - NARROWER.get(h, 0), r) for h, w, r in named]
     return [*columns[:-1], (f"{hours}-h\nused/max", HOURS_WIDTH, True), columns[-1]]
 
 
@@ -71,8 +87,9 @@ def draw(ctx: Context) -> None:
     splits = runs_df["eval_split"].unique()
     acc_header = f"{splits[0].capitalize()}\naccuracy" if len(splits) == 1 else "Accuracy\n(split)"
     hours = hours_unit(runs_df)
+    lm_only = bool((runs_df["task"] == "language-model").all())
     rows = [
-        run_cells(rank, r, len(splits) > 1, hours)
+        run_cells(rank, r, len(splits) > 1, hours, lm_only)
         for rank, r in enumerate(runs_df.itertuples(index=False), start=1)
     ]
     caption = (
@@ -96,10 +113,23 @@ def draw(ctx: Context) -> None:
         if hours
         else None
     )
+    boxed = (
+        "Time-boxed runs (minutes): the total is the time used, the box below it; one the box "
+        "stopped within an epoch shows that epoch's steps (+ st.), validated and recorded as "
+        "partial, not timed."
+        if "time_box_seconds" in runs_df and runs_df["time_box_seconds"].notna().any()
+        else None
+    )
     note = " ".join(
         filter(
             None,
-            [untimed_note(runs_df, "* "), *notes(runs_df), efficiency_note(runs_df), hours_note],
+            [
+                untimed_note(runs_df, "* "),
+                *notes(runs_df),
+                efficiency_note(runs_df),
+                hours_note,
+                boxed,
+            ],
         )
     )
     bottom = 0.08 if note else 0.06
@@ -107,7 +137,11 @@ def draw(ctx: Context) -> None:
         ctx.book,
         "Runs",
         caption,
-        columns_for(acc_header, hours),
+        columns_for(
+            acc_header,
+            hours,
+            throughput_header(runs_df["task"], "Throughput\n")[:-1] + ";\nTF/s, MFU)",
+        ),
         rows,
         best_first,
         note or None,
@@ -115,10 +149,14 @@ def draw(ctx: Context) -> None:
     )
 
 
-def run_cells(rank: int, r: Any, splits: bool, hours: str | None = None) -> list[str]:
+def run_cells(
+    rank: int, r: Any, splits: bool, hours: str | None = None, lm_only: bool = False
+) -> list[str]:
     """One run's row (``r``: a runs.csv row as a named tuple); ``splits``: the runs were
     evaluated on several splits (each cell names its own); ``hours``: the device-hours
-    column's unit (None: no such column)."""
+    column's unit (None: no such column); ``lm_only``: every run is a language model's (the
+    header says tokens/s, its cells need not)."""
+    rate = lm_only_cell(throughput_cell(r, sd=True), lm_only)
     acc = accuracy_cell(r, "test")
     convention = "per worker" if r.batch_scaling == "per_worker" else r.batch_scaling
     return [
@@ -132,16 +170,16 @@ def run_cells(rank: int, r: Any, splits: bool, hours: str | None = None) -> list
         f"{r.global_batch}\n{convention}",
         f"{r.effective_lr:g}" + SCHEDULE_MARKS.get(r.lr_schedule, f"\n{r.lr_schedule}"),
         "yes" if r.deterministic else "no",
-        str(r.epochs),
+        epochs_cell(r),
         f"{acc}\n({r.eval_split})" if splits else acc,
         (
             f"{fmt_seconds_sd(r.mean_epoch_seconds, r.std_epoch_seconds)}\n({r.timed_epochs} ep.)"
             if r.timed_epochs
             else "n/a\n(0 ep.*)"
         ),
-        throughput_cell(r, sd=True).replace(" \u00b1", "\n\u00b1") + efficiency_cell(r),
+        rate.replace(" \u00b1", "\n\u00b1") + efficiency_cell(r),
         *([hours_cell(r, "/" in hours)] if hours else []),
-        fmt_duration(r.train_seconds) + compile_cell(r),
+        train_time_cell(r) + compile_cell(r),
     ]
 
 

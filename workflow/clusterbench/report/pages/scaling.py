@@ -81,7 +81,7 @@ def language(group: pd.DataFrame) -> bool:
 
 def scaling_series(book: Book, runs_df: pd.DataFrame) -> Series:
     timed = runs_df[runs_df["images_per_second"].notna()]
-    groups = list(timed.groupby(list(BASELINE_KEY), sort=True))
+    groups = list(timed.groupby(list(BASELINE_KEY), sort=True, dropna=False))
     labels, common = series_labels([key for key, _ in groups]) if groups else ([], "")
     palette = book.sns.color_palette("tab10" if len(groups) <= 10 else "husl", len(groups))
     backends = sorted(runs_df["backend"].unique())
@@ -98,7 +98,8 @@ def plot_series(axes: list[Any], series: Series, runs_df: pd.DataFrame) -> None:
     based = [key for key, group in series.groups if group["speedup"].notna().any()]
     annotate = len(based) <= 3 and runs_df["speedup"].notna().sum() <= MAX_ANNOTATED_POINTS
     for (key, group), color in zip(series.groups, series.palette, strict=True):
-        offset = (7, (4, -13, 14)[based.index(key)] if key in based else 0)
+        # (annotated: at most 3 series, each shifted its own way)
+        offset = (7, (4, -13, 14)[based.index(key)] if key in based[:3] else 0)
         group = group.sort_values(["workers", "nodes"])
         ls = series.backend_ls[dict(zip(BASELINE_KEY, key, strict=True))["backend"]]
         for ax, (col, _) in zip(axes, SPECS, strict=True):
@@ -235,6 +236,21 @@ def scaling_legend(legend_ax: Any, series: Series, has_any_base: bool) -> None:
     )
 
 
+#: Settings a series label names only where some series sets them (your own loss and
+#: optimiser, uneven shares, the network and its log level), and their unset values as runs.csv
+#: writes them.
+NAMED_WHERE_SET = ("own_training", "shares", "iface", "log_level")
+UNSET = (None, "None", "", "nan")
+
+
+def setting_words(key: str) -> Any:
+    """A series label's words for ``key`` (:data:`NAMED_WHERE_SET`): ``shares auto``, your own
+    training's ``loss m:f``; where unset ``default shares``, ``cross-entropy, SGD``."""
+    if key == "own_training":
+        return lambda k: k.get(key) if k.get(key) not in UNSET else "cross-entropy, SGD"
+    return lambda k: f"{key} {k.get(key)}" if k.get(key) not in UNSET else f"default {key}"
+
+
 def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
     """Legend labels of scaling series (``BASELINE_KEY`` tuples) naming only what differs
     between them, and a line with what they all share."""
@@ -249,6 +265,7 @@ def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
             lambda k: compression_words(k["grad_compression"])[2:] or "fp32 gradients",
         ),
         ("site", lambda k: f"site {k['site']}" if k["site"] else ""),
+        *((key, setting_words(key)) for key in NAMED_WHERE_SET),
     ]
     dicts = [dict(zip(BASELINE_KEY, key, strict=True)) for key in keys]
     varies = {name: len({fmt(d) for d in dicts}) > 1 or len(dicts) == 1 for name, fmt in parts}
@@ -257,6 +274,7 @@ def series_labels(keys: list[tuple]) -> tuple[list[str], str]:
         unnamed.add("site")
     if all(d["grad_compression"] == "none" for d in dicts):  # named only where some compress
         unnamed.add("grad_compression")
+    unnamed.update(k for k in NAMED_WHERE_SET if all(d.get(k) in UNSET for d in dicts))
     parts = [(name, fmt) for name, fmt in parts if name not in unnamed]
     labels = [", ".join(fmt(d) for name, fmt in parts if varies[name] and fmt(d)) for d in dicts]
     common = ", ".join(fmt(dicts[0]) for name, fmt in parts if not varies[name])
