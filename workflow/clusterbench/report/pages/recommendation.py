@@ -101,11 +101,11 @@ def config_bars(ax: Any, part: pd.DataFrame, rec: pd.Series) -> None:
     se = np.nan_to_num(part["se"].to_numpy(dtype=float))
     ax.barh(y, part["mean"], xerr=se, color=colors, capsize=3, height=0.6)
     for yi, (_, row) in zip(y, part.iterrows(), strict=True):
-        mean, se = float(row["mean"]), float(row["se"])
-        spread = f" \u00b1 {se:,.0f}" if np.isfinite(se) else ""
+        mean, row_se = float(row["mean"]), float(row["se"])
+        spread = f" \u00b1 {row_se:,.0f}" if np.isfinite(row_se) else ""
         efficiency = recommend.efficiency_text(row)
         ax.text(
-            mean + (se if np.isfinite(se) else 0),
+            mean + (row_se if np.isfinite(row_se) else 0),
             yi,
             f"  {mean:,.0f}{spread} ({plural(row['n_runs'], 'run')}, {row['epochs']} ep.)"
             + (f"\n  {efficiency}" if efficiency else ""),
