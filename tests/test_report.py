@@ -1402,7 +1402,8 @@ def test_a_deleted_last_epoch_is_refused_naming_both_files(fake: dict, tmp_path:
     with pytest.raises(ValueError) as err:
         run_report(fake, out)
     assert str(err.value) == (
-        f"{path} records 14 epochs but {path.parent / 'run.json'} says epochs_completed = 15: "
+        f"{path} records 14 whole epochs but {path.parent / 'run.json'} says "
+        "epochs_completed = 15: "
         "the train stage writes both from the same epochs, so one of them was cut or edited. "
         "Train the run again with: snakemake --forcerun results/runs/digits-2w/run.json"
     )
@@ -1456,7 +1457,7 @@ def test_epochs_must_be_one_to_n_without_gaps_or_duplicates(
         (None, r"missing field\(s\) \['epochs_completed'\]"),
         ("15", r"'epochs_completed' must be a whole number >= 1, got '15'"),
         (0, r"'epochs_completed' must be a whole number >= 1, got 0"),
-        (16, r"records 15 epochs but .*digits-2w/run\.json says epochs_completed = 16"),
+        (16, r"records 15 whole epochs but .*digits-2w/run\.json says epochs_completed = 16"),
     ],
 )
 def test_run_json_epochs_completed_is_checked(fake: dict, tmp_path: Path, value, message):
@@ -1529,7 +1530,8 @@ def add_issue40(root: Path, fake: dict, uneven: str, boxed: str) -> None:
     work = {"step_seconds": {"steps": 9, "ranks": 2, **phases, "work": [0.0102, 0.0098]}}
     edit_epochs(runs / uneven / "metrics.jsonl", lambda e, last: e.update(work))
     box = {"seconds": 3.0, "used_seconds": 3.1, "partial": {"epoch": 3, "steps": 4, "of": 9}}
-    edit_json(runs / boxed / "run.json", time_box=box)
+    # its whole epochs, as the train stage counts them: not the partial one
+    edit_json(runs / boxed / "run.json", time_box=box, epochs_completed=2)
     edit_epochs(
         runs / boxed / "metrics.jsonl", lambda e, last: last and e.update(partial=box["partial"])
     )

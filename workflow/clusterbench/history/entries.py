@@ -165,7 +165,7 @@ def entry(run_dir: Path, eval_dir: Path, warmup: int) -> dict[str, Any]:
         **{k: settings.get(k) for k in ("device", "global_batch", "precision", "memory_format")},
         "grad_compression": str(settings["grad_compression"]),
         **provenance_columns(info),
-        "epochs": len(records),
+        "epochs": sum(1 for r in records if "partial" not in r),  # whole ones, as run.json
         **timing(records, warmup),
         "final_val_accuracy": float(records[-1]["val_accuracy"]),
         "accuracy": _number(metrics.get("accuracy")),

@@ -141,9 +141,10 @@ def check_provenance(info: Mapping[str, Any], path: Path) -> None:
 
 
 def check_epochs_completed(completed: Any, recorded: int, run_dir: Path) -> None:
-    """``run.json``'s ``epochs_completed`` must be the number of epochs in ``metrics.jsonl``
-    (the train stage writes both from the same records): otherwise one of the two was cut or
-    edited, and the run's epochs and its summary would disagree."""
+    """``run.json``'s ``epochs_completed`` must be the number of whole epochs in
+    ``metrics.jsonl`` (the train stage writes both from the same records; a time box's partial
+    epoch, its last record, is not a whole one): otherwise one of the two was cut or edited,
+    and the run's epochs and its summary would disagree."""
     info, metrics = run_dir / "run.json", run_dir / "metrics.jsonl"
     if isinstance(completed, bool) or not isinstance(completed, int) or completed < 1:
         raise ValueError(
@@ -151,7 +152,7 @@ def check_epochs_completed(completed: Any, recorded: int, run_dir: Path) -> None
         )
     if completed != recorded:
         raise ValueError(
-            f"{metrics} records {recorded} epoch{'s' * (recorded != 1)} but {info} says "
+            f"{metrics} records {recorded} whole epoch{'s' * (recorded != 1)} but {info} says "
             f"epochs_completed = {completed}: the train stage writes both from the same epochs, "
             f"so one of them was cut or edited. Train the run again with: "
             f"{forcerun_command(info)}"
@@ -163,7 +164,8 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     other."""
     info = read_run_info(run_dir / "run.json")
     epochs = read_epochs(run_dir / "metrics.jsonl")
-    check_epochs_completed(info["epochs_completed"], len(epochs), run_dir)
+    whole = sum(1 for e in epochs if not e.get("partial"))  # a time box's partial: not one
+    check_epochs_completed(info["epochs_completed"], whole, run_dir)
     return info, epochs
 
 
