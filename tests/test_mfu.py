@@ -148,6 +148,25 @@ def test_achieved_tflops_and_mfu_are_per_epoch_then_averaged():
     assert "no peak" in records_flops.why_none(info_with(peak=None))
 
 
+def test_a_time_boxed_runs_efficiency_leaves_its_partial_epoch_out(tmp_path):
+    """The runs page and the history time a time-boxed run over its whole epochs (after the
+    warm-up), not over none of them: its partial epoch, the last, is left out."""
+    from clusterbench.history import entries
+    from clusterbench.report import tables
+
+    records = [
+        {"epoch": 1, "images_per_second": 50.0, "workers": 1, "epoch_seconds": 2.0},
+        {"epoch": 2, "images_per_second": 100.0, "workers": 1, "epoch_seconds": 1.0},
+        {"epoch": 3, "images_per_second": 900.0, "workers": 1, "epoch_seconds": 0.1},
+    ]
+    records[-1]["partial"] = {"epoch": 3, "steps": 1, "of": 10}
+    page = tables.efficiency_stats(info_with(), pd.DataFrame(records), warmup=1)
+    assert page["tflops"] == pytest.approx(100 * 3e9 / 1e12)
+    history = entries.efficiency(info_with(), records, warmup=1)
+    assert history["tflops"] == pytest.approx(page["tflops"])
+    assert history["mfu"] == pytest.approx(page["mfu"])
+
+
 def test_a_malformed_flops_record_is_refused_naming_the_file():
     records_flops.check({}, Path("run.json"))  # none: an older run.json
     records_flops.check(info_with(peak=None), Path("run.json"))

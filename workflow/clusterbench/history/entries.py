@@ -178,8 +178,9 @@ def entry(run_dir: Path, eval_dir: Path, warmup: int) -> dict[str, Any]:
 def efficiency(
     info: Mapping[str, Any], records: list[dict[str, Any]], warmup: int
 ) -> dict[str, float]:
-    """Achieved TFLOP/s and MFU over the timed epochs (:mod:`clusterbench.records.flops`)."""
-    found = flops.efficiency(info, records[warmup:])
+    """Achieved TFLOP/s and MFU over the timed epochs (:mod:`clusterbench.records.flops`): all
+    but the first ``warmup`` and a time box's partial one, as :func:`timing`'s."""
+    found = flops.efficiency(info, [r for r in records[warmup:] if "partial" not in r])
     return {"tflops": found["tflops"], "mfu": found["mfu"]}
 
 

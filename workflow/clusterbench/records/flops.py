@@ -65,14 +65,13 @@ def peak(info: Mapping[str, Any]) -> float | None:
 
 def efficiency(info: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """:data:`COLUMNS` over ``epochs`` (records with ``images_per_second`` and ``workers``, the
-    timed ones; a time box's partial epoch is left out): FLOPs per sample, the peak TFLOP/s of
-    a device, the mean achieved TFLOP/s and the mean MFU (a fraction); NaN where a figure
-    cannot be had."""
+    timed ones): FLOPs per sample, the peak TFLOP/s of a device, the mean achieved TFLOP/s and
+    the mean MFU (a fraction); NaN where a figure cannot be had."""
     flops, device_peak = per_sample(info), peak(info)
     rows = [
         (float(e["images_per_second"]), max(1, int(e.get("workers") or 1)))
         for e in epochs
-        if _number(e.get("images_per_second")) and "partial" not in e  # a box's partial epoch
+        if _number(e.get("images_per_second"))
     ]
     out = dict.fromkeys(COLUMNS, math.nan)
     if flops is not None:
