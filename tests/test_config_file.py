@@ -114,15 +114,16 @@ def test_what_yaml_would_read_oddly_is_refused_naming_the_line(text, message, li
 
 @pytest.mark.slow  # about 5 s: validating 10,000 runs
 def test_the_limits_are_generous_for_a_10000_run_config(tmp_path):
-    """10,000 runs, every run key written out: read and valid, well within every limit."""
+    """10,000 runs, every run key written out: read and valid, within every limit with at
+    least a quarter of it to spare (each new run key takes about 1 % of the values' limit)."""
     keys = cb.load_schema()["$defs"]["run_settings"]["properties"]
     run = {key: sub.get("default") for key, sub in keys.items()}
     runs = [{**run, "name": f"run-{i:05d}", "dataset": "digits"} for i in range(10_000)]
     path = tmp_path / "config.yaml"
     with open(path, "w") as fh:
         yaml.dump({"runs": runs, "report": {"title": "t"}}, fh, Dumper=CDumper, sort_keys=False)
-    assert path.stat().st_size < cf.MAX_BYTES / 2
-    assert len(runs) * (1 + 2 * len(run)) < cf.MAX_VALUES / 1.5  # the values it holds
+    assert path.stat().st_size < cf.MAX_BYTES * 0.75
+    assert len(runs) * (1 + 2 * len(run)) < cf.MAX_VALUES * 0.75  # the values it holds
     assert len(cb.validate(cb.load_file(path))["runs"]) == 10_000
 
 

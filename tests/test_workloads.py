@@ -498,7 +498,7 @@ def test_the_report_of_language_models_alone_draws_no_empty_chart(tmp_path):
     assert "Highest token rate" in text and "Highest throughput" not in text
     assert "chosen on validation loss" in text
     # the runs table's throughput is in tokens/s, said in its header once, not in each cell
-    assert "(tokens/s)" in text and "(images/s)" not in text and " tok/s" not in text
+    assert "(tokens/s;" in text and "(images/s" not in text and " tok/s" not in text
     figures = sorted(p.name for p in (tmp_path / "report" / "figures").iterdir())
     assert "language_models.png" in figures and "throughput.png" not in figures
 

@@ -38,15 +38,15 @@ from yaml import events
 from clusterbench.config.errors import ConfigError, key_path
 
 #: The largest config file read, bytes. A 10,000-run config with every run key written out
-#: (block style) is about 5 MB.
+#: (block style) is about 9 MB (50 run keys).
 MAX_BYTES = 16 * 1024 * 1024
 #: The most entries of one list or mapping (``runs:``, a matrix's values, ``environments:``).
 MAX_ENTRIES = 50_000
 #: The deepest nesting of lists and mappings (a config needs about 6 levels).
 MAX_DEPTH = 64
 #: The most values (every scalar, list and mapping; an alias counts as the values it repeats)
-#: in one file. A 10,000-run config with every run key written out has about 810,000 (40 run
-#: keys); reading 1,500,000 values takes about a second on a 2-core machine.
+#: in one file. A 10,000-run config with every run key written out has about 1,010,000 (50
+#: run keys); reading 1,500,000 values takes about a second on a 2-core machine.
 MAX_VALUES = 1_500_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
