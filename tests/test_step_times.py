@@ -116,7 +116,10 @@ def test_two_ranks_record_where_their_steps_go(backend, tmp_path):
         assert all(0 <= times[p]["mean"] <= times[p]["max"] for p in step_times.PHASES)
         assert times["comm"]["mean"] > 0 and times["compute"]["mean"] > 0
         phases = sum(times[p]["mean"] for p in step_times.PHASES)
-        assert phases <= m["epoch_seconds"] / times["steps"] * 1.01
+        # rank 0's clock: a rank that starts an epoch before it (rank 0 writes the epoch's
+        # outputs first) waits in its first collective, in its phases but before that clock
+        # (3 % of a 0.15 s epoch on a loaded machine); a phase counted twice would be 2x
+        assert phases <= m["epoch_seconds"] / times["steps"] * 1.25
     assert all("step_seconds" not in m for m in read_metrics(tmp_path / "off"))
 
 
