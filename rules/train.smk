@@ -35,6 +35,13 @@ rule train:
     threads: PIPELINE.train_threads
     resources:
         **{key: PIPELINE.train_resource(key) for key in TRAIN_RESOURCE_KEYS},
+        # where a run that grows through worker jobs (grow: jobs) sends them, site-wide: a
+        # profile's `set-resources: {train: {grow_slurm_partition: scavenger}}` (a preemptible
+        # partition), `grow_qos` (a preemptible QOS), `grow_sge_queue` (a subordinate queue);
+        # a run's own `grow_resources` wins (docs/elastic.md, "Sharing a cluster")
+        grow_slurm_partition="",
+        grow_qos="",
+        grow_sge_queue="",
     # Two param functions: Snakemake calls each of every job's functions while it builds the
     # graph, and a sweep has thousands of jobs (clusterbench.pipeline.commands).
     params:
@@ -46,5 +53,7 @@ rule train:
         # function takes `output` out of the params it compares.
         command=PIPELINE.train_command,
     shell:
-        "python -m clusterbench.launch {params.command.launch} -- "
+        "python -m clusterbench.launch {params.command.launch} "
+        "--grow-site slurm_partition={resources.grow_slurm_partition:q} "
+        "--grow-site qos={resources.grow_qos:q} --grow-site sge_queue={resources.grow_sge_queue:q} -- "
         "python {input.script:q} --run {params.run:q} {params.command.stage} > {log:q} 2>&1"

@@ -460,6 +460,24 @@ def test_the_launcher_refuses_grow_options_that_do_not_fit(argv, message):
         parse_args([*argv, "--", "true"], {})
 
 
+GROWS = ["--np", "1", "--min-np", "1", "--max-np", "2", "--grow", "jobs"]
+
+
+def test_the_profiles_place_for_worker_jobs_is_used_unless_the_run_names_its_own():
+    """The train rule passes the profile's grow_* resources as --grow-site (empty: unset);
+    a run's grow_resources wins key by key; a non-growing launch checks and ignores them."""
+    site = ["--grow-site", "slurm_partition=scavenger", "--grow-site", "qos=", "--grow-site",
+            "sge_queue=grow.q"]  # fmt: skip
+    args = parse_args([*GROWS, *site, "--", "true"], {})
+    assert args.grow_resources == {"slurm_partition": "scavenger", "sge_queue": "grow.q"}
+    own = ["--grow-resources", '{"slurm_partition": "low"}']
+    args = parse_args([*GROWS, *site, *own, "--", "true"], {})
+    assert args.grow_resources == {"slurm_partition": "low", "sge_queue": "grow.q"}
+    assert parse_args(["--np", "1", *site, "--", "true"], {}).grow_resources == {}
+    with pytest.raises(LaunchError, match=r"--grow-site 'partition=x': expected KEY=VALUE"):
+        parse_args(["--np", "1", "--grow-site", "partition=x", "--", "true"], {})
+
+
 def test_only_schedulers_that_start_ranks_in_other_jobs_grow():
     assert SCHEDULERS["slurm"].grow_problem() is None
     assert SCHEDULERS["sge"].grow_problem() is None

@@ -2,7 +2,8 @@
 
     clusterbench-launch --np W [--backend auto|horovod|ddp]
                         [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
-                        [--grow-record PATH]]] [--scheduler auto|<name>]
+                        [--grow-site KEY=VALUE ...] [--grow-record PATH]]]
+                        [--scheduler auto|<name>]
                         [--iface IF] [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 :func:`parse_args` reads the options, :func:`main` runs a fixed-size launch
@@ -85,26 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Horovod elastic: the most ranks; it starts on every slot the scheduler's hosts "
         "give (at least --np), up to this many, and ranks join and leave as they change",
     )
-    parser.add_argument(
-        "--grow",
-        choices=("none", "jobs"),
-        default="none",
-        help="Horovod elastic: jobs = keep one worker job queued per slot beyond --np, up to "
-        "--max-np; each one's rank joins when it starts and leaves when it ends (Slurm, SGE)",
-    )
-    parser.add_argument(
-        "--grow-resources",
-        default=None,
-        metavar="JSON",
-        help='--grow jobs: where worker jobs go, when not where this job went: {"slurm_partition": '
-        '..., "qos": ..., "sge_queue": ...}',
-    )
-    parser.add_argument(
-        "--grow-record",
-        default=None,
-        metavar="PATH",
-        help="--grow jobs: write what happened to every worker job there (JSON), for the ranks",
-    )
+    add_grow_options(parser)
     parser.add_argument("--iface", default=None, help="network interface for Gloo")
     parser.add_argument(
         "--timeout", default=None, help="Gloo timeout in seconds (HOROVOD_GLOO_TIMEOUT_SECONDS)"
@@ -124,6 +106,38 @@ def build_parser() -> argparse.ArgumentParser:
         "(two jobs of one run: a requeued one and its retry)",
     )
     return parser
+
+
+def add_grow_options(parser: argparse.ArgumentParser) -> None:
+    """The options of an elastic launch that grows through worker jobs (``--grow jobs``)."""
+    parser.add_argument(
+        "--grow",
+        choices=("none", "jobs"),
+        default="none",
+        help="Horovod elastic: jobs = keep one worker job queued per slot beyond --np, up to "
+        "--max-np; each one's rank joins when it starts and leaves when it ends (Slurm, SGE)",
+    )
+    parser.add_argument(
+        "--grow-resources",
+        default=None,
+        metavar="JSON",
+        help='--grow jobs: where worker jobs go, when not where this job went: {"slurm_partition": '
+        '..., "qos": ..., "sge_queue": ...}',
+    )
+    parser.add_argument(
+        "--grow-site",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--grow jobs: where worker jobs go by the site's profile (slurm_partition, qos, "
+        "sge_queue; an empty VALUE: not set); --grow-resources wins. Ignored without --grow jobs",
+    )
+    parser.add_argument(
+        "--grow-record",
+        default=None,
+        metavar="PATH",
+        help="--grow jobs: write what happened to every worker job there (JSON), for the ranks",
+    )
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
@@ -178,6 +192,7 @@ def grow_resources(args: argparse.Namespace) -> dict[str, str]:
     if args.grow == "none":
         if args.grow_resources or args.grow_record:
             raise LaunchError("--grow-resources and --grow-record go with --grow jobs")
+        grow_site(args.grow_site)  # checked, but no worker jobs: nowhere to send them
         return {}
     if args.min_np is None:
         raise LaunchError("--grow jobs grows an elastic launch: give --min-np and --max-np")
@@ -194,7 +209,26 @@ def grow_resources(args: argparse.Namespace) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise LaunchError(f"--grow-resources must be an object of strings: {args.grow_resources}")
-    return value
+    return {**grow_site(args.grow_site), **value}
+
+
+#: The keys of ``--grow-site`` (and of ``--grow-resources``).
+GROW_KEYS = ("slurm_partition", "qos", "sge_queue")
+
+
+def grow_site(pairs: Sequence[str]) -> dict[str, str]:
+    """``--grow-site KEY=VALUE`` options read: the site's places for worker jobs (the train
+    rule's ``grow_*`` resources, from the profile), those with a VALUE."""
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in GROW_KEYS:
+            raise LaunchError(
+                f"--grow-site {pair!r}: expected KEY=VALUE with KEY one of {', '.join(GROW_KEYS)}"
+            )
+        if value:
+            found[key] = value
+    return found
 
 
 def read_environment(args: argparse.Namespace, env: Mapping[str, str]) -> None:

@@ -57,6 +57,7 @@ from clusterbench.training.record import (
     epoch_record,
     network_record,
     now_iso,
+    priority_record,
     rank_provenance,
     run_provenance,
     step_work_record,
@@ -568,6 +569,8 @@ class Trainer:
             **({"shares": self.balancer.record} if self.run.get("shares") else {}),
             "throughput": throughput,  # Horovod's summary lines and their figures
             "train_seconds": state.train_seconds,
+            # the changes made to this job's priority while it was queued or ran
+            "priority": priority_record(self.out_dir),
             "versions": provenance["versions"],  # rank 0's, as before provenance existed
             "provenance": provenance,
             "data": record.merge(data),  # how it read its data (clusterbench.data.record)

@@ -9,11 +9,14 @@ host (:func:`rank_provenance`, :func:`clusterbench.core.provenance.merge_ranks`)
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from clusterbench.core.priority_changes import PriorityFileError, changes_of_job
 from clusterbench.data.order import global_batches
 from clusterbench.training.device import node_name, scheduler_name
 from clusterbench.training.schedule import global_batch_size
@@ -202,3 +205,20 @@ def throughput_lines(summary: Mapping[str, Any]) -> list[str]:
         f"Total {what.lower()}/sec on {n} {device}(s): {summary['total']:.1f} "
         f"+-{summary['total_ci95']:.1f}",
     ]
+
+
+def priority_record(out_dir: Path) -> dict[str, Any]:
+    """run.json's ``priority``: the changes ``python -m clusterbench.priority`` made to the job
+    this training ran in (the run's lock file names it) while it was queued or trained
+    (:mod:`clusterbench.core.priority_changes`), and the priority it was ``submitted`` with
+    (the first change's ``from``; None without a change: the priority is no training setting)."""
+    try:
+        holder = json.loads((out_dir / "train.lock").read_text()).get("holder") or {}
+    except (OSError, ValueError, AttributeError):
+        holder = {}  # no lock (a launch without --lock): no job to match changes to
+    try:
+        changes = changes_of_job(out_dir, holder.get("job"))
+    except PriorityFileError as exc:
+        print(f"train: warning: the run's priority changes are left out of run.json: {exc}")
+        changes = []
+    return {"submitted": changes[0]["from"] if changes else None, "changes": changes}

@@ -591,6 +591,24 @@ class Scheduler:
         when it still runs or ``host`` is no worker job's."""
         return self.grower.left(host) if self.grower is not None else None
 
+    # a run's priority, changed while its jobs are queued or run (python -m clusterbench.priority)
+
+    @classmethod
+    def job_priority(cls, job: str) -> int | None:
+        """Queued or running ``job``'s priority now, in clusterbench's terms (a run's
+        ``priority``: higher goes first); None when the scheduler does not say."""
+        return None
+
+    @classmethod
+    def change_priority(cls, job: str, priority: int) -> bool:
+        """Give queued or running ``job`` the clusterbench ``priority``; False when the job is
+        no longer in the queue (it ended). A :class:`LaunchError` with the scheduler's answer
+        when it refuses (a higher priority than the user may give, say)."""
+        raise LaunchError(
+            f"the {cls.name} scheduler has no queue of jobs whose priority could change (a "
+            "run's priority orders the jobs Snakemake starts here: set it in the config)"
+        )
+
     # starting ranks
 
     def spread(self, capacities: Sequence[tuple[str, int]], np: int) -> list[tuple[str, int]]:

@@ -22,7 +22,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clusterbench.launch.schedulers._base import (
@@ -31,6 +31,7 @@ from clusterbench.launch.schedulers._base import (
     PENDING,
     RUNNING,
     JobStatus,
+    LaunchError,
     run_tool,
     submit_job,
 )
@@ -205,8 +206,20 @@ class SlurmWorkerQueue:
     def submit(self) -> str:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.spec = replace(self.spec, nice=self.run_nice())
         cmd = sbatch_command(self.spec, self.log_dir, self.cwd)
         return submit_job(cmd, worker_script(self.spec.run_job), self.env, ";")
+
+    def run_nice(self) -> int:
+        """The run's job's ``Nice`` now: a worker job queued after the run's priority changed
+        (``python -m clusterbench.priority``) gets the new one (the last known if scontrol
+        does not answer)."""
+        try:
+            text = run_tool(["scontrol", "show", "job", self.spec.run_job])
+        except LaunchError:
+            return self.spec.nice
+        nice = _field(text, "Nice")
+        return int(nice) if nice and re.fullmatch(r"-?\d+", nice) else self.spec.nice
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         cmd = ["squeue", "--me", f"--name={self.spec.name}", "--states=all", "--noheader"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -46,7 +47,7 @@ from clusterbench.launch.schedulers._base import (
     resolve,
     run_tool,
 )
-from clusterbench.launch.schedulers._sge_grow import SgeWorkerQueue, worker_spec
+from clusterbench.launch.schedulers._sge_grow import SgeWorkerQueue, parse_qstat_j, worker_spec
 
 
 def parse_pe_hostfile(text: str) -> Allocation:
@@ -234,6 +235,26 @@ class SgeScheduler(Scheduler):
         return {name: resolve(name) for name in names}
 
     # the workflow's side (snakemake-executor-plugin-sge 0.6.31)
+
+    @classmethod
+    def job_priority(cls, job: str) -> int | None:
+        """The priority of ``job`` (``qstat -j``'s ``priority``: SGE's is clusterbench's)."""
+        try:
+            found = parse_qstat_j(run_tool(["qstat", "-j", job])).get("priority", "")
+        except LaunchError:
+            return None
+        return int(found) if re.fullmatch(r"-?\d+", found) else None
+
+    @classmethod
+    def change_priority(cls, job: str, priority: int) -> bool:
+        """``qalter -p <priority> <job>`` (above 0 needs an operator)."""
+        try:
+            run_tool(["qalter", "-p", str(priority), job])
+        except LaunchError as exc:
+            if re.search(r"does not exist", str(exc)):
+                return False
+            raise
+        return True
 
     @classmethod
     def train_resources(cls, run: Mapping[str, Any], generic: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -281,6 +282,27 @@ class SlurmScheduler(Scheduler):
             return {}
         names = [n for line in listed.split() for n in expand_hostlist(line)]
         return node_addresses(names) if names else {}
+
+    @classmethod
+    def job_priority(cls, job: str) -> int | None:
+        """The priority of ``job`` from its ``Nice`` (``scontrol show job``): ``-Nice``."""
+        try:
+            found = re.search(r"\bNice=(-?\d+)", run_tool(["scontrol", "show", "job", job]))
+        except LaunchError:
+            return None
+        return -int(found.group(1)) if found else None
+
+    @classmethod
+    def change_priority(cls, job: str, priority: int) -> bool:
+        """``scontrol update JobId=<job> Nice=<-priority>`` (a negative nice, a priority above
+        0, needs an operator; Slurm reorders the pending jobs at its next pass)."""
+        try:
+            run_tool(["scontrol", "update", f"JobId={job}", f"Nice={-priority}"])
+        except LaunchError as exc:
+            if re.search(r"already finished|Invalid job id", str(exc), re.I):
+                return False
+            raise
+        return True
 
     # the workflow's side (snakemake-executor-plugin-slurm 2.8.0 + -slurm-jobstep 0.6.1)
 

@@ -1,0 +1,144 @@
+"""Change a run's priority while it is queued or trains.
+
+    python -m clusterbench.priority RUN N [--profile DIR]
+
+run in the workflow's directory, gives run ``RUN``'s job and its worker jobs (``grow: jobs``)
+that are still queued or running the priority ``N`` (clusterbench's: -1023..1024, higher goes
+first, as a run's ``priority`` in the config), through the scheduler of the profile's executor
+(``--profile``, as Snakemake's; without it the one whose tools are here: Slurm, then SGE):
+Slurm ``scontrol update JobId=J Nice=-N``, SGE ``qalter -p N J``. Above 0 needs the
+scheduler's operator (Slurm: a negative nice; SGE: a positive priority).
+
+- The run's job is the one its launcher holds the run's lock in (``results/runs/RUN/
+  train.lock``); its worker jobs are those of ``results/runs/RUN/worker_jobs.json`` not ended.
+  The worker jobs the launcher queues later get the run's job's new priority too (it asks
+  the scheduler for it at each submission).
+- The change is recorded, with its time, in ``results/runs/RUN/priority.json``
+  (:mod:`clusterbench.core.priority_changes`); the run's ``run.json`` has it when the run
+  ends (``priority``), and the report's one-clock page marks it.
+- Pending jobs are reordered at the scheduler's next pass: a raised run's queued worker job
+  starts before the others' on the next node that frees. Running jobs keep their nodes:
+  taking nodes back from running worker jobs is the scheduler's preemption
+  (docs/elastic.md, "Sharing a cluster").
+
+Refused, naming why, before anything changes: a run with no record of a job (not started
+yet: ``make status`` shows its queued job), a job no longer in the queue, a priority out of
+range, a scheduler without a queue (local: a run's ``priority`` in the config orders the jobs
+Snakemake starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from clusterbench.core.priority_changes import PriorityFileError, add_change, read_changes
+from clusterbench.launch.schedulers import SCHEDULERS, LaunchError, Scheduler
+from clusterbench.plan import PlanError, profile_executor
+
+#: A run's priority range (the config schema's).
+LOWEST, HIGHEST = -1023, 1024
+
+
+class PriorityError(RuntimeError):
+    """The change cannot be made; the message says why."""
+
+
+def scheduler_of(profile: str | None) -> type[Scheduler]:
+    """The scheduler of ``profile``'s executor; without one, Slurm's where ``squeue`` is on
+    PATH, else SGE's where ``qstat`` is."""
+    if profile:
+        try:
+            executor = profile_executor(profile) or "local"
+        except PlanError as exc:
+            raise PriorityError(str(exc)) from None
+        found = [cls for cls in SCHEDULERS.values() if cls.snakemake_executor() == executor]
+        if not found:
+            raise PriorityError(f"profile {profile}: no scheduler for executor {executor!r}")
+        return SCHEDULERS.get(executor, found[0])
+    for name, tool in (("slurm", "squeue"), ("sge", "qstat")):
+        if name in SCHEDULERS and shutil.which(tool):
+            return SCHEDULERS[name]
+    raise PriorityError("no scheduler's tools here (squeue, qstat): give --profile")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise PriorityError(f"{path}: unreadable ({exc})") from None
+
+
+def run_jobs(run_dir: Path) -> tuple[str, list[str]]:
+    """The run's job (its lock's holder) and its worker jobs not ended (their record)."""
+    lock = read_json(run_dir / "train.lock")
+    job = ((lock or {}).get("holder") or {}).get("job") if isinstance(lock, dict) else None
+    if not job:
+        raise PriorityError(
+            f"run {run_dir.name}: no job of it has started ({run_dir / 'train.lock'} "
+            f"{'names no scheduler job' if lock else 'does not exist'}); a queued job's "
+            "priority is the config's `priority`, or the scheduler's own command's"
+        )
+    record = read_json(run_dir / "worker_jobs.json")
+    jobs = record.get("jobs", []) if isinstance(record, dict) else []
+    workers = [str(j["job"]) for j in jobs if isinstance(j, dict) and not j.get("end")]
+    return str(job), workers
+
+
+def change(run_dir: Path, priority: int, scheduler: type[Scheduler]) -> dict[str, Any]:
+    """Change the run's jobs' priority and record it; the recorded change."""
+    if not LOWEST <= priority <= HIGHEST:
+        raise PriorityError(f"priority {priority}: out of range {LOWEST}..{HIGHEST}")
+    try:
+        read_changes(run_dir)  # a damaged record is named before anything changes
+    except PriorityFileError as exc:
+        raise PriorityError(str(exc)) from None
+    job, workers = run_jobs(run_dir)
+    before = scheduler.job_priority(job)
+    try:
+        if not scheduler.change_priority(job, priority):
+            raise PriorityError(f"run {run_dir.name}: its job {job} is no longer in the queue")
+        changed = [job] + [w for w in workers if scheduler.change_priority(w, priority)]
+    except LaunchError as exc:
+        raise PriorityError(f"run {run_dir.name}: {exc}") from None
+    return add_change(run_dir, before, priority, changed, time.time())
+
+
+def describe(run: str, change: dict[str, Any]) -> str:
+    job, *workers = change["jobs"]
+    was = "?" if change["from"] is None else change["from"]
+    also = f" and worker job(s) {' '.join(workers)}" if workers else ""
+    return f"{run}: priority {was} -> {change['to']}: job {job}{also} (recorded in priority.json)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m clusterbench.priority", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("run", help="the run's name (results/runs/RUN)")
+    parser.add_argument("priority", type=int, help=f"the new priority, {LOWEST}..{HIGHEST}")
+    parser.add_argument("--profile", default=None, help="the Snakemake profile the run went by")
+    parser.add_argument("--results", default="results", help="the results folder (results)")
+    args = parser.parse_args(argv)
+    run_dir = Path(args.results) / "runs" / args.run
+    try:
+        if not run_dir.is_dir():
+            raise PriorityError(f"run {args.run}: no folder {run_dir} (is this its workflow?)")
+        done = change(run_dir, args.priority, scheduler_of(args.profile))
+    except PriorityError as exc:
+        print(f"clusterbench.priority: {exc}", file=sys.stderr)
+        return 2
+    print(describe(args.run, done))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
