@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -390,50 +391,153 @@ def test_a_worker_job_ends_by_itself_when_its_launcher_is_killed(slurm_cluster, 
     )
 
 
+#: Two ranks per node (1800 MB each of a node's 4000), for the sharing test: holders leave one
+#: slot free on each node.
+HALF_MB = 1800
+#: The profile key that sends worker jobs to the preemptible partition (docs/elastic.md).
+TO_SCAVENGER = ["--set-resources=train:grow_slurm_partition=scavenger"]
+
+
+def run_job_of(workdir: Path, run: str) -> str | None:
+    """The scheduler job a run's launcher holds its lock in (once it started)."""
+    lock = workdir / "results" / "runs" / run / "train.lock"
+    try:
+        return json.loads(lock.read_text())["holder"]["job"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def worker_ids(workdir: Path, run: str, ended: bool = False) -> list[str]:
+    """The run's worker jobs (its launcher's record): those not ended, or (``ended``) all."""
+    path = workdir / "results" / "runs" / run / "worker_jobs.json"
+    try:
+        jobs = json.loads(path.read_text())["jobs"]
+    except (OSError, ValueError, KeyError):
+        return []
+    return [j["job"] for j in jobs if ended or not j["end"]]
+
+
+def slurm_times(cluster, job: str) -> dict[str, float | None]:
+    """A job's submit, start and end (Slurm's, local time, to the second)."""
+    import datetime as dt
+
+    out = cluster.run(["squeue", "-h", "-j", job, "-t", "all", "-o", "%V|%S|%e"]).stdout.strip()
+
+    def stamp(text: str) -> float | None:
+        return dt.datetime.fromisoformat(text).timestamp() if text[:1].isdigit() else None
+
+    return dict(zip(("submit", "start", "end"), map(stamp, out.split("|")), strict=True))
+
+
+def job_state(cluster, job: str) -> str:
+    return final_state(cluster, job)
+
+
 @pytest.mark.slurm
-def test_two_growing_runs_share_the_nodes_and_one_takes_both_after_the_other(
+def test_a_minimum_takes_a_worker_job_back_and_a_raised_priority_goes_first(
     slurm_cluster, digits, tmp_path
 ):
-    """Two elastic runs that grow through jobs, one node each (one rank fits a node): each
-    trains on its minimum and queues a worker job that waits, with its run's priority (nice).
-    The short one finishes (its worker job, never started, is cancelled); the freed node goes
-    to the other run's worker job: that run ends on both nodes."""
+    """Two growing runs of equal priority share the two nodes (a slot free on each: holders
+    fill the rest). A starts and grows into both nodes, its worker job in the preemptible
+    partition (the profile key). Snakemake is then closed outright (SIGKILL): A's jobs stay in
+    the queue and train on. B, started by a second Snakemake in the same directory, takes its
+    minimum at once: Slurm preempts A's worker job for B's job (a higher partition tier); A
+    shrinks without losing an epoch and queues a new worker job, B queues its own, both wait.
+    B's priority is raised above A's (python -m clusterbench.priority): when a node frees,
+    B's worker job starts, A's (queued first) gives way. B ends: A grows again. Every epoch is
+    recorded once, the change is in B's run.json, the queue ends empty."""
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     workdir = tmp_path / "w"
-    long_run = grow_run("long", priority=5, minutes=1.25)
-    short = grow_run("short", minutes=None, epochs=4, priority=-3)
-    targets = config_with(digits, workdir, [long_run, short])
-    proc = snakemake_on_slurm(slurm_cluster, workdir, targets[0], targets[1])
-    watch = Watch(proc, workdir / "results" / "logs" / "train" / "long.log")
+    runs = [
+        grow_run("a", mem_mb=HALF_MB, minutes=3.0, runtime=20),
+        grow_run("b", mem_mb=HALF_MB, minutes=1.0),
+    ]
+    target_a, target_b = config_with(digits, workdir, runs)
+    hold = ["sbatch", "--parsable", "--cpus-per-task=1", "--output=/dev/null", "-J", "holder"]
+    holders = [
+        slurm_cluster.run([*hold, "-w", node, f"--mem={mb}", "--wrap", "sleep 900"]).stdout.strip()
+        for node, mb in (("node1", 4000 - HALF_MB - 400), ("node2", 4000 - HALF_MB - 200))
+    ]
+    first = snakemake_on_slurm(slurm_cluster, workdir, target_a, *TO_SCAVENGER)
+    second = None
+    logs = workdir / "results" / "logs" / "train"
+    watch_a = Watch(first, logs / "a.log", seconds=600)
     try:
-        nices = watch.until("both runs' worker jobs queued", lambda: worker_nices(slurm_cluster))
-        grown(watch, 1)
-        out, _ = proc.communicate(timeout=600)
+        grown(watch_a, 1)  # A on both nodes
+        os.killpg(first.pid, signal.SIGKILL)  # Snakemake closed, A's jobs left in the queue
+        first.wait()
+        watch_a.proc = second = snakemake_on_slurm(slurm_cluster, workdir, target_b, *TO_SCAVENGER)
+        watch_b = Watch(second, logs / "b.log", seconds=600)
+        job_b = watch_b.until("B's job running", lambda: run_job_of(workdir, "b"))
+        shrunk(watch_a, 1)
+        waited = slurm_times(slurm_cluster, job_b)
+        (taken,) = worker_ids(workdir, "a", ended=True)[:1]
+        # both runs queue a worker job; A's first
+        queued_a = watch_b.until("A's new worker job", lambda: worker_ids(workdir, "a"))[0]
+        queued_b = watch_b.until("B's worker job", lambda: worker_ids(workdir, "b"))[0]
+        assert int(queued_a) < int(queued_b)
+        raised = subprocess.run(
+            [sys.executable, "-m", "clusterbench.priority", "b", "5", "--profile",
+             str(REPO / "profiles" / "slurm")],
+            cwd=workdir, env=slurm_cluster.environ(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert raised.returncode == 0, raised.stderr
+        assert f"b: priority 0 -> 5: job {job_b} and worker job(s) {queued_b}" in raised.stdout
+        slurm_cluster.run(["scancel", holders[0]])  # a slot frees on node1
+        grown(watch_b, 1)
+        assert job_state(slurm_cluster, queued_a) == "PENDING"  # A's gave way
+        out_b, _ = second.communicate(timeout=400)
+        assert second.returncode == 0, out_b[-5000:]
+        b_ended = slurm_times(slurm_cluster, job_b)["end"]
+        # Snakemake is gone: wait on A's job alone
+        watch_a.proc = subprocess.Popen(["sleep", "600"], stdout=subprocess.PIPE, text=True)
+        grown(watch_a, 2)
+        job_a = run_job_of(workdir, "a")
+        watch_a.until("A's job ended", lambda: job_state(slurm_cluster, job_a) == "COMPLETED")
+        node_a = slurm_cluster.run(["squeue", "-h", "-j", job_a, "-t", "all", "-o", "%N"])
+        watch_a.proc.kill()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, out[-5000:]
-    assert sorted(nices) == ["-5", "3"], nices  # priority P: nice -P, as the run's own job
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        slurm_cluster.run(["scancel", *holders], check=False)
     assert queue_empty(slurm_cluster) == ""
-    runs = workdir / "results" / "runs"
-    info = {name: json.loads((runs / name / "run.json").read_text()) for name in ("long", "short")}
-    assert_every_epoch_once(runs / "short")
-    assert [t["size"] for t in info["short"]["world"]["elastic"]["timeline"]] == [1, 1]
-    (never,) = info["short"]["world"]["elastic"]["worker_jobs"]
-    assert never["start"] is None and never["why"] == "the run ended"
-    elastic = info["long"]["world"]["elastic"]
-    assert [t["size"] for t in elastic["timeline"]][-2:] == [2, 2], elastic["timeline"]
-    (joined,) = elastic["worker_jobs"]
-    assert joined["node"] == info["short"]["world"]["hosts"][0]  # the node the short run freed
-    assert sorted(info["long"]["world"]["hosts"]) == ["node1", "node2"]
-
-
-def worker_nices(cluster) -> list[str] | None:
-    """The nice of each queued worker job, once two are queued."""
-    out = cluster.run(["squeue", "-h", "-t", "PD", "-o", "%j|%y"]).stdout.split()
-    nices = [line.split("|")[1] for line in out if line.startswith(SLURM_WORKER)]
-    return nices if len(nices) == 2 else None
+    results = workdir / "results" / "runs"
+    info = {r: json.loads((results / r / "run.json").read_text()) for r in ("a", "b")}
+    for run in ("a", "b"):
+        assert_every_epoch_once(results / run)
+    elastic_a = info["a"]["world"]["elastic"]
+    jobs_a = elastic_a["worker_jobs"]
+    assert (jobs_a[0]["job"], jobs_a[0]["why"]) == (taken, "preempted"), jobs_a
+    assert jobs_a[1]["job"] == queued_a and jobs_a[1]["start"] is not None
+    assert jobs_a[0]["node"] != node_a.stdout.strip()  # A grew into the other node
+    sizes = [t["size"] for t in elastic_a["timeline"]]
+    assert sizes[:4] == [1, 2, 1, 2], elastic_a["timeline"]
+    change = info["b"]["priority"]["changes"]
+    assert [(c["from"], c["to"], c["jobs"]) for c in change] == [(0, 5, [job_b, queued_b])]
+    (grew_b,) = info["b"]["world"]["elastic"]["worker_jobs"]
+    assert grew_b["job"] == queued_b and grew_b["start"] is not None
+    joins = [r for r in elastic_a["resets"] if (r["from"], r["to"]) == (1, 2)]
+    (leave,) = [r for r in elastic_a["resets"] if (r["from"], r["to"]) == (2, 1)]
+    zero = seconds(elastic_a["timeline"][0]["time"])
+    for run in ("a", "b"):
+        line = info[run]["world"]["elastic"]["timeline"]
+        steps = " ".join(f"{seconds(t['time']) - zero:.0f}s:{t['size']}" for t in line)
+        print(f"\nFIGURE slurm share: run {run}'s ranks over time (from A's start): {steps}")
+    print(
+        f"\nFIGURE slurm share: B's minimum started {waited['start'] - waited['submit']:.0f} s "
+        "after its submission (Slurm's times, to the second: A's worker job preempted)"
+    )
+    print(
+        f"FIGURE slurm share: A shrank {seconds(leave['time']) - seconds(jobs_a[0]['end']):.1f} s "
+        f"after the preemption (reset {leave['seconds']:.2f} s)"
+    )
+    print(
+        f"FIGURE slurm share: A grew again {seconds(joins[-1]['time']) - b_ended:.1f} s after B's "
+        f"job ended (reset {joins[-1]['seconds']:.2f} s); rank-hours A "
+        f"{elastic_a['rank_hours']:.4f} of {elastic_a['max_workers_rank_hours']:.4f} fixed"
+    )
 
 
 # --------------------------------------------------------------------------------- SGE
