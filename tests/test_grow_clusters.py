@@ -449,7 +449,7 @@ def test_a_minimum_takes_a_worker_job_back_and_a_raised_priority_goes_first(
     assert slurm_cluster.nested_srun_ok, "another Slurm owns /etc/slurm/slurm.conf"
     workdir = tmp_path / "w"
     runs = [
-        grow_run("a", mem_mb=HALF_MB, minutes=3.0, runtime=20),
+        grow_run("a", mem_mb=HALF_MB, minutes=2.5, runtime=20),
         grow_run("b", mem_mb=HALF_MB, minutes=1.0),
     ]
     target_a, target_b = config_with(digits, workdir, runs)
