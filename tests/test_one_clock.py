@@ -1,11 +1,17 @@
-"""What the one-clock page computes (clusterbench.report.clock, pure), on two runs that
-traded ranks: A grows to 2, B starts and A's worker job is preempted for it, B's priority is
-raised, B ends and A grows again."""
+"""The one-clock page (clusterbench.report.pages.one_clock) and what it computes
+(clusterbench.report.clock, pure), on two runs that traded ranks: A grows to 2, B starts and
+A's worker job is preempted for it, B's priority is raised, B ends and A grows again."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 from clusterbench.report import clock
+from clusterbench.report.pages import one_clock
 
 
 def at(clock_time: str) -> str:
@@ -145,3 +151,97 @@ def test_the_device_hours_per_run_and_their_totals_by_unit():
     assert totals["GPU"].used == pytest.approx(776 / 3600)
     assert totals["GPU"].fixed == pytest.approx(1180 / 3600)
     assert (totals["CPU"].used, totals["CPU"].fixed) == (2.0, 4.0)
+
+
+def retime(run_dir: Path, start: str, end: str) -> None:
+    """Spread a fake run's epochs' ends evenly over ``start``..``end`` (HH:MM:SS)."""
+    path = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    step = (s(end) - s(start)) / len(records)
+    for i, record in enumerate(records, start=1):
+        record["time"] = dt.datetime.fromtimestamp(s(start) + i * step, dt.UTC).isoformat()
+        record["epoch_seconds"] = step
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def two_runs_and_a_fixed_one(tmp_path: Path) -> dict:
+    """make_fake_results' runs A and B given the example's run.json records, C a fixed run
+    of 1 rank from 08:01:00 to 08:04:00 and D a fixed one long before: the report's inputs."""
+    from test_report import make_fake_results
+
+    names = ["A", "B", "C", "D"]
+    specs = [{"name": n, "dataset": "digits", "workers": 1, "nodes": 1, "ips": 900, "acc": 0.9}
+             for n in names]  # fmt: skip
+    fake = make_fake_results(tmp_path, runs=specs, epochs=3, benchmarks=False)
+    runs = tmp_path / "results" / "runs"
+    for name, record in (("A", A), ("B", B)):
+        info = json.loads((runs / name / "run.json").read_text())
+        info["world"].update(record["world"])
+        info.update({k: v for k, v in record.items() if k != "world"})
+        (runs / name / "run.json").write_text(json.dumps(info))
+    for name, start, end in (
+        ("A", "08:00:00", "08:07:00"),
+        ("B", "08:02:10", "08:05:00"),
+        ("C", "08:01:00", "08:04:00"),
+        ("D", "06:00:00", "06:10:00"),
+    ):
+        retime(runs / name, start, end)  # fmt: skip
+    return fake
+
+
+def draw_page(tmp_path: Path) -> tuple[object, str]:
+    """The example's runs read as the report reads them, and only the one-clock page drawn:
+    the page and its texts as drawn (titles, labels, legend, ticks)."""
+    import matplotlib
+    import pandas as pd
+    from clusterbench.report import theme
+    from clusterbench.report.context import Context
+    from clusterbench.report.inputs import load_run, parse_params
+    from clusterbench.report.tables import epochs_table, runs_table
+    from matplotlib.text import Text
+    from test_report import PARAMS
+
+    matplotlib.use("Agg")
+    fake = two_runs_and_a_fixed_one(tmp_path)
+    pairs = zip(fake["run_dirs"], fake["eval_dirs"], strict=True)
+    runs = [load_run(Path(run), Path(ev)) for run, ev in pairs]
+    params = parse_params(json.dumps(PARAMS), "abc")
+    with theme.style():
+        ctx = Context(params, {}, runs, runs_table(runs, 1), epochs_table(runs, 1), pd.DataFrame())
+        one_clock.draw(ctx)
+        (page,) = ctx.book.pages
+        page.figure.savefig(tmp_path / "one_clock.png")  # lays it out, as the report saves it
+    texts = [t.get_text() for t in page.figure.findobj(Text) if t.get_visible()]
+    return page, " ".join(" ".join(texts).split())
+
+
+def test_the_page_draws_every_elastic_run_and_an_overlapping_fixed_one(tmp_path: Path):
+    """A, B and the fixed run C that overlapped them (not D, long before), each run's row of
+    marks, the priority change beside its mark, the GPU-hours of A and B and their total."""
+    page, text = draw_page(tmp_path)
+    assert page.title == "One clock: every elastic run's ranks over time"
+    assert page.png == "one_clock" and page.note is None
+    assert "C (fixed)" in text and "D (fixed)" not in text and " D " not in text
+    assert "P0\u2192P5" in text and "worker job taken back" in text
+    assert "0.17 of 0.23 GPU-h, 72%" in text  # A: 606 of 840 rank-seconds
+    assert "0.047 of 0.094 GPU-h, 50%" in text  # B
+    assert "0.22 of 0.33 GPU-h, 66%" in text  # all runs
+    assert "from 2026-12-07 08:00:00 UTC" in text
+    assert (tmp_path / "one_clock.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_page_without_an_elastic_run_with_a_timeline():
+    """A fixed run and an elastic run trained before the timeline was recorded: no page (the
+    page never reaches the book)."""
+    import pandas as pd
+
+    ctx = SimpleNamespace(
+        runs_df=pd.DataFrame({"run": ["C", "E"], "elastic": [False, True], "workers": [1, 1]}),
+        epochs_df=pd.DataFrame(
+            {"run": ["C", "E"], "time": [at("08:00:00")] * 2, "epoch_seconds": [1.0] * 2}
+        ),
+        run_data=lambda name: SimpleNamespace(info={"world": {"elastic": {"min_workers": 1}}}),
+        book=None,
+    )
+    assert one_clock.runs_on_the_clock(ctx) == ({}, [], 1)
+    one_clock.draw(ctx)  # draws nothing: ctx.book is never used
