@@ -245,3 +245,14 @@ def test_no_page_without_an_elastic_run_with_a_timeline():
     )
     assert one_clock.runs_on_the_clock(ctx) == ({}, [], 1)
     one_clock.draw(ctx)  # draws nothing: ctx.book is never used
+
+
+def test_the_page_says_what_it_leaves_out_and_names_runs_by_their_start_and_end():
+    assert one_clock.note(3, 3, 0) is None
+    assert one_clock.note(12, 10, 1) == (
+        "The first 10 of 12 runs to start are drawn: the total leaves the others out. "
+        "1 elastic run(s) recorded no timeline (trained by an older version): not drawn."
+    )
+    name = "resnet50-imagenet-elastic-run-number-7"
+    assert one_clock.short(name, 20) == "resnet50-\u2026n-number-7"  # 20: runs told apart
+    assert one_clock.short("A", 20) == "A"
