@@ -568,7 +568,8 @@ def test_the_worker_jobs_events_of_an_epoch_and_their_state_at_the_end():
 def test_the_report_draws_ranks_over_time_and_the_device_hours_against_max_workers(tmp_path):
     """An elastic run that grew through worker jobs (run.json's timeline and worker jobs, as
     the training writes them): the world-size page draws its ranks over time, the runs table
-    and runs.csv its CPU-hours used against a fixed run of max_workers."""
+    and runs.csv its CPU-hours used against a fixed run of max_workers, and the one-clock page
+    draws it on the wall clock."""
     import pandas as pd
     from clusterbench.report import main
     from test_report import PARAMS, make_fake_results, pdf_text
@@ -609,6 +610,9 @@ def test_the_report_draws_ranks_over_time_and_the_device_hours_against_max_worke
     assert "Elastic runs: ranks over time" in text and "minutes since the run started" in text
     assert "grew (0 reset(s); 0.17 of 0.27 CPU-h, 62%)" in text
     assert "CPU-h used/max: the GPU-hours" in text
+    # the one-clock page: the run on the wall clock, with its CPU-hours against max_workers'
+    clock = next(page for page in text.split("\f") if "One clock:" in page)
+    assert "all runs together" in clock and "0.17 of 0.27 CPU-h, 62%" in " ".join(clock.split())
 
 
 @pytest.mark.slow  # a real Snakemake (about 15 s)

@@ -146,8 +146,8 @@ def test_page_modules_are_ordered_and_a_bad_one_is_named(tmp_path: Path, monkeyp
         "title", "recommendation", "results", "skipped", "environments", "sweep", "repeats",
         "runs_table", "provenance", "datasets", "data_loading", "epoch_time", "throughput",
         "time_breakdown", "shares", "history", "scaling", "interconnect", "predicted_scaling",
-        "world_size", "backends", "curves", "evaluations", "language_models", "confusion",
-        "benchmarks",
+        "world_size", "one_clock", "backends", "curves", "evaluations", "language_models",
+        "confusion", "benchmarks",
     ]  # fmt: skip
     extra = (15, "sites", lambda ctx: None)
     assert [name for _, name, _ in pages.ordered([extra])][:4] == [

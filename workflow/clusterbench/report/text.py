@@ -53,6 +53,11 @@ def fmt_duration(seconds: float) -> str:
     return f"{h} h {m:02d} min"
 
 
+def fmt_hours(hours: float) -> str:
+    """Device-hours with 2 significant digits (small ones too: a test's 0.0021)."""
+    return f"{hours:.2g}" if hours < 100 else f"{hours:.0f}"
+
+
 def fmt_pct(x: float, digits: int = 2) -> str:
     """0.9623 -> '96.23 %'; 'n/a' without a value."""
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f} %"

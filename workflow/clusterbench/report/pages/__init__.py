@@ -8,8 +8,8 @@ A page module provides
   name): title 10, recommendation 12, results 20, skipped 30, environments 40, sweep 50,
   repeats 60, runs_table 70, provenance 80, datasets 84, data_loading 85, epoch_time 90,
   throughput 100, time_breakdown 105, history 107, scaling 110, interconnect 112,
-  predicted_scaling 114, world_size 120, backends 130, curves 140, language_models 145,
-  confusion 150, benchmarks 160;
+  predicted_scaling 114, world_size 120, one_clock 121, backends 130, curves 140,
+  language_models 145, confusion 150, benchmarks 160;
 - ``draw(ctx)``: draws its pages with ``ctx.book.new(title, caption, png=..., note=...)``
   (:class:`~clusterbench.report.context.Context`: the settings, the runs and their tables,
   the benchmark records, the skipped runs; ``ctx.book``: the style, the runs' colours and

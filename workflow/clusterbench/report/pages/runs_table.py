@@ -12,6 +12,7 @@ from clusterbench.report.describe import first_epochs, untimed_note
 from clusterbench.report.table_pages import best_first, table_pages
 from clusterbench.report.text import (
     fmt_duration,
+    fmt_hours,
     fmt_seconds_sd,
     wrap_label,
 )
@@ -219,8 +220,3 @@ def hours_cell(r: Any, mixed: bool) -> str:
         return "\u2013"
     unit = f" {r.device_hours_unit}" if mixed else ""
     return f"{fmt_hours(used)} /\n{fmt_hours(fixed)}{unit}"
-
-
-def fmt_hours(hours: float) -> str:
-    """Device-hours with 2 significant digits (small ones too: a test's 0.0021)."""
-    return f"{hours:.2g}" if hours < 100 else f"{hours:.0f}"

@@ -5,9 +5,9 @@ run."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from clusterbench.report.clock import seconds, timeline
 from clusterbench.report.context import Context
 
 ORDER = 120
@@ -27,21 +27,6 @@ def draw(ctx: Context) -> None:
         over_time(ctx, timed, len(elastic))
     else:
         over_epochs(ctx, elastic)
-
-
-def seconds(value: Any) -> float | None:
-    """Seconds since the epoch of an ISO 8601 time of run.json (None: none, or unreadable)."""
-    try:
-        when = dt.datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        return None
-    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
-
-
-def timeline(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """run.json's world size over time (empty before it was recorded)."""
-    elastic = (info.get("world") or {}).get("elastic") or {}
-    return [t for t in elastic.get("timeline") or [] if seconds(t.get("time")) is not None]
 
 
 def label(row: Any) -> str:
