@@ -370,6 +370,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     proc, deadline = _start_training([*cmd, target], slurm_cluster.environ(), log)
     try:
         job = _slurm_job_of(slurm_cluster, workdir, deadline)
+        held = _assert_status(workdir, slurm_cluster.environ(), run, "running", "slurm")
+        assert held["holder"]["job"] == job, held
         sent = time.time()
         if how == "warning":
             slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job])
@@ -381,6 +383,7 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
             ):
                 assert time.time() < deadline, "the requeued job never went back to the queue"
                 time.sleep(0.5)
+            _assert_status(workdir, slurm_cluster.environ(), run, "queued", "slurm", held)
             _start_requeued_now(slurm_cluster, job)
         out, _ = proc.communicate(timeout=900)
     finally:
@@ -578,10 +581,13 @@ def kill_rank_during_training(
                     break
             time.sleep(1)
         assert pid, f"training never started: {log.read_text() if log.exists() else 'no log'}"
+        scheduler = "local" if profile == "local" else "slurm"
+        held = _assert_status(workdir, env, run, "running", scheduler)
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
         _, launcher_ended = _until_the_launcher_ends(log, killed + 300)
         out, _ = proc.communicate(timeout=300)  # a hang fails the test here
+        _assert_status(workdir, env, run, "failed", scheduler, held)
         print(
             f"\nFIGURE {profile}: rank 1 killed -> its launcher failed the job in "
             f"{launcher_ended - killed:.2f} s (seen by polling the log every 50 ms)"
@@ -591,6 +597,34 @@ def kill_rank_during_training(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _assert_status(
+    workdir: Path, env: dict, run: dict, state: str, scheduler: str, holder: dict | None = None
+) -> dict:
+    """`python -m clusterbench.status` in ``workdir`` says ``run`` is in ``state`` (a job still
+    ending first: asked again for up to 30 s), on its ranks, of its epochs (unless it failed:
+    at least one done, and its rate); its JOB is the lock holder's (``holder``, or the lock file's now): the
+    ``scheduler``'s job in the queue while it runs or waits, the job once it ended, a local
+    launcher's pid. The holder."""
+    from test_status import status_of
+
+    lock = workdir / "results" / "runs" / run["name"] / "train.lock"
+    holder = holder or json.loads(lock.read_text())
+    deadline = time.time() + 30
+    while (line := status_of(workdir, env)[run["name"]])[1] == "ending":
+        assert time.time() < deadline, line
+        time.sleep(1)
+    who = holder["holder"]
+    job = f"pid {who['pid']}" if scheduler == "local" else f"job {who['job']}"
+    if scheduler != "local" and state in ("running", "queued"):
+        job = f"{scheduler} {who['job']}"
+    assert line[1:4] == [state, job, str(run["workers"])], line
+    done, of = line[4].split("/")
+    assert of == str(run["epochs"]), line
+    if state != "failed":  # Snakemake deletes a failed job's outputs, metrics.jsonl too
+        assert int(done) >= 1 and line[5].endswith(" images/s"), line
+    return holder
 
 
 def _assert_failed_fast(returncode, out, log, seconds):
@@ -749,6 +783,8 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
     try:
         qstat = sge_cluster.run(["qstat"]).stdout
         (job,) = re.findall(r"^\s*(\d+)\s.*\sr\s", qstat, re.M)
+        held = _assert_status(workdir, sge_cluster.environ(), run, "running", "sge")
+        assert held["holder"]["job"] == job, held
         sent = time.time()
         sge_cluster.run(["qdel", job])
         first, ended = _until_the_launcher_ends(log, deadline)
