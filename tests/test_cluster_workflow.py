@@ -604,22 +604,22 @@ def _assert_status(
 ) -> dict:
     """`python -m clusterbench.status` in ``workdir`` says ``run`` is in ``state`` (a job still
     ending first: asked again for up to 30 s), on its ranks, of its epochs (unless it failed:
-    at least one done, and its rate); its JOB is the lock holder's (``holder``, or the lock file's now): the
-    ``scheduler``'s job in the queue while it runs or waits, the job once it ended, a local
-    launcher's pid. The holder."""
+    at least one done, and its rate); its JOB is the lock holder's (``holder``, or the lock
+    file's now): the ``scheduler``'s job in the queue while it runs or waits, the job once it
+    ended, a local launcher's pid. The holder."""
     from test_status import status_of
 
     lock = workdir / "results" / "runs" / run["name"] / "train.lock"
     holder = holder or json.loads(lock.read_text())
     deadline = time.time() + 30
-    while (line := status_of(workdir, env)[run["name"]])[1] == "ending":
+    while (line := (shown := status_of(workdir, env))[run["name"]])[1] == "ending":
         assert time.time() < deadline, line
         time.sleep(1)
     who = holder["holder"]
     job = f"pid {who['pid']}" if scheduler == "local" else f"job {who['job']}"
     if scheduler != "local" and state in ("running", "queued"):
         job = f"{scheduler} {who['job']}"
-    assert line[1:4] == [state, job, str(run["workers"])], line
+    assert line[1:4] == [state, job, str(run["workers"])], shown
     done, of = line[4].split("/")
     assert of == str(run["epochs"]), line
     if state != "failed":  # Snakemake deletes a failed job's outputs, metrics.jsonl too

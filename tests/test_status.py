@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from clusterbench.status import collect, render, sge, slurm
 from clusterbench.status.cli import main
 from clusterbench.status.files import RunFiles, read_run
 from clusterbench.status.queue import QUEUED, RUNNING, TRAIN, WORKER, QueueJob
-from conftest import REPO, default_config, write_config
+from conftest import REPO, default_config, default_sigint, write_config
 
 # ------------------------------------------------------------------------------- the command
 
@@ -28,7 +29,8 @@ from conftest import REPO, default_config, write_config
 def status_of(workdir: Path, env: dict | None = None, *args: str) -> dict[str, list[str]]:
     """``python -m clusterbench.status --configfile config.yaml`` run in ``workdir`` (as the
     tests write their configs): run name -> the values of its line (the columns of
-    :data:`clusterbench.status.render.HEADER`). It must exit 0 and print the header first."""
+    :data:`clusterbench.status.render.HEADER`), and ``"note:"`` -> its note lines. It must exit
+    0 and print the header first."""
     proc = subprocess.run(
         [sys.executable, "-m", "clusterbench.status", "--configfile", "config.yaml", *args],
         cwd=workdir,
@@ -41,7 +43,8 @@ def status_of(workdir: Path, env: dict | None = None, *args: str) -> dict[str, l
     lines = proc.stdout.splitlines()
     assert re.split(r"\s{2,}", lines[0]) == list(render.HEADER), proc.stdout
     rows = [re.split(r"\s{2,}", line) for line in lines[1:] if not line.startswith("note: ")]
-    return {row[0]: row for row in rows}
+    notes = [line for line in lines if line.startswith("note: ")]
+    return {row[0]: row for row in rows} | {"note:": notes}
 
 
 def tree(folder: Path) -> dict[str, tuple]:
@@ -116,7 +119,7 @@ SQUEUE = """\
 """
 
 
-def test_squeue_says_which_jobs_of_the_workflow_train_which_run(tmp_path):
+def test_squeue_says_which_jobs_of_the_workflow_train_which_run(tmp_path, monkeypatch):
     flow = tmp_path / "flow"
     flow.mkdir()
     (tmp_path / "other").mkdir()
@@ -130,6 +133,8 @@ def test_squeue_says_which_jobs_of_the_workflow_train_which_run(tmp_path):
     # a module's train rule, renamed
     (job,) = slurm.parse_squeue(f"5|RUNNING|u|rule_cb_train_wildcards_a_b|{flow}", flow)
     assert (job.kind, job.run) == (TRAIN, "a_b")
+    monkeypatch.chdir(flow)  # the status run in the workflow's directory
+    assert {j.id for j in slurm.parse_squeue(text, Path("."))} == set(jobs)
 
 
 # ------------------------------------------------------------------------------- SGE
@@ -307,3 +312,34 @@ def test_make_status_runs_the_command():
         ["make", "-n", "status", "STATUS_ARGS=--watch 2"], cwd=REPO, capture_output=True, text=True
     ).stdout
     assert "python -m clusterbench.status --watch 2" in out, out
+
+
+def test_watch_redraws_until_ctrl_c(tmp_path):
+    """``--watch 0.2`` clears the screen and draws the status again and again; Ctrl-C (SIGINT)
+    ends it with exit 0 and no traceback."""
+    write_config(tmp_path, default_config())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "clusterbench.status",
+            "--configfile",
+            "config.yaml",
+            "--watch",
+            "0.2",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
+    seen = ""
+    while seen.count("\033[H\033[2J") < 2:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err == "", err
+    draw = (seen + out).split("\033[H\033[2J")[1].splitlines()
+    assert draw[0].endswith("every 0.2 s, Ctrl-C ends") and draw[1].startswith("RUN  "), draw
+    assert len(draw) == 2 + len(default_config()["runs"]), draw

@@ -140,6 +140,7 @@ def test_the_status_of_a_finished_workflow_reads_its_runs_and_writes_nothing(fin
     before = tree(finished)
     lines = status_of(finished)
     assert tree(finished) == before
+    assert lines.pop("note:") == []
     assert list(lines) == [r["name"] for r in default_config()["runs"]]
     epochs = default_config()["run_defaults"]["epochs"]
     for run in default_config()["runs"]:

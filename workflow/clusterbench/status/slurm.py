@@ -57,13 +57,15 @@ def parse_squeue(text: str, workdir: str | os.PathLike[str]) -> list[QueueJob]:
     """The jobs of ``squeue --noheader --format`` :data:`FORMAT` output that work in
     ``workdir``, still queued or running."""
     jobs = []
-    base = os.path.basename(os.path.normpath(workdir))
+    ours: dict[str, bool] = {}  # working directory -> whether it is ``workdir``
     for line in text.splitlines():
         parts = line.split("|", 4)
         if len(parts) < 5 or parts[1] not in STATES:
             continue
         job, state, name, comment, where = parts
-        if os.path.basename(os.path.normpath(where)) != base or not same_dir(where, workdir):
+        if where not in ours:
+            ours[where] = same_dir(where, workdir)
+        if not ours[where]:
             continue
         kind, run, run_job = OTHER, None, worker_of(name)
         match = _COMMENT.fullmatch(comment)
