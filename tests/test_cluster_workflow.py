@@ -571,18 +571,26 @@ def kill_rank_during_training(
         "results/runs/doomed/model.pt",
     )
     proc = popen_snakemake(cmd, env)
+    scheduler = "local" if profile == "local" else "slurm"
+    lock = workdir / "results" / "runs" / "doomed" / "train.lock"
     try:
         deadline = time.time() + 600
-        pid = None
+        pid = early = None
         while time.time() < deadline and proc.poll() is None:
+            if scheduler != "local" and early is None and not lock.exists():
+                early = _seen_before_its_files(workdir, env, "doomed", lock)
             if log.exists() and "epoch 1:" in log.read_text():
                 pid = _rank_pid(1, workdir)
                 if pid:
                     break
             time.sleep(1)
         assert pid, f"training never started: {log.read_text() if log.exists() else 'no log'}"
-        scheduler = "local" if profile == "local" else "slurm"
         held = _assert_status(workdir, env, run, "running", scheduler)
+        if scheduler != "local":  # its train job, known by the queue alone
+            assert early and early[1:3] in (
+                ["queued", f"{scheduler} {held['holder']['job']}"],
+                ["running", f"{scheduler} {held['holder']['job']}"],
+            ), early
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
         _, launcher_ended = _until_the_launcher_ends(log, killed + 300)
@@ -597,6 +605,16 @@ def kill_rank_during_training(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _seen_before_its_files(workdir: Path, env: dict, run: str, lock: Path) -> list | None:
+    """The status's line of ``run`` once it names a job while the run has written nothing (no
+    lock file before nor after the status was read: the job found in the queue by the
+    plugin's comment or manifest alone); None until then."""
+    from test_status import status_of
+
+    line = status_of(workdir, env)[run]
+    return line if line[2] != "-" and not lock.exists() else None
 
 
 def _assert_status(
