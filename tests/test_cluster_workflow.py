@@ -320,12 +320,21 @@ def _assert_preempted_then_resumed(first: str, final: str) -> str:
     return where
 
 
-def _start_training(cmd: list[str], env: dict, log: Path) -> tuple[subprocess.Popen, float]:
+def _start_training(
+    cmd: list[str], env: dict, log: Path, early: list | None = None
+) -> tuple[subprocess.Popen, float]:
     """Start ``snakemake`` (``cmd``) and wait until its training has finished epoch 2: the
-    process and a deadline (time.time()) for what follows."""
+    process and a deadline (time.time()) for what follows. ``early``: [workdir, run], to which
+    the status's line of the run is appended once it names a job before the run has written a
+    file (:func:`_seen_before_its_files`)."""
     proc = popen_snakemake(cmd, env)
     deadline = time.time() + 600
     while not (log.exists() and "train: epoch 2:" in log.read_text()):
+        if early is not None and len(early) == 2:
+            workdir, run = early
+            lock = workdir / "results" / "runs" / run / "train.lock"
+            if not lock.exists() and (line := _seen_before_its_files(workdir, env, run, lock)):
+                early.append(line)
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
             out, _ = proc.communicate()
@@ -359,7 +368,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     checkpoint at a step boundary and the job exit 75; Snakemake's retry (the profile's
     `retries`) continues from that step. `scontrol requeue` kills the job and queues it again (the
     profile's `--requeue`); it continues from its last checkpoint. Either way the training ends
-    bit for bit as the uninterrupted one on Slurm, every epoch once."""
+    bit for bit as the uninterrupted one on Slurm, every epoch once. The status says the run
+    runs in its job before, and is queued in it once requeued."""
     from test_resume import assert_same_training
 
     run = PREEMPTED[which]
@@ -783,7 +793,8 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
     """`qdel` of the SGE training job mid-training: the profile's `qsub -notify` makes SGE send
     SIGUSR2 (the queue's `notify` time before its SIGKILL); the ranks checkpoint at a step
     boundary and the job exits 75; Snakemake's retry continues from that step and the training
-    ends bit for bit as the uninterrupted one."""
+    ends bit for bit as the uninterrupted one. The status names the run's job from the queue
+    before the run has written a file, and says it runs in that job before the qdel."""
     from test_resume import assert_same_training
 
     run = dict(PREEMPTED["2w"], nodes=1)
@@ -797,12 +808,15 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
         *SGE_POLL,
         target,
     )
-    proc, deadline = _start_training(cmd, sge_cluster.environ(), log)
+    early = [workdir, run["name"]]
+    proc, deadline = _start_training(cmd, sge_cluster.environ(), log, early)
     try:
         qstat = sge_cluster.run(["qstat"]).stdout
         (job,) = re.findall(r"^\s*(\d+)\s.*\sr\s", qstat, re.M)
         held = _assert_status(workdir, sge_cluster.environ(), run, "running", "sge")
         assert held["holder"]["job"] == job, held
+        # its train job, known from the queue and the SGE plugin's manifest alone
+        assert early[2:] and early[2][1:3] in (["queued", f"sge {job}"], ["running", f"sge {job}"])
         sent = time.time()
         sge_cluster.run(["qdel", job])
         first, ended = _until_the_launcher_ends(log, deadline)
