@@ -249,6 +249,8 @@ def epochs(*times: float, rate: float = 500.0) -> list[dict]:
         (RunFiles(lock=lock()), [], True, "stopped", "job 40"),
         (RunFiles(lock=lock()), [], False, "unknown", "job 40"),
         (RunFiles(lock=lock(exit=0, ended=1100.0), done=True), [], True, "done", "job 40"),
+        # trained, then its outputs removed (a rerun): it waits to be trained again
+        (RunFiles(lock=lock(exit=0, ended=1100.0)), [], True, "waiting", "-"),
     ],
 )
 def test_each_state_from_the_files_and_the_queue(files, jobs, asked, state, job):

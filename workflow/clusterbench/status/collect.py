@@ -13,7 +13,8 @@ The states (docs/running.md, "Following every training"), the first that holds:
 ``failed``     its last launch failed (its exit status, in the lock file)
 ``stopped``    its last launch ended without saying how: killed, its job cancelled or its node
                lost (no exit status; no job of it in the queue, no launcher here)
-``waiting``    none of the above: not submitted yet (or skipped by the workflow: its log says)
+``waiting``    none of the above: not submitted yet (or skipped by the workflow: its log says;
+               or trained, and its outputs removed since: Snakemake trains it again)
 =============  =================================================================================
 """
 
@@ -113,15 +114,16 @@ def state_of(files: RunFiles, job: QueueJob | None, asked: bool) -> tuple[str, s
     launched = bool(lock) and lock.get("ended") is None and lock.get("exit") is None
     if launched and local.on_this_host(holder) and local.launcher_alive(holder):
         return RUNNING, label
-    if files.done or lock.get("exit") == 0:
+    if files.done:
         return "done", label
     if lock.get("exit") == PREEMPTED_EXIT:
         return "preempted", label
-    if lock.get("exit") is not None:
+    if lock.get("exit") not in (None, 0):
         return "failed", label
     if launched:
         gone = asked or local.on_this_host(holder)
         return ("stopped" if gone else "unknown"), label
+    # not launched yet, or trained and its outputs since removed (Snakemake trains it again)
     return "waiting", None
 
 
