@@ -338,7 +338,9 @@ def test_watch_redraws_until_ctrl_c(tmp_path):
     )
     seen = ""
     while seen.count("\033[H\033[2J") < 2:
-        seen += proc.stdout.readline()
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, seen + proc.stderr.read()
+        seen += line
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and err == "", err

@@ -126,5 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return bad_settings("status", exc)
     if args.watch is not None:
         return watch(workdir, runs, args.scheduler, args.watch)
-    print(snapshot(workdir, runs, args.scheduler))
+    try:
+        print(snapshot(workdir, runs, args.scheduler))
+    except KeyboardInterrupt:  # while the queue is asked: no traceback
+        return 130
     return 0
