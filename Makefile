@@ -5,6 +5,7 @@ VENV ?= .venv
 PROFILE ?= profiles/local
 SNAKEMAKE_ARGS ?=
 BENCH_ARGS ?=
+STATUS_ARGS ?=
 # make test's three pytest workers (pytest-xdist) on the reference machine's 2 cores: the third
 # fills the time the others spend waiting on the test clusters (docs/running.md, "The tests in
 # detail"); the Slurm tests in one group, the SGE tests in another, each other module in its
@@ -14,13 +15,16 @@ TEST_WORKERS ?= -n 3 --dist loadgroup --no-loadscope-reorder
 GPU_CHECK_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo plan test check check-ddp bench gpu-check lint format report-html clean
+.PHONY: help setup demo plan status test check check-ddp bench gpu-check lint format report-html clean
 
 help:
 	@echo "make demo   set up, then run the whole pipeline (PROFILE=$(PROFILE)) -> results/report/report.pdf"
 	@echo "make plan   a dry run (PROFILE=$(PROFILE)), then every training job it would submit (nodes"
 	@echo "            x ranks x CPUs x GPUs x runtime), CPU-/GPU-hours requested, jobs per rule,"
 	@echo "            and the runs it will skip and why; submits nothing"
+	@echo "make status every training of the workflow, a line each: state, job ids, ranks,"
+	@echo "            epoch, images/s or tokens/s, time so far and left (STATUS_ARGS=--watch:"
+	@echo "            redrawn every 5 s; --configfile F: Snakemake's); writes nothing"
 	@echo "make test   set up, then run the whole test suite (starts real Slurm, SGE and ssh hosts)"
 	@echo "make check  quick tier while working: lint and the tests that start no cluster and no"
 	@echo "            whole pipeline (-m 'not slow and not slurm and not sge and not ssh')"
@@ -51,6 +55,11 @@ demo: setup
 # from its output (clusterbench.plan): what the profile would submit.
 plan: setup
 	python -m clusterbench.plan --profile $(PROFILE) -- $(SNAKEMAKE_ARGS)
+
+# Every training of the workflow as it stands (clusterbench.status): it reads the runs' files and
+# the scheduler's queue, and writes nothing; no set-up (it runs beside a workflow that is running).
+status:
+	python -m clusterbench.status $(STATUS_ARGS)
 
 test: setup
 	@tools/test-tools.sh

@@ -320,12 +320,21 @@ def _assert_preempted_then_resumed(first: str, final: str) -> str:
     return where
 
 
-def _start_training(cmd: list[str], env: dict, log: Path) -> tuple[subprocess.Popen, float]:
+def _start_training(
+    cmd: list[str], env: dict, log: Path, early: list | None = None
+) -> tuple[subprocess.Popen, float]:
     """Start ``snakemake`` (``cmd``) and wait until its training has finished epoch 2: the
-    process and a deadline (time.time()) for what follows."""
+    process and a deadline (time.time()) for what follows. ``early``: [workdir, run], to which
+    the status's line of the run is appended once it names a job before the run has written a
+    file (:func:`_seen_before_its_files`)."""
     proc = popen_snakemake(cmd, env)
     deadline = time.time() + 600
     while not (log.exists() and "train: epoch 2:" in log.read_text()):
+        if early is not None and len(early) == 2:
+            workdir, run = early
+            lock = workdir / "results" / "runs" / run / "train.lock"
+            if not lock.exists() and (line := _seen_before_its_files(workdir, env, run, lock)):
+                early.append(line)
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
             out, _ = proc.communicate()
@@ -359,7 +368,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     checkpoint at a step boundary and the job exit 75; Snakemake's retry (the profile's
     `retries`) continues from that step. `scontrol requeue` kills the job and queues it again (the
     profile's `--requeue`); it continues from its last checkpoint. Either way the training ends
-    bit for bit as the uninterrupted one on Slurm, every epoch once."""
+    bit for bit as the uninterrupted one on Slurm, every epoch once. The status says the run
+    runs in its job before, and is queued in it once requeued."""
     from test_resume import assert_same_training
 
     run = PREEMPTED[which]
@@ -370,6 +380,8 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
     proc, deadline = _start_training([*cmd, target], slurm_cluster.environ(), log)
     try:
         job = _slurm_job_of(slurm_cluster, workdir, deadline)
+        held = _assert_status(workdir, slurm_cluster.environ(), run, "running", "slurm")
+        assert held["holder"]["job"] == job, held
         sent = time.time()
         if how == "warning":
             slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job])
@@ -381,6 +393,7 @@ def test_a_warned_or_requeued_slurm_training_ends_as_if_never_stopped(
             ):
                 assert time.time() < deadline, "the requeued job never went back to the queue"
                 time.sleep(0.5)
+            _assert_status(workdir, slurm_cluster.environ(), run, "queued", "slurm", held)
             _start_requeued_now(slurm_cluster, job)
         out, _ = proc.communicate(timeout=900)
     finally:
@@ -568,20 +581,31 @@ def kill_rank_during_training(
         "results/runs/doomed/model.pt",
     )
     proc = popen_snakemake(cmd, env)
+    scheduler = "local" if profile == "local" else "slurm"
+    lock = workdir / "results" / "runs" / "doomed" / "train.lock"
     try:
         deadline = time.time() + 600
-        pid = None
+        pid = early = None
         while time.time() < deadline and proc.poll() is None:
+            if scheduler != "local" and early is None and not lock.exists():
+                early = _seen_before_its_files(workdir, env, "doomed", lock)
             if log.exists() and "epoch 1:" in log.read_text():
                 pid = _rank_pid(1, workdir)
                 if pid:
                     break
             time.sleep(1)
         assert pid, f"training never started: {log.read_text() if log.exists() else 'no log'}"
+        held = _assert_status(workdir, env, run, "running", scheduler)
+        if scheduler != "local":  # its train job, known by the queue alone
+            assert early and early[1:3] in (
+                ["queued", f"{scheduler} {held['holder']['job']}"],
+                ["running", f"{scheduler} {held['holder']['job']}"],
+            ), early
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
         _, launcher_ended = _until_the_launcher_ends(log, killed + 300)
         out, _ = proc.communicate(timeout=300)  # a hang fails the test here
+        _assert_status(workdir, env, run, "failed", scheduler, held)
         print(
             f"\nFIGURE {profile}: rank 1 killed -> its launcher failed the job in "
             f"{launcher_ended - killed:.2f} s (seen by polling the log every 50 ms)"
@@ -591,6 +615,44 @@ def kill_rank_during_training(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _seen_before_its_files(workdir: Path, env: dict, run: str, lock: Path) -> list | None:
+    """The status's line of ``run`` once it names a job while the run has written nothing (no
+    lock file before nor after the status was read: the job found in the queue by the
+    plugin's comment or manifest alone); None until then."""
+    from test_status import status_of
+
+    line = status_of(workdir, env)[run]
+    return line if line[2] != "-" and not lock.exists() else None
+
+
+def _assert_status(
+    workdir: Path, env: dict, run: dict, state: str, scheduler: str, holder: dict | None = None
+) -> dict:
+    """`python -m clusterbench.status` in ``workdir`` says ``run`` is in ``state`` (a job still
+    ending first: asked again for up to 30 s), on its ranks, of its epochs (running: at least
+    one done, and its rate); its JOB is the lock holder's (``holder``, or the lock
+    file's now): the ``scheduler``'s job in the queue while it runs or waits, the job once it
+    ended, a local launcher's pid. The holder."""
+    from test_status import status_of
+
+    lock = workdir / "results" / "runs" / run["name"] / "train.lock"
+    holder = holder or json.loads(lock.read_text())
+    deadline = time.time() + 30
+    while (line := (shown := status_of(workdir, env))[run["name"]])[1] == "ending":
+        assert time.time() < deadline, line
+        time.sleep(1)
+    who = holder["holder"]
+    job = f"pid {who['pid']}" if scheduler == "local" else f"job {who['job']}"
+    if scheduler != "local" and state in ("running", "queued"):
+        job = f"{scheduler} {who['job']}"
+    assert line[1:4] == [state, job, str(run["workers"])], shown
+    done, of = line[4].split("/")
+    assert of == str(run["epochs"]), line
+    if state == "running":  # (Snakemake deletes a failed job's outputs, metrics.jsonl too)
+        assert int(done) >= 1 and line[5].endswith(" images/s"), line
+    return holder
 
 
 def _assert_failed_fast(returncode, out, log, seconds):
@@ -731,7 +793,8 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
     """`qdel` of the SGE training job mid-training: the profile's `qsub -notify` makes SGE send
     SIGUSR2 (the queue's `notify` time before its SIGKILL); the ranks checkpoint at a step
     boundary and the job exits 75; Snakemake's retry continues from that step and the training
-    ends bit for bit as the uninterrupted one."""
+    ends bit for bit as the uninterrupted one. The status names the run's job from the queue
+    before the run has written a file, and says it runs in that job before the qdel."""
     from test_resume import assert_same_training
 
     run = dict(PREEMPTED["2w"], nodes=1)
@@ -745,10 +808,15 @@ def test_a_qdel_training_stops_at_a_checkpoint_and_the_retry_ends_as_if_never_st
         *SGE_POLL,
         target,
     )
-    proc, deadline = _start_training(cmd, sge_cluster.environ(), log)
+    early = [workdir, run["name"]]
+    proc, deadline = _start_training(cmd, sge_cluster.environ(), log, early)
     try:
         qstat = sge_cluster.run(["qstat"]).stdout
         (job,) = re.findall(r"^\s*(\d+)\s.*\sr\s", qstat, re.M)
+        held = _assert_status(workdir, sge_cluster.environ(), run, "running", "sge")
+        assert held["holder"]["job"] == job, held
+        # its train job, known from the queue and the SGE plugin's manifest alone
+        assert early[2:] and early[2][1:3] in (["queued", f"sge {job}"], ["running", f"sge {job}"])
         sent = time.time()
         sge_cluster.run(["qdel", job])
         first, ended = _until_the_launcher_ends(log, deadline)

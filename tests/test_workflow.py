@@ -132,6 +132,35 @@ def test_two_worker_run_reaches_target_accuracy(finished: Path):
     assert info["world"]["scheduler"] == "local"
 
 
+def test_the_status_of_a_finished_workflow_reads_its_runs_and_writes_nothing(finished: Path):
+    """`python -m clusterbench.status` in the workflow's directory: every run done, with its
+    epochs, ranks, rate and time from its own files; no file or folder changed."""
+    from test_status import status_of, tree
+
+    before = tree(finished)
+    lines = status_of(finished)
+    assert tree(finished) == before
+    assert lines.pop("note:") == []
+    assert list(lines) == [r["name"] for r in default_config()["runs"]]
+    epochs = default_config()["run_defaults"]["epochs"]
+    for run in default_config()["runs"]:
+        folder = finished / "results" / "runs" / run["name"]
+        last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+        lock = json.loads((folder / "train.lock").read_text())
+        took = round(lock["ended"] - lock["started"])
+        assert lines[run["name"]] == [
+            run["name"],
+            "done",
+            f"pid {lock['holder']['pid']}",
+            str(run["workers"]),
+            f"{epochs}/{epochs}",
+            f"{last['images_per_second']:.0f} images/s",
+            f"0:{took // 60:02d}:{took % 60:02d}",
+            "-",
+            "-",
+        ]
+
+
 def test_html_report_builds(finished: Path):
     html = finished / "report.html"
     run_local(finished, "--report", str(html))
