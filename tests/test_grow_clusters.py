@@ -39,6 +39,7 @@ from conftest import (
     snakemake_cmd,
     write_config,
 )
+from test_status import status_of
 
 pytestmark = pytest.mark.slow
 
@@ -483,6 +484,12 @@ def test_a_minimum_takes_a_worker_job_back_and_a_raised_priority_goes_first(
         )  # fmt: skip
         assert raised.returncode == 0, raised.stderr
         assert f"b: priority 0 -> 5: job {job_b} and worker job(s) {queued_b}" in raised.stdout
+        # every training at a glance, the first Snakemake closed and the second running
+        lines = status_of(workdir, slurm_cluster.environ())
+        job_a = run_job_of(workdir, "a")
+        for run, job, worker in (("a", job_a, queued_a), ("b", job_b, queued_b)):
+            assert lines[run][1:3] == ["running", f"slurm {job}"], lines
+            assert f"{worker} queued" in lines[run][-1], lines
         slurm_cluster.run(["scancel", holders[0]])  # a slot frees on node1
         grown(watch_b, 1)
         assert job_state(slurm_cluster, queued_a) == "PENDING"  # A's gave way
@@ -492,7 +499,6 @@ def test_a_minimum_takes_a_worker_job_back_and_a_raised_priority_goes_first(
         # Snakemake is gone: wait on A's job alone
         watch_a.proc = subprocess.Popen(["sleep", "600"], stdout=subprocess.PIPE, text=True)
         grown(watch_a, 2)
-        job_a = run_job_of(workdir, "a")
         watch_a.until("A's job ended", lambda: job_state(slurm_cluster, job_a) == "COMPLETED")
         node_a = slurm_cluster.run(["squeue", "-h", "-j", job_a, "-t", "all", "-o", "%N"])
         watch_a.proc.kill()

@@ -10,6 +10,7 @@ from clusterbench import priority
 from clusterbench.core.priority_changes import changes_of_job, read_changes
 from clusterbench.launch.schedulers import LaunchError, Scheduler
 from clusterbench.training.record import priority_record
+from conftest import REPO
 
 
 class Queue(Scheduler):
@@ -63,7 +64,7 @@ def test_a_change_reaches_the_runs_job_and_its_worker_jobs_and_is_recorded(run_d
     "setup, value, message",
     [
         (lambda d: None, 2000, "priority 2000: out of range -1023..1024"),
-        (lambda d: (d / "train.lock").unlink(), 1, r"no job of it has started .*does not exist"),
+        (lambda d: (d / "train.lock").unlink(), 1, r"no job has started .*does not exist"),
         (lambda d: Queue.jobs.pop("20"), 1, "its job 20 is no longer in the queue"),
         (lambda d: setattr(Queue, "refuse_above", 0), 1, "Access/permission denied"),
         (lambda d: (d / "priority.json").write_text("{"), 1, "priority.json: not a priority"),
@@ -86,8 +87,26 @@ def test_what_cannot_change_is_refused_naming_why_and_nothing_is_recorded(
 
 def test_the_command_names_a_run_that_is_not_here(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert priority.main(["nope", "3", "--profile", "profiles/slurm"]) == 2
-    assert "run nope: no folder results/runs/nope" in capsys.readouterr().err
+    monkeypatch.setattr(priority, "QUEUE_READERS", {"slurm": lambda where: []})
+    assert priority.main(["nope", "3", "--profile", str(REPO / "profiles" / "slurm")]) == 2
+    err = capsys.readouterr().err
+    assert "run nope: no job of it in the slurm queue, and no job has started" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_queued_run_is_found_in_the_queue_before_it_wrote_anything(tmp_path, monkeypatch):
+    """The run's train job in the queue (as make status finds it) is the run's job, also when
+    the lock names an earlier job of the run (a retry queued)."""
+    from clusterbench.status.queue import TRAIN, WORKER, QueueJob
+
+    queue = [QueueJob("fake", "30", "queued", TRAIN, "b"), QueueJob("fake", "9", "queued", WORKER)]
+    monkeypatch.setattr(priority, "QUEUE_READERS", {"fake": lambda where: queue})
+    monkeypatch.chdir(tmp_path)
+    Queue.jobs, Queue.refuse_above = {"30": -1}, None
+    run_dir = tmp_path / "results" / "runs" / "b"
+    done = priority.change(run_dir, 2, Queue)
+    assert (done["from"], done["to"], done["jobs"], Queue.jobs) == (-1, 2, ["30"], {"30": 2})
+    assert read_changes(run_dir) == [done]
 
 
 def test_the_local_scheduler_has_no_queue_to_change(run_dir):

@@ -9,7 +9,8 @@ first, as a run's ``priority`` in the config), through the scheduler of the prof
 Slurm ``scontrol update JobId=J Nice=-N``, SGE ``qalter -p N J``. Above 0 needs the
 scheduler's operator (Slurm: a negative nice; SGE: a positive priority).
 
-- The run's job is the one its launcher holds the run's lock in (``results/runs/RUN/
+- The run's job is its train job in the queue (queued or running: found as ``make status``
+  finds it), else the one its launcher holds the run's lock in (``results/runs/RUN/
   train.lock``); its worker jobs are those of ``results/runs/RUN/worker_jobs.json`` not ended.
   The worker jobs the launcher queues later get the run's job's new priority too (it asks
   the scheduler for it at each submission).
@@ -21,8 +22,8 @@ scheduler's operator (Slurm: a negative nice; SGE: a positive priority).
   taking nodes back from running worker jobs is the scheduler's preemption
   (docs/elastic.md, "Sharing a cluster").
 
-Refused, naming why, before anything changes: a run with no record of a job (not started
-yet: ``make status`` shows its queued job), a job no longer in the queue, a priority out of
+Refused, naming why, before anything changes: a run with no job in the queue nor a record
+of one, a job no longer in the queue, a priority out of
 range, a scheduler without a queue (local: a run's ``priority`` in the config orders the jobs
 Snakemake starts).
 """
@@ -41,6 +42,12 @@ from typing import Any
 from clusterbench.core.priority_changes import PriorityFileError, add_change, read_changes
 from clusterbench.launch.schedulers import SCHEDULERS, LaunchError, Scheduler
 from clusterbench.plan import PlanError, profile_executor
+from clusterbench.status import sge as sge_queue
+from clusterbench.status import slurm as slurm_queue
+from clusterbench.status.queue import TRAIN, QueueError
+
+#: The queue readers of the schedulers that have a queue (the status's).
+QUEUE_READERS = {"slurm": slurm_queue.read_queue, "sge": sge_queue.read_queue}
 
 #: A run's priority range (the config schema's).
 LOWEST, HIGHEST = -1023, 1024
@@ -77,17 +84,34 @@ def read_json(path: Path) -> Any:
         raise PriorityError(f"{path}: unreadable ({exc})") from None
 
 
-def run_jobs(run_dir: Path) -> tuple[str, list[str]]:
-    """The run's job (its lock's holder) and its worker jobs not ended (their record)."""
+def queued_train_job(run: str, scheduler: type[Scheduler]) -> str | None:
+    """The run's train job in the scheduler's queue (queued or running), as the status finds
+    it (:mod:`clusterbench.status`: its comment or name, in this directory); None when it is
+    not there, or the queue could not be read."""
+    reader = QUEUE_READERS.get(scheduler.name)
+    if reader is None:
+        return None
+    try:
+        jobs = reader(Path.cwd())
+    except QueueError:
+        return None
+    found = [job.id for job in jobs if job.kind == TRAIN and job.run == run]
+    return found[0] if found else None
+
+
+def run_jobs(run_dir: Path, scheduler: type[Scheduler]) -> tuple[str, list[str]]:
+    """The run's job (its train job in the queue, else its lock's holder) and its worker jobs
+    not ended (their record)."""
     lock = read_json(run_dir / "train.lock")
-    job = ((lock or {}).get("holder") or {}).get("job") if isinstance(lock, dict) else None
+    holder = ((lock or {}).get("holder") or {}).get("job") if isinstance(lock, dict) else None
+    job = queued_train_job(run_dir.name, scheduler) or holder
     if not job:
         raise PriorityError(
-            f"run {run_dir.name}: no job of it has started ({run_dir / 'train.lock'} "
-            f"{'names no scheduler job' if lock else 'does not exist'}); a queued job's "
-            "priority is the config's `priority`, or the scheduler's own command's"
+            f"run {run_dir.name}: no job of it in the {scheduler.name} queue, and no job has "
+            f"started ({run_dir / 'train.lock'} "
+            f"{'names no scheduler job' if lock else 'does not exist'})"
         )
-    record = read_json(run_dir / "worker_jobs.json")
+    record = read_json(run_dir / "worker_jobs.json") if str(job) == str(holder) else None
     jobs = record.get("jobs", []) if isinstance(record, dict) else []
     workers = [str(j["job"]) for j in jobs if isinstance(j, dict) and not j.get("end")]
     return str(job), workers
@@ -101,7 +125,7 @@ def change(run_dir: Path, priority: int, scheduler: type[Scheduler]) -> dict[str
         read_changes(run_dir)  # a damaged record is named before anything changes
     except PriorityFileError as exc:
         raise PriorityError(str(exc)) from None
-    job, workers = run_jobs(run_dir)
+    job, workers = run_jobs(run_dir, scheduler)
     before = scheduler.job_priority(job)
     try:
         if not scheduler.change_priority(job, priority):
@@ -109,6 +133,7 @@ def change(run_dir: Path, priority: int, scheduler: type[Scheduler]) -> dict[str
         changed = [job] + [w for w in workers if scheduler.change_priority(w, priority)]
     except LaunchError as exc:
         raise PriorityError(f"run {run_dir.name}: {exc}") from None
+    run_dir.mkdir(parents=True, exist_ok=True)  # a queued run's folder, before its job starts
     return add_change(run_dir, before, priority, changed, time.time())
 
 
@@ -130,8 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run_dir = Path(args.results) / "runs" / args.run
     try:
-        if not run_dir.is_dir():
-            raise PriorityError(f"run {args.run}: no folder {run_dir} (is this its workflow?)")
         done = change(run_dir, args.priority, scheduler_of(args.profile))
     except PriorityError as exc:
         print(f"clusterbench.priority: {exc}", file=sys.stderr)
