@@ -42,6 +42,8 @@ from clusterbench.launch.schedulers import (
     ENDING,
     PENDING,
     RUNNING,
+    SUSPENDED,
+    TAKEN_BACK,
     JobStatus,
     WorkerQueue,
 )
@@ -252,6 +254,16 @@ class Grower:
             status = JobStatus(ENDED, job.node, job.start, now, "gone from the scheduler's queue")
         if status.state == job.state or job.state == ENDED:
             return False
+        if status.state == SUSPENDED:
+            if job.state != RUNNING:
+                # suspended before its rank ran (dispatched into a queue that is suspended at
+                # once): it holds no rank; it waits as queued, the scheduler resumes it
+                return False
+            # taken back: deleted, so that its rank dies at once (a stopped rank would hold
+            # the others until their timeout); replaced once gone
+            job.why = job.why or status.why or TAKEN_BACK
+            status = JobStatus(ENDING, job.node, job.start, now)
+            self._cancel([job.job])
         if status.state == PENDING:
             if job.state != RUNNING:
                 return False
