@@ -473,6 +473,29 @@ def worker_record(workdir: Path, run: str) -> list[dict]:
         return []
 
 
+def worker_in(cluster, workdir: Path, run: str, state: str) -> str | None:
+    """The run's worker job in ``state`` (qstat's letters), the last one recorded."""
+    jobs = sge_jobs(cluster)
+    ids = [j["job"] for j in worker_record(workdir, run) if j["job"] in jobs]
+    found = [job for job in ids if jobs[job][0] == state]
+    return found[-1] if found else None
+
+
+def new_job_in(cluster, queue: str, known: set[str]) -> str | None:
+    """A job running in ``queue`` that is not one of ``known``."""
+    jobs = sge_jobs(cluster).items()
+    found = [j for j, (_, where, _) in jobs if j not in known and where.startswith(f"{queue}@")]
+    return found[0] if found else None
+
+
+def sge_queue_empty(cluster, timeout: float = 30) -> str:
+    """Wait until SGE lists no job; what qstat says then."""
+    deadline = time.time() + timeout
+    while cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
+        time.sleep(0.5)
+    return cluster.run(["qstat"]).stdout.strip()
+
+
 def qacct_times(cluster, job: str) -> dict[str, float]:
     """A finished job's qsub_time, start_time and end_time (``qacct -j``, local time, to the
     second), seconds since the epoch; waits for the accounting's flush."""
@@ -507,7 +530,7 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
     the host's 4 slots run at once; the queue ends empty."""
     workdir = tmp_path / "w"
     grow_q = {"sge_queue": sge_cluster.grow_queue}
-    run_a = grow_run("a-sge", mem_mb=2000, minutes=1.5, grow_resources=grow_q)
+    run_a = grow_run("a-sge", mem_mb=2000, minutes=1.25, grow_resources=grow_q)
     run_b = grow_run("b-sge", mem_mb=2000, minutes=None, epochs=3, grow_resources=grow_q)
     target_a, target_b = config_with(digits, workdir, [run_a, run_b])
     sleep = ["-b", "y", "sleep", "600"]
@@ -523,11 +546,7 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
     proc_b = None
 
     def worker(state: str) -> str | None:
-        """A's worker job in ``state`` (qstat's letters), the last one recorded."""
-        jobs = sge_jobs(sge_cluster)
-        ids = [j["job"] for j in worker_record(workdir, "a-sge") if j["job"] in jobs]
-        found = [job for job in ids if jobs[job][0] == state]
-        return found[-1] if found else None
+        return worker_in(sge_cluster, workdir, "a-sge", state)
 
     try:
         watch.until("epoch 2 on one slot", lambda: "train: epoch 2:" in watch.text())
@@ -547,16 +566,9 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
         known = set(sge_jobs(sge_cluster))
         proc_b = start([*cmd, target_b, *export], sge_cluster.environ())
         watch_b = Watch(proc_b, workdir / "results" / "logs" / "train" / "b-sge.log")
-
-        def new_job_in_all_q() -> str | None:
-            found = [
-                job
-                for job, (_, queue, _) in sge_jobs(sge_cluster).items()
-                if job not in known and queue.startswith(f"{sge_cluster.queue}@")
-            ]
-            return found[0] if found else None
-
-        b_job = watch_b.until("B's job running in all.q", new_job_in_all_q)
+        b_job = watch_b.until(
+            "B's job running in all.q", lambda: new_job_in(sge_cluster, sge_cluster.queue, known)
+        )
         shrunk(watch, 2)
         watch_b.until("B's first epoch", lambda: "train: epoch 1:" in watch_b.text())
         assert running_slots(sge_cluster) <= 4
@@ -572,7 +584,14 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
                 p.wait()
         sge_cluster.run(["qdel", *holders], check=False)
     assert proc.returncode == 0, out[-5000:]
-    runs = workdir / "results" / "runs"
+    elastic = assert_taken_back_and_regrown(workdir / "results" / "runs", first, second)
+    print_takeback_figures(elastic, deleted, qacct_times(sge_cluster, b_job), run_a["minutes"])
+    assert sge_queue_empty(sge_cluster) == ""
+
+
+def assert_taken_back_and_regrown(runs: Path, first: str, second: str) -> dict:
+    """Both runs' records: every epoch once; A's worker jobs qdel'd, taken back, ended with
+    the run; A's world 1, 2, 1, 2, 1, 2; B's worker job never started. A's ``elastic``."""
     assert_every_epoch_once(runs / "a-sge")
     assert len(assert_every_epoch_once(runs / "b-sge")) == 3
     info = {r: json.loads((runs / r / "run.json").read_text()) for r in ("a-sge", "b-sge")}
@@ -588,6 +607,13 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
     b_elastic = info["b-sge"]["world"]["elastic"]
     assert [t["size"] for t in b_elastic["timeline"]] == [1, 1], b_elastic["timeline"]
     assert [(j["start"], j["why"]) for j in b_elastic["worker_jobs"]] == [(None, "the run ended")]
+    return elastic
+
+
+def print_takeback_figures(elastic: dict, deleted: float, b: dict, minutes: float) -> None:
+    """FIGURE lines: A's joins, its leave after `qdel` (at ``deleted``), B's wait, A's shrink
+    and regrowth (``b``: B's job's SGE times, :func:`qacct_times`)."""
+    jobs = elastic["worker_jobs"]
     joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
     leaves = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
     for reset, worker_job in zip(joins, jobs, strict=False):
@@ -600,7 +626,6 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
         f"FIGURE sge leave (qdel): {seconds(leaves[0]['time']) - deleted:.2f} s to the world "
         f"of 1 (reset {leaves[0]['seconds']:.2f} s)"
     )
-    b = qacct_times(sge_cluster, b_job)
     print(
         f"FIGURE sge B's wait for its minimum: {b['start_time'] - b['qsub_time']:.0f} s from "
         f"its job's submission to its start (SGE's times, to the second)"
@@ -616,9 +641,5 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
         f"end (SGE, to the second) to A's world of 2 (worker job {jobs[2]['job']} started "
         f"{seconds(jobs[2]['start']) - b['end_time']:.0f} s after B's end; "
         f"{seconds(joins[2]['time']) - seconds(elastic['timeline'][0]['time']):.0f} s into A's "
-        f"{run_a['minutes']} min)"
+        f"{minutes} min)"
     )
-    deadline = time.time() + 30
-    while sge_cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
-        time.sleep(0.5)
-    assert sge_cluster.run(["qstat"]).stdout.strip() == ""
