@@ -11,10 +11,12 @@ job only). Horovod then starts a rank in it (the scheduler starts it *into the w
 allocation*: Slurm ``srun --jobid``, SGE ``qrsh -inherit`` with the job's ``JOB_ID``), which
 joins at the next commit. A worker job that ends (cancelled, preempted, at its time limit, its
 node failed) leaves the offer: its rank is gone and the others go on from the last commit. The
-grower replaces it with a new one, queued. When the run ends, the launcher stops the grower,
-which cancels every worker job, queued or running; a worker job also ends by itself once the
-run's own job is gone (its batch script watches it), so a launcher killed outright leaves
-nothing running for long.
+grower replaces it with a new one, queued. One the scheduler suspended to give its resources
+to another job (SGE's subordinate queue) was taken back: the grower deletes it, so that its
+rank dies at once, and replaces it; one suspended before its rank ran waits as queued. When
+the run ends, the launcher stops the grower, which cancels every worker job, queued or running;
+a worker job also ends by itself once the run's own job is gone (its batch script watches it),
+so a launcher killed outright leaves nothing running for long.
 
 What a scheduler provides is a :class:`WorkerQueue` (``submit``, ``status``, ``cancel``); each
 scheduler module that can grow makes one (:meth:`clusterbench.launch.schedulers.Scheduler.
