@@ -20,6 +20,8 @@ from clusterbench.launch.schedulers import (
     PENDING,
     RUNNING,
     SCHEDULERS,
+    SUSPENDED,
+    TAKEN_BACK,
     JobStatus,
     LaunchError,
 )
@@ -99,6 +101,36 @@ def test_the_grower_keeps_one_worker_job_per_slot_and_offers_those_that_run():
         ("103", PENDING, None),
     ]
     assert record["jobs"][0]["start"] == "1970-01-01T00:00:10.000+00:00"
+
+
+def test_a_running_worker_job_the_scheduler_suspended_is_deleted_and_replaced():
+    """Taken back (SGE suspended it for another job): deleted at once, so that its rank dies
+    (a stopped rank holds the others until their timeout), and replaced once gone."""
+    queue = FakeQueue()
+    g = grower(queue, slots=1)
+    queue.run("101", "node2")
+    g.poll()
+    queue.states["101"] = JobStatus(SUSPENDED, "node2", 10.0, why=TAKEN_BACK)
+    assert g.left("node2.job101") == TAKEN_BACK
+    assert queue.cancelled == ["101"] and g.hosts() == {}
+    g.poll()
+    assert g.active() == ["102"]  # gone (FakeQueue's cancel ends it): replaced
+    (record, _) = g.describe()["jobs"]
+    assert (record["job"], record["state"], record["why"]) == ("101", ENDED, TAKEN_BACK)
+
+
+def test_a_worker_job_suspended_before_its_rank_ran_waits_as_queued():
+    """Dispatched into a queue that is suspended at once (SGE's slot-wise subordination does
+    that): it holds no rank, so it is neither deleted nor replaced (no dispatch-suspend-delete
+    loop of new worker jobs); it joins once the scheduler resumes it."""
+    queue = FakeQueue()
+    g = grower(queue, slots=1)
+    queue.states["101"] = JobStatus(SUSPENDED, "node2", 10.0, why=TAKEN_BACK)
+    g.poll()
+    assert queue.cancelled == [] and g.active() == ["101"] and g.jobs["101"].state == PENDING
+    queue.run("101", "node2")
+    g.poll()
+    assert g.hosts() == {"node2.job101": 1}
 
 
 def test_a_worker_job_that_is_ending_leaves_at_once_and_is_replaced_once_ended():
@@ -371,6 +403,68 @@ def test_an_sge_worker_job_is_one_slot_of_the_runs_job():
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
+#: qstat -xml on the test cell (SGE 8.1.9): worker jobs 38 and 40 ran in grow.q, suspended (S)
+#: when job 42 filled all.q, grow.q's superordinate queue; 40 was also suspended by hand (s);
+#: 43, queued after, waits (a suspended queue takes no job).
+QSTAT_XML_TAKEN_BACK = """<?xml version='1.0'?>
+<job_info  xmlns:xsd="http://arc.liv.ac.uk/repos/darcs/sge/source/dist/util/resources/schemas/qstat/qstat.xsd">
+  <queue_info>
+    <job_list state="running">
+      <JB_job_number>38</JB_job_number>
+      <JAT_prio>0.25076</JAT_prio>
+      <JB_name>cbgrow-77</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>S</state>
+      <JAT_start_time>2026-12-07T07:26:26</JAT_start_time>
+      <queue_name>grow.q@vm</queue_name>
+      <slots>1</slots>
+    </job_list>
+    <job_list state="running">
+      <JB_job_number>40</JB_job_number>
+      <JAT_prio>0.50000</JAT_prio>
+      <JB_name>cbgrow-77</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>Ss</state>
+      <JAT_start_time>2026-12-07T07:26:26</JAT_start_time>
+      <queue_name>grow.q@vm</queue_name>
+      <slots>1</slots>
+    </job_list>
+    <job_list state="running">
+      <JB_job_number>41</JB_job_number>
+      <JAT_prio>0.25076</JAT_prio>
+      <JB_name>train</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>r</state>
+      <JAT_start_time>2026-12-07T07:26:26</JAT_start_time>
+      <queue_name>all.q@vm</queue_name>
+      <slots>1</slots>
+    </job_list>
+    <job_list state="running">
+      <JB_job_number>42</JB_job_number>
+      <JAT_prio>0.75000</JAT_prio>
+      <JB_name>holder</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>r</state>
+      <JAT_start_time>2026-12-07T07:26:33</JAT_start_time>
+      <queue_name>all.q@vm</queue_name>
+      <slots>3</slots>
+    </job_list>
+  </queue_info>
+  <job_info>
+    <job_list state="pending">
+      <JB_job_number>43</JB_job_number>
+      <JAT_prio>0.25000</JAT_prio>
+      <JB_name>cbgrow-77</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>qw</state>
+      <JB_submission_time>2026-12-07T07:26:37</JB_submission_time>
+      <queue_name></queue_name>
+      <slots>1</slots>
+    </job_list>
+  </job_info>
+</job_info>"""
+
+
 def test_qstat_says_how_each_sge_worker_job_stands():
     found = sge_grow.parse_qstat_xml(QSTAT_XML, "cbgrow-77")
     assert {j: (s.state, s.node) for j, s in found.items()} == {
@@ -378,6 +472,15 @@ def test_qstat_says_how_each_sge_worker_job_stands():
         "13": (RUNNING, "vm"),
         "12": (PENDING, None),
     }
+    found = sge_grow.parse_qstat_xml(QSTAT_XML_TAKEN_BACK, "cbgrow-77")
+    assert {j: (s.state, s.node, s.why) for j, s in found.items()} == {
+        "38": (SUSPENDED, "vm", TAKEN_BACK),
+        "40": (SUSPENDED, "vm", TAKEN_BACK),
+        "43": (PENDING, None, None),
+    }
+    # qdel of a suspended job: dSs (seen on the cell) is ending
+    deleted = QSTAT_XML_TAKEN_BACK.replace("<state>Ss</state>", "<state>dSs</state>")
+    assert sge_grow.parse_qstat_xml(deleted, "cbgrow-77")["40"].state == ENDING
 
 
 # --------------------------------------------------------------------------------------------

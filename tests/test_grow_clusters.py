@@ -6,7 +6,8 @@ asks 3000 MB for its one rank, so one rank fits a node: the run's own job takes 
 worker job needs the other. Nothing is faked: the workflow submits the run's job through the
 Slurm executor plugin, the launcher in it submits the worker jobs with sbatch and starts their
 ranks with ``srun --jobid``; the tests hold nodes, cancel and preempt jobs with Slurm's own
-tools. The SGE test does the same on the one-host SGE cell, whose 4 slots a blocker holds.
+tools. The SGE test does the same on the one-host SGE cell (4 slots), its worker jobs in
+grow.q, which SGE suspends while all.q is full: a second run's minimum takes one back.
 
 Each test prints FIGURE lines: how long a join took (a worker job's start, as Slurm says, to
 the world having grown, as the ranks recorded it) and a leave (``scancel``, or the preemption,
@@ -549,70 +550,206 @@ def test_a_minimum_takes_a_worker_job_back_and_a_raised_priority_goes_first(
 # --------------------------------------------------------------------------------- SGE
 
 
+def sge_jobs(cluster) -> dict[str, tuple[str, str, int]]:
+    """Every job SGE lists: id -> (state, queue instance, slots) (``qstat -xml``)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(cluster.run(["qstat", "-xml"]).stdout)
+    return {
+        job.findtext("JB_job_number"): (
+            job.findtext("state") or "",
+            job.findtext("queue_name") or "",
+            int(job.findtext("slots") or 1),
+        )
+        for job in root.iter("job_list")
+    }
+
+
+def running_slots(cluster) -> int:
+    """The slots of the jobs that run now (suspended ones, s/S/T, hold theirs but stopped)."""
+    return sum(
+        slots
+        for state, _, slots in sge_jobs(cluster).values()
+        if "r" in state and not set(state) & set("sST")
+    )
+
+
+def worker_record(workdir: Path, run: str) -> list[dict]:
+    """The worker jobs the run's launcher recorded so far (``worker_jobs.json``)."""
+    path = workdir / "results" / "runs" / run / "worker_jobs.json"
+    try:
+        return json.loads(path.read_text())["jobs"]
+    except (OSError, ValueError):
+        return []
+
+
+def worker_in(cluster, workdir: Path, run: str, state: str) -> str | None:
+    """The run's worker job in ``state`` (qstat's letters), the last one recorded."""
+    jobs = sge_jobs(cluster)
+    ids = [j["job"] for j in worker_record(workdir, run) if j["job"] in jobs]
+    found = [job for job in ids if jobs[job][0] == state]
+    return found[-1] if found else None
+
+
+def new_job_in(cluster, queue: str, known: set[str]) -> str | None:
+    """A job running in ``queue`` that is not one of ``known``."""
+    jobs = sge_jobs(cluster).items()
+    found = [j for j, (_, where, _) in jobs if j not in known and where.startswith(f"{queue}@")]
+    return found[0] if found else None
+
+
+def sge_queue_empty(cluster, timeout: float = 30) -> str:
+    """Wait until SGE lists no job; what qstat says then."""
+    deadline = time.time() + timeout
+    while cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
+        time.sleep(0.5)
+    return cluster.run(["qstat"]).stdout.strip()
+
+
+def qacct_times(cluster, job: str) -> dict[str, float]:
+    """A finished job's qsub_time, start_time and end_time (``qacct -j``, local time, to the
+    second), seconds since the epoch; waits for the accounting's flush."""
+    import datetime as dt
+
+    deadline = time.time() + 30
+    while True:
+        out = cluster.run(["qacct", "-j", job], check=False).stdout
+        fields = dict(re.findall(r"^(qsub_time|start_time|end_time)\s+(.+?)\s*$", out, re.M))
+        if len(fields) == 3 or time.time() > deadline:
+            break
+        time.sleep(1)
+    return {
+        key: dt.datetime.strptime(value, "%a %b %d %H:%M:%S %Y").timestamp()
+        for key, value in fields.items()
+    }
+
+
 @pytest.mark.sge
-def test_an_sge_run_grows_into_a_worker_job_and_gives_it_back_when_deleted(
+def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_growth(
     sge_cluster, digits, tmp_path
 ):
-    """SGE starts a rank in another job of the same user (`qrsh -inherit` with that job's
-    JOB_ID). A job holds 3 of the cell's 4 slots when the run starts on its one: the worker
-    job waits; the holder is deleted: the worker job runs and its rank joins; the worker job
-    is deleted (`qdel`): its rank leaves, a new one is queued (and joins if the run still
-    trains). The run finishes with every epoch
-    once and nothing left in the queue."""
+    """Run A (1 rank, up to 2) grows through worker jobs in grow.q, all.q's queue-wise
+    subordinate (tests/clusters/sge.py: suspended while all.q's 4 slots are full). All.q is
+    full when A starts (its job, holders of 2 and 1 slots): its worker job waits. The 1-slot
+    holder is deleted: the worker job runs and its rank joins. The worker job is deleted
+    (`qdel`): its rank leaves, a new one is queued and joins; the host is full. Run B, of equal
+    priority, is then started by a second Snakemake in the same directory: SGE starts B's job
+    in all.q at once and suspends grow.q; A's launcher deletes its suspended worker job ("taken
+    back (suspended)"), A goes on with 1 rank, its new worker job waits while all.q is full.
+    B ends: grow.q is resumed, A grows again. Both runs have every epoch once; no more than
+    the host's 4 slots run at once; the queue ends empty."""
     workdir = tmp_path / "w"
-    run = grow_run("grows-sge", mem_mb=2000)
-    (target,) = config_with(digits, workdir, [run])
-    holder = sge_cluster.run(["qsub", "-terse", "-pe", "mpi", "3", "-b", "y", "sleep", "600"])
-    holder = holder.stdout.strip()
+    grow_q = {"sge_queue": sge_cluster.grow_queue}
+    run_a = grow_run("a-sge", mem_mb=2000, minutes=1.25, grow_resources=grow_q)
+    run_b = grow_run("b-sge", mem_mb=2000, minutes=None, epochs=3, grow_resources=grow_q)
+    target_a, target_b = config_with(digits, workdir, [run_a, run_b])
+    sleep = ["-b", "y", "sleep", "600"]
+    holders = [
+        sge_cluster.run(["qsub", "-terse", *pe, *sleep]).stdout.strip()
+        for pe in (["-pe", "mpi", "2"], [])
+    ]
     cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "sge"), *SGE_POLL)
     # (the SGE plugin ignores --envvars: the job needs this environment, qsub -V)
-    cmd += [target, "--set-resources", "train:sge_export_env=True"]
-    proc = start(cmd, sge_cluster.environ())
-    watch = Watch(proc, workdir / "results" / "logs" / "train" / "grows-sge.log")
+    export = ["--set-resources", "train:sge_export_env=True"]
+    proc = start([*cmd, target_a, *export], sge_cluster.environ())
+    watch = Watch(proc, workdir / "results" / "logs" / "train" / "a-sge.log")
+    proc_b = None
 
-    def workers(state: str) -> list[str]:
-        qstat = sge_cluster.run(["qstat"]).stdout
-        name = re.escape(SGE_WORKER)
-        return re.findall(rf"^\s*(\d+)\s+\S+\s+{name}\S*\s+\S+\s+{state}\s", qstat, re.M)
+    def worker(state: str) -> str | None:
+        return worker_in(sge_cluster, workdir, "a-sge", state)
 
     try:
         watch.until("epoch 2 on one slot", lambda: "train: epoch 2:" in watch.text())
-        assert watch.resets(1, 2) == 0 and watch.until("a worker job queued", lambda: workers("qw"))
-        sge_cluster.run(["qdel", holder])
+        assert watch.resets(1, 2) == 0 and watch.until("a worker job queued", lambda: worker("qw"))
+        sge_cluster.run(["qdel", holders.pop()])
         grown(watch, 1)
-        (first,) = workers("r")
+        first = worker("r")
+        about = sge_cluster.run(["qstat", "-j", first]).stdout
+        assert re.search(rf"^job_name:\s+{SGE_WORKER}\d+$", about, re.M), about
+        assert re.search(rf"^hard_queue_list:\s+{sge_cluster.grow_queue}$", about, re.M), about
         sge_cluster.run(["qdel", first])
         deleted = time.time()
         shrunk(watch, 1)
+        grown(watch, 2)
+        second = worker("r")
+        assert running_slots(sge_cluster) == 4  # the host is full: A's 2, the holder's 2
+        known = set(sge_jobs(sge_cluster))
+        proc_b = start([*cmd, target_b, *export], sge_cluster.environ())
+        watch_b = Watch(proc_b, workdir / "results" / "logs" / "train" / "b-sge.log")
+        b_job = watch_b.until(
+            "B's job running in all.q", lambda: new_job_in(sge_cluster, sge_cluster.queue, known)
+        )
+        shrunk(watch, 2)
+        watch_b.until("B's first epoch", lambda: "train: epoch 1:" in watch_b.text())
+        assert running_slots(sge_cluster) <= 4
+        out_b, _ = proc_b.communicate(timeout=300)
+        assert proc_b.returncode == 0, out_b[-5000:]
+        grown(watch, 3)
+        assert running_slots(sge_cluster) <= 4
         out, _ = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        sge_cluster.run(["qdel", holder], check=False)
+        for p in (proc, proc_b):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        sge_cluster.run(["qdel", *holders], check=False)
     assert proc.returncode == 0, out[-5000:]
-    results = workdir / "results" / "runs" / "grows-sge"
-    assert_every_epoch_once(results)
-    elastic = json.loads((results / "run.json").read_text())["world"]["elastic"]
-    assert [(j["job"], j["why"]) for j in elastic["worker_jobs"]] == [
+    elastic = assert_taken_back_and_regrown(workdir / "results" / "runs", first, second)
+    print_takeback_figures(elastic, deleted, qacct_times(sge_cluster, b_job), run_a["minutes"])
+    assert sge_queue_empty(sge_cluster) == ""
+
+
+def assert_taken_back_and_regrown(runs: Path, first: str, second: str) -> dict:
+    """Both runs' records: every epoch once; A's worker jobs qdel'd, taken back, ended with
+    the run; A's world 1, 2, 1, 2, 1, 2; B's worker job never started. A's ``elastic``."""
+    assert_every_epoch_once(runs / "a-sge")
+    assert len(assert_every_epoch_once(runs / "b-sge")) == 3
+    info = {r: json.loads((runs / r / "run.json").read_text()) for r in ("a-sge", "b-sge")}
+    elastic = info["a-sge"]["world"]["elastic"]
+    jobs = elastic["worker_jobs"]
+    assert [(j["job"], j["why"]) for j in jobs] == [
         (first, "gone from the scheduler's queue"),
-        (elastic["worker_jobs"][1]["job"], "the run ended"),
-    ]
-    # the new worker job joined, or the run ended first
-    assert [t["size"] for t in elastic["timeline"]] in ([1, 2, 1, 1], [1, 2, 1, 2, 2])
+        (second, "taken back (suspended)"),
+        (jobs[2]["job"], "the run ended"),
+    ], jobs
+    sizes = [t["size"] for t in elastic["timeline"]]
+    assert sizes[:6] == [1, 2, 1, 2, 1, 2] and set(sizes[6:]) <= {2}, elastic["timeline"]
+    b_elastic = info["b-sge"]["world"]["elastic"]
+    assert [t["size"] for t in b_elastic["timeline"]] == [1, 1], b_elastic["timeline"]
+    assert [(j["start"], j["why"]) for j in b_elastic["worker_jobs"]] == [(None, "the run ended")]
+    return elastic
+
+
+def print_takeback_figures(elastic: dict, deleted: float, b: dict, minutes: float) -> None:
+    """FIGURE lines: A's joins, its leave after `qdel` (at ``deleted``), B's wait, A's shrink
+    and regrowth (``b``: B's job's SGE times, :func:`qacct_times`)."""
+    jobs = elastic["worker_jobs"]
     joins = [r for r in elastic["resets"] if (r["from"], r["to"]) == (1, 2)]
-    (leave,) = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
-    for reset, worker in zip(joins, elastic["worker_jobs"], strict=False):
+    leaves = [r for r in elastic["resets"] if (r["from"], r["to"]) == (2, 1)]
+    for reset, worker_job in zip(joins, jobs, strict=False):
         print(
-            f"\nFIGURE sge join: worker job {worker['job']} started -> world of 2 after "
-            f"{seconds(reset['time']) - seconds(worker['start']):.1f} s (SGE's start time, to "
-            f"the second; reset {reset['seconds']:.2f} s)"
+            f"\nFIGURE sge join: worker job {worker_job['job']} started -> world of 2 after "
+            f"{seconds(reset['time']) - seconds(worker_job['start']):.1f} s (SGE's start time, "
+            f"to the second; reset {reset['seconds']:.2f} s)"
         )
     print(
-        f"FIGURE sge leave (qdel): {seconds(leave['time']) - deleted:.2f} s to the world of 1 "
-        f"(reset {leave['seconds']:.2f} s)"
+        f"FIGURE sge leave (qdel): {seconds(leaves[0]['time']) - deleted:.2f} s to the world "
+        f"of 1 (reset {leaves[0]['seconds']:.2f} s)"
     )
-    deadline = time.time() + 30
-    while sge_cluster.run(["qstat"]).stdout.strip() and time.time() < deadline:
-        time.sleep(0.5)
-    assert sge_cluster.run(["qstat"]).stdout.strip() == ""
+    print(
+        f"FIGURE sge B's wait for its minimum: {b['start_time'] - b['qsub_time']:.0f} s from "
+        f"its job's submission to its start (SGE's times, to the second)"
+    )
+    print(
+        f"FIGURE sge A's shrink: {seconds(leaves[1]['time']) - b['start_time']:.1f} s from B's "
+        f"start (SGE, to the second) to A's world of 1; "
+        f"{seconds(leaves[1]['time']) - seconds(jobs[1]['end']):.2f} s from the launcher "
+        f"seeing its worker job suspended (reset {leaves[1]['seconds']:.2f} s)"
+    )
+    print(
+        f"FIGURE sge A's regrowth: {seconds(joins[2]['time']) - b['end_time']:.1f} s from B's "
+        f"end (SGE, to the second) to A's world of 2 (worker job {jobs[2]['job']} started "
+        f"{seconds(jobs[2]['start']) - b['end_time']:.0f} s after B's end; "
+        f"{seconds(joins[2]['time']) - seconds(elastic['timeline'][0]['time']):.0f} s into A's "
+        f"{minutes} min)"
+    )

@@ -5,8 +5,14 @@ The cell has its own ``SGE_ROOT`` (``<base>/root``: the Debian binaries linked i
 execd spool under ``<base>/spool``, and free ports (``SGE_QMASTER_PORT``, ``SGE_EXECD_PORT``).
 It runs ``sge_qmaster`` and one ``sge_execd``; queue ``all.q`` on ``@allhosts`` with parallel
 environments ``smp`` ($pe_slots) and ``mpi`` ($fill_up, control_slaves, so ``qrsh -inherit``
-works); complexes ``tmem``/``tscratch`` (always requested by Snakemake's SGE plugin) with values
-on the global exec host, and a site's GPU complex of each kind a site may have, for a run's
+works); queue ``grow.q`` for the worker jobs of runs that grow (``grow_resources: {sge_queue:
+grow.q}``), PE ``mpi``, one slot on the same host: all.q's queue-wise subordinate, suspended
+(its job with it) while all.q's slots are full, so a training's own job takes a worker job's
+slot back, and no more than the host's slots run at once (all.q's slots less one beside
+grow.q's one);
+jobs that name no queue go to all.q (the cell's ``sge_request``: ``-q all.q``); complexes
+``tmem``/``tscratch`` (always requested by Snakemake's SGE plugin) with values on the global
+exec host, and a site's GPU complex of each kind a site may have, for a run's
 ``sge_gpu_complex``: ``gpu`` (a per-job consumable, :attr:`SgeCell.gpu_complex`) and
 ``gpu_slot`` (a per-slot one, counted per slot of a job: :attr:`SgeCell.gpu_slot_complex`),
 2 of each on the exec host; 1 s scheduling and accounting flush so tests do not wait.
@@ -43,10 +49,13 @@ def _conf_text(values: dict[str, str]) -> str:
 
 
 class SgeCell(Cluster):
-    """``sge_qmaster`` + ``sge_execd`` with queue ``all.q`` and PEs ``smp``/``mpi``."""
+    """``sge_qmaster`` + ``sge_execd`` with queues ``all.q`` and ``grow.q`` (its subordinate)
+    and PEs ``smp``/``mpi``."""
 
     kind = "sge"
     queue = "all.q"
+    grow_queue = "grow.q"  # worker jobs' queue: suspended while all.q is full
+    grow_slots = 1  # grow.q's slots on the host (see :attr:`suspend_grow_at`)
     parallel_environments = ("smp", "mpi")
     gpu_complex = "gpu"  # the GPU complex of the cell (no device behind it: SGE only counts)
     gpu_slot_complex = "gpu_slot"  # the same GPUs as a per-slot complex
@@ -55,6 +64,12 @@ class SgeCell(Cluster):
         super().__init__(base)
         self.slots = slots
         self.gpus = gpus
+
+    @property
+    def suspend_grow_at(self) -> int:
+        """All.q's used slots on the host at which SGE suspends grow.q there: below it, all.q's
+        jobs and a full grow.q fit the host's slots."""
+        return self.slots - self.grow_slots + 1
 
     @property
     def root(self) -> Path:
@@ -240,7 +255,10 @@ class SgeCell(Cluster):
             {
                 "hostname": host,
                 "load_scaling": "NONE",
-                "complex_values": f"slots={self.slots},{self.gpu_complex}={self.gpus},"
+                # both queues' slots: SGE dispatches into all.q beside grow.q's job, then
+                # suspends grow.q (its subordinate) once all.q is full
+                "complex_values": f"slots={self.slots + self.grow_slots},"
+                f"{self.gpu_complex}={self.gpus},"
                 f"{self.gpu_slot_complex}={self.gpus}",
                 "user_lists": "NONE",
                 "xuser_lists": "NONE",
@@ -314,7 +332,7 @@ class SgeCell(Cluster):
             "owner_list": "NONE",
             "user_lists": "NONE",
             "xuser_lists": "NONE",
-            "subordinate_list": "NONE",
+            "subordinate_list": f"{self.grow_queue}={self.suspend_grow_at}",
             "complex_values": "NONE",
             "projects": "NONE",
             "xprojects": "NONE",
@@ -340,7 +358,14 @@ class SgeCell(Cluster):
             "h_vmem",
         ):
             queue[limit] = "INFINITY"
+        # grow.q first: all.q names it as its subordinate
+        grow_q = {**queue, "qname": self.grow_queue, "seq_no": "1", "pe_list": "mpi"}
+        grow_q.update(slots=str(self.grow_slots), subordinate_list="NONE")
+        self._qconf_file("-Aq", self.grow_queue, grow_q)
         self._qconf_file("-Aq", "all.q", queue)
+        # a job that names no queue goes to all.q (the cell's default requests): only jobs that
+        # ask for grow.q (-q grow.q, a run's grow_resources.sge_queue) run there
+        (self.common / "sge_request").write_text(f"-q {self.queue}\n")
 
     def _start_execd(self, host: str) -> None:
         run([str(SGE_LIB / "sge_execd")], env=self.environ(), logs=self.logs)

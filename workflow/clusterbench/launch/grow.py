@@ -11,10 +11,12 @@ job only). Horovod then starts a rank in it (the scheduler starts it *into the w
 allocation*: Slurm ``srun --jobid``, SGE ``qrsh -inherit`` with the job's ``JOB_ID``), which
 joins at the next commit. A worker job that ends (cancelled, preempted, at its time limit, its
 node failed) leaves the offer: its rank is gone and the others go on from the last commit. The
-grower replaces it with a new one, queued. When the run ends, the launcher stops the grower,
-which cancels every worker job, queued or running; a worker job also ends by itself once the
-run's own job is gone (its batch script watches it), so a launcher killed outright leaves
-nothing running for long.
+grower replaces it with a new one, queued. One the scheduler suspended to give its resources
+to another job (SGE's subordinate queue) was taken back: the grower deletes it, so that its
+rank dies at once, and replaces it; one suspended before its rank ran waits as queued. When
+the run ends, the launcher stops the grower, which cancels every worker job, queued or running;
+a worker job also ends by itself once the run's own job is gone (its batch script watches it),
+so a launcher killed outright leaves nothing running for long.
 
 What a scheduler provides is a :class:`WorkerQueue` (``submit``, ``status``, ``cancel``); each
 scheduler module that can grow makes one (:meth:`clusterbench.launch.schedulers.Scheduler.
@@ -42,6 +44,8 @@ from clusterbench.launch.schedulers import (
     ENDING,
     PENDING,
     RUNNING,
+    SUSPENDED,
+    TAKEN_BACK,
     JobStatus,
     WorkerQueue,
 )
@@ -252,6 +256,16 @@ class Grower:
             status = JobStatus(ENDED, job.node, job.start, now, "gone from the scheduler's queue")
         if status.state == job.state or job.state == ENDED:
             return False
+        if status.state == SUSPENDED:
+            if job.state != RUNNING:
+                # suspended before its rank ran (dispatched into a queue that is suspended at
+                # once): it holds no rank; it waits as queued, the scheduler resumes it
+                return False
+            # taken back: deleted, so that its rank dies at once (a stopped rank would hold
+            # the others until their timeout); replaced once gone
+            job.why = job.why or status.why or TAKEN_BACK
+            status = JobStatus(ENDING, job.node, job.start, now)
+            self._cancel([job.job])
         if status.state == PENDING:
             if job.state != RUNNING:
                 return False

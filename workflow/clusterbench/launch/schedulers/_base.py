@@ -262,17 +262,23 @@ def within_hosts_file(hosts: Mapping[str, int], listed: Mapping[str, int] | None
 #: The states of a worker job: queued, running (its rank may run), ending (the scheduler is
 #: ending it: its rank leaves, it still holds its resources), ended.
 PENDING, RUNNING, ENDING, ENDED = "pending", "running", "ending", "ended"
+#: The scheduler stopped a running worker job to give its resources to another job (SGE
+#: suspends the jobs of a subordinate queue): taken back. The launcher deletes it, so that its
+#: rank dies at once, and queues a new one.
+SUSPENDED = "suspended"
+#: Why a worker job ended that the scheduler had suspended (:data:`SUSPENDED`).
+TAKEN_BACK = "taken back (suspended)"
 
 
 @dataclass(frozen=True)
 class JobStatus:
     """What the scheduler says about one worker job now."""
 
-    state: str  # PENDING, RUNNING, ENDING or ENDED
+    state: str  # PENDING, RUNNING, SUSPENDED, ENDING or ENDED
     node: str | None = None
     start: float | None = None  # seconds since the epoch (the scheduler's start time)
     end: float | None = None
-    why: str | None = None  # why it ended, in words (ENDED only)
+    why: str | None = None  # why it ended, in words (ENDED, SUSPENDED)
 
 
 class WorkerQueue(Protocol):

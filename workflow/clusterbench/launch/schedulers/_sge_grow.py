@@ -13,7 +13,9 @@ priority (``-p``) and queue unless ``grow_resources`` names an ``sge_queue``, na
 ``cbgrow-<run's job id>``. Its script holds the slot and watches the run's job (``qstat -j``):
 it exits once that job is gone. SGE keeps no reason for a job that left ``qstat`` (``qacct``
 lags by its flush time): a worker job that ended is recorded as gone from the queue, or as
-cancelled by the launcher when the run ended.
+cancelled by the launcher when the run ended. A running worker job that SGE suspended (its
+queue a subordinate of a full queue: docs/elastic.md, "SGE: a subordinate queue for worker
+jobs") was taken back for another job: the launcher deletes it (``taken back (suspended)``).
 
 Pure parts (:func:`parse_qstat_j`, :func:`parse_qstat_xml`, :func:`qsub_command`) are
 unit-tested on real SGE 8.1.9 text.
@@ -34,6 +36,8 @@ from clusterbench.launch.schedulers._base import (
     PENDING,
     RUNNING,
     SIGNAL_TIMEOUT_S,
+    SUSPENDED,
+    TAKEN_BACK,
     JobStatus,
     run_tool,
     submit_job,
@@ -136,9 +140,16 @@ def _sge_time(value: str | None) -> float | None:
         return None
 
 
+#: Letters of a job's ``qstat`` state that say it is suspended: ``s`` the job (``qmod -sj``),
+#: ``S`` its queue (a subordinate queue, suspended while its superordinate one is full), ``T``
+#: its queue's suspend threshold. They combine (``Ss``; ``dS`` once deleted).
+SUSPENDED_LETTERS = frozenset("sST")
+
+
 def parse_qstat_xml(text: str, name: str) -> dict[str, JobStatus]:
     """Job id -> :class:`JobStatus` of the jobs called ``name`` in ``qstat -xml`` output (running
-    jobs' ``queue@host`` gives the node; a job being deleted, ``d``, is ending)."""
+    jobs' ``queue@host`` gives the node; a job being deleted, ``d``, is ending; a suspended one,
+    :data:`SUSPENDED_LETTERS`, was taken back)."""
     out = {}
     for job in ET.fromstring(text).iter("job_list"):
         if (job.findtext("JB_name") or "") != name:
@@ -148,6 +159,8 @@ def parse_qstat_xml(text: str, name: str) -> dict[str, JobStatus]:
         start = _sge_time(job.findtext("JAT_start_time"))
         if "d" in state:
             status = JobStatus(ENDING, node, start)
+        elif SUSPENDED_LETTERS & set(state):
+            status = JobStatus(SUSPENDED, node, start, why=TAKEN_BACK)
         elif state in ("r", "t", "Rr", "Rt"):
             status = JobStatus(RUNNING, node, start)
         else:  # qw, hqw, Eqw, ...: not running
