@@ -639,9 +639,8 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
     B ends: grow.q is resumed, A grows again. Both runs have every epoch once; no more than
     the host's 4 slots run at once; the queue ends empty."""
     workdir = tmp_path / "w"
-    grow_q = {"sge_queue": sge_cluster.grow_queue}
-    run_a = grow_run("a-sge", mem_mb=2000, minutes=1.25, grow_resources=grow_q)
-    run_b = grow_run("b-sge", mem_mb=2000, minutes=None, epochs=3, grow_resources=grow_q)
+    run_a = grow_run("a-sge", mem_mb=2000, minutes=1.25)
+    run_b = grow_run("b-sge", mem_mb=2000, minutes=None, epochs=3)
     target_a, target_b = config_with(digits, workdir, [run_a, run_b])
     sleep = ["-b", "y", "sleep", "600"]
     holders = [
@@ -649,8 +648,13 @@ def test_an_sge_runs_minimum_takes_a_worker_jobs_slot_back_from_another_runs_gro
         for pe in (["-pe", "mpi", "2"], [])
     ]
     cmd = snakemake_cmd(workdir, "--profile", str(REPO / "profiles" / "sge"), *SGE_POLL)
-    # (the SGE plugin ignores --envvars: the job needs this environment, qsub -V)
-    export = ["--set-resources", "train:sge_export_env=True"]
+    # (the SGE plugin ignores --envvars: the job needs this environment, qsub -V); the
+    # profile key that sends worker jobs to grow.q (docs/elastic.md)
+    export = [
+        "--set-resources",
+        "train:sge_export_env=True",
+        f"train:grow_sge_queue={sge_cluster.grow_queue}",
+    ]
     proc = start([*cmd, target_a, *export], sge_cluster.environ())
     watch = Watch(proc, workdir / "results" / "logs" / "train" / "a-sge.log")
     proc_b = None

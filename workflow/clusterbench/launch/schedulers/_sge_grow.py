@@ -28,7 +28,7 @@ import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clusterbench.launch.schedulers._base import (
@@ -39,6 +39,7 @@ from clusterbench.launch.schedulers._base import (
     SUSPENDED,
     TAKEN_BACK,
     JobStatus,
+    LaunchError,
     run_tool,
     submit_job,
 )
@@ -180,8 +181,19 @@ class SgeWorkerQueue:
     def submit(self) -> str:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.spec = replace(self.spec, priority=self.run_priority())
         cmd = qsub_command(self.spec, self.log_dir, self.cwd)
         return submit_job(cmd, worker_script(self.spec.run_job), self.env, ".")
+
+    def run_priority(self) -> int:
+        """The run's job's priority now (``qstat -j``): a worker job queued after the run's
+        priority changed (``python -m clusterbench.priority``) gets the new one (the last
+        known if qstat does not answer)."""
+        try:
+            found = parse_qstat_j(run_tool(["qstat", "-j", self.spec.run_job])).get("priority")
+        except LaunchError:
+            return self.spec.priority
+        return int(found) if found and re.fullmatch(r"-?\d+", found) else self.spec.priority
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         found = parse_qstat_xml(run_tool(["qstat", "-xml"]), self.spec.name)

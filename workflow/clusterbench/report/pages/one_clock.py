@@ -136,6 +136,13 @@ def when(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
+def mdate(seconds: float) -> float:
+    """``seconds`` since the epoch as matplotlib's date number (an axis limit)."""
+    import matplotlib.dates as mdates
+
+    return mdates.date2num(when(seconds))
+
+
 def utc_text(seconds: float) -> str:
     return when(seconds).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -208,6 +215,12 @@ def draw_marks(
                 )  # fmt: skip
             if mark.kind == clock.TAKEN_BACK and lines <= MAX_LINES:
                 stack_ax.axvline(when(mark.time), color=color, ls=":", lw=1.4)
+    stamps = [m.time for marks in found.values() for m in marks]
+    if stamps:  # a worker job may start before its run's ranks train: its mark drawn whole
+        low, high = stack_ax.get_xlim()
+        pad = (high - low) / 50
+        low, high = min(low, mdate(min(stamps)) - pad), max(high, mdate(max(stamps)) + pad)
+        stack_ax.set_xlim(low, high)
     ax.set_yticks(range(len(names)), [run_label(n, fixed) for n in names], fontsize="small")
     for tick, name in zip(ax.get_yticklabels(), names, strict=True):
         tick.set_color(ctx.book.colors[name])
