@@ -9,8 +9,9 @@ plugin's manifest, ``<log dir>/.meta/rule_<rule>/task_manifest_<tag>_chunk<N>.js
 wildcards): so a train job's run is known while it is queued, before the run has written any
 file. The launcher names a worker job ``cbgrow-<the run's job id>``
 (:mod:`clusterbench.launch.schedulers._sge_grow`) and submits it from the workflow's
-directory. The parsers (:func:`parse_qstat_xml`, :func:`parse_qstat_j`,
-:func:`manifest_path`) are pure (tested on SGE 8.1.9's text); the manifest is only read."""
+directory. The parsers (:func:`parse_qstat_xml`, :func:`manifest_path`; ``qstat -j``'s is the
+launcher's, :func:`clusterbench.launch.schedulers.sge.parse_qstat_j`) are pure (tested on SGE
+8.1.9's text); the manifest is only read."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from clusterbench.launch.schedulers.sge import parse_qstat_j
 from clusterbench.status.queue import (
     ENDING,
     OTHER,
@@ -77,16 +79,6 @@ def state_of(code: str) -> str:
     if "r" in code or "t" in code:
         return RUNNING
     return QUEUED
-
-
-def parse_qstat_j(text: str) -> dict[str, str]:
-    """``key: value`` lines of ``qstat -j <job>`` (the first of each key)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and not key.startswith(" "):
-            out.setdefault(key.strip(), value.strip())
-    return out
 
 
 def rule_of(name: str) -> str | None:
