@@ -55,6 +55,10 @@ NOT_CONFIG = {
     "sge_extra",
     "sge_export_env",
     "sge_queue",
+    # the train rule's resources that place worker jobs (rules/train.smk)
+    "grow_slurm_partition",
+    "grow_qos",
+    "grow_sge_queue",
     "constraint",
     "tasks",
     "cpus_per_task",

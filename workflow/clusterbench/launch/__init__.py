@@ -3,7 +3,8 @@ allocation this job runs in (or of a hosts file's hosts, over ssh): no MPI, no t
 
     clusterbench-launch --np W [--backend auto|horovod|ddp]
                         [--min-np A --max-np B [--grow jobs [--grow-resources JSON]
-                        [--grow-record PATH]]] [--scheduler auto|<name>] [--iface IF]
+                        [--grow-site KEY=VALUE ...] [--grow-record PATH]]]
+                        [--scheduler auto|<name>] [--iface IF]
                         [--timeout S] [--log-level L] [--lock PATH] -- CMD ARGS...
 
 "Launcher" is this program; the cluster system whose allocation it runs in is the *scheduler*.
