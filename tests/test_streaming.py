@@ -46,7 +46,14 @@ def digits(tmp_path_factory) -> Path:
 def train(data: Path, run: dict, out: Path, loading: str, loader_workers: int | None = None):
     settings = {"loading": loading, "loader_workers": loader_workers}
     cmd = train_cmd(data, run, out, "--data-settings", json.dumps(settings))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as exc:  # say where it hung (seen once in make test)
+        said = [part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                for part in (exc.stdout, exc.stderr)]  # fmt: skip
+        raise AssertionError(
+            f"{loading} training hung for 300 s:\n{said[0][-4000:]}\n{said[1][-4000:]}"
+        ) from None
 
 
 def weights(out: Path) -> dict[str, torch.Tensor]:
