@@ -31,7 +31,6 @@ Snakemake starts).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
@@ -44,6 +43,7 @@ from clusterbench.launch.schedulers import SCHEDULERS, LaunchError, Scheduler
 from clusterbench.plan import PlanError, profile_executor
 from clusterbench.status import sge as sge_queue
 from clusterbench.status import slurm as slurm_queue
+from clusterbench.status.files import read_run
 from clusterbench.status.queue import TRAIN, QueueError
 
 #: The queue readers of the schedulers that have a queue (the status's).
@@ -75,15 +75,6 @@ def scheduler_of(profile: str | None) -> type[Scheduler]:
     raise PriorityError("no scheduler's tools here (squeue, qstat): give --profile")
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise PriorityError(f"{path}: unreadable ({exc})") from None
-
-
 def queued_train_job(run: str, scheduler: type[Scheduler]) -> str | None:
     """The run's train job in the scheduler's queue (queued or running), as the status finds
     it (:mod:`clusterbench.status`: its comment or name, in this directory); None when it is
@@ -102,8 +93,12 @@ def queued_train_job(run: str, scheduler: type[Scheduler]) -> str | None:
 def run_jobs(run_dir: Path, scheduler: type[Scheduler]) -> tuple[str, list[str]]:
     """The run's job (its train job in the queue, else its lock's holder) and its worker jobs
     not ended (their record)."""
-    lock = read_json(run_dir / "train.lock")
-    holder = ((lock or {}).get("holder") or {}).get("job") if isinstance(lock, dict) else None
+    files = read_run(run_dir)  # the lock and the worker jobs' record, as make status reads them
+    damaged = [p for p in files.problems if "metrics.jsonl" not in p]
+    if damaged:
+        raise PriorityError("; ".join(damaged))
+    lock = files.lock
+    holder = ((lock or {}).get("holder") or {}).get("job")
     job = queued_train_job(run_dir.name, scheduler) or holder
     if not job:
         raise PriorityError(
@@ -111,9 +106,8 @@ def run_jobs(run_dir: Path, scheduler: type[Scheduler]) -> tuple[str, list[str]]
             f"started ({run_dir / 'train.lock'} "
             f"{'names no scheduler job' if lock else 'does not exist'})"
         )
-    record = read_json(run_dir / "worker_jobs.json") if str(job) == str(holder) else None
-    jobs = record.get("jobs", []) if isinstance(record, dict) else []
-    workers = [str(j["job"]) for j in jobs if isinstance(j, dict) and not j.get("end")]
+    jobs = files.worker_jobs if str(job) == str(holder) else []
+    workers = [str(j["job"]) for j in jobs if "job" in j and not j.get("end")]
     return str(job), workers
 
 
