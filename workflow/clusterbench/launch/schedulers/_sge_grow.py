@@ -170,6 +170,15 @@ def parse_qstat_xml(text: str, name: str) -> dict[str, JobStatus]:
     return out
 
 
+def job_priority(job: str) -> int | None:
+    """Queued or running ``job``'s priority now (``qstat -j``); None when qstat does not say."""
+    try:
+        found = parse_qstat_j(run_tool(["qstat", "-j", job])).get("priority", "")
+    except LaunchError:
+        return None
+    return int(found) if re.fullmatch(r"-?\d+", found) else None
+
+
 class SgeWorkerQueue:
     """The worker jobs of the run in SGE job ``spec.run_job`` (a :class:`WorkerQueue`)."""
 
@@ -189,11 +198,8 @@ class SgeWorkerQueue:
         """The run's job's priority now (``qstat -j``): a worker job queued after the run's
         priority changed (``python -m clusterbench.priority``) gets the new one (the last
         known if qstat does not answer)."""
-        try:
-            found = parse_qstat_j(run_tool(["qstat", "-j", self.spec.run_job])).get("priority")
-        except LaunchError:
-            return self.spec.priority
-        return int(found) if found and re.fullmatch(r"-?\d+", found) else self.spec.priority
+        found = job_priority(self.spec.run_job)
+        return self.spec.priority if found is None else found
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         found = parse_qstat_xml(run_tool(["qstat", "-xml"]), self.spec.name)

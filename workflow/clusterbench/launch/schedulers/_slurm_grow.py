@@ -195,6 +195,16 @@ def parse_status(text: str) -> dict[str, JobStatus]:
     return out
 
 
+def job_nice(job: str) -> int | None:
+    """Queued or running ``job``'s ``Nice`` now (``scontrol show job``); None when scontrol
+    does not say."""
+    try:
+        nice = _field(run_tool(["scontrol", "show", "job", job]), "Nice")
+    except LaunchError:
+        return None
+    return int(nice) if nice and re.fullmatch(r"-?\d+", nice) else None
+
+
 class SlurmWorkerQueue:
     """The worker jobs of the run in Slurm job ``spec.run_job`` (a :class:`WorkerQueue`)."""
 
@@ -214,12 +224,8 @@ class SlurmWorkerQueue:
         """The run's job's ``Nice`` now: a worker job queued after the run's priority changed
         (``python -m clusterbench.priority``) gets the new one (the last known if scontrol
         does not answer)."""
-        try:
-            text = run_tool(["scontrol", "show", "job", self.spec.run_job])
-        except LaunchError:
-            return self.spec.nice
-        nice = _field(text, "Nice")
-        return int(nice) if nice and re.fullmatch(r"-?\d+", nice) else self.spec.nice
+        nice = job_nice(self.spec.run_job)
+        return self.spec.nice if nice is None else nice
 
     def status(self, jobs: Sequence[str]) -> dict[str, JobStatus]:
         cmd = ["squeue", "--me", f"--name={self.spec.name}", "--states=all", "--noheader"]

@@ -47,7 +47,12 @@ from clusterbench.launch.schedulers._base import (
     resolve,
     run_tool,
 )
-from clusterbench.launch.schedulers._sge_grow import SgeWorkerQueue, parse_qstat_j, worker_spec
+from clusterbench.launch.schedulers._sge_grow import (
+    SgeWorkerQueue,
+    job_priority,
+    parse_qstat_j,  # noqa: F401 - the status reads qstat -j with it (clusterbench.status.sge)
+    worker_spec,
+)
 
 
 def parse_pe_hostfile(text: str) -> Allocation:
@@ -239,11 +244,7 @@ class SgeScheduler(Scheduler):
     @classmethod
     def job_priority(cls, job: str) -> int | None:
         """The priority of ``job`` (``qstat -j``'s ``priority``: SGE's is clusterbench's)."""
-        try:
-            found = parse_qstat_j(run_tool(["qstat", "-j", job])).get("priority", "")
-        except LaunchError:
-            return None
-        return int(found) if re.fullmatch(r"-?\d+", found) else None
+        return job_priority(job)
 
     @classmethod
     def change_priority(cls, job: str, priority: int) -> bool:

@@ -40,7 +40,7 @@ from clusterbench.launch.schedulers._base import (
     resolve,
     run_tool,
 )
-from clusterbench.launch.schedulers._slurm_grow import SlurmWorkerQueue, worker_spec
+from clusterbench.launch.schedulers._slurm_grow import SlurmWorkerQueue, job_nice, worker_spec
 from clusterbench.launch.schedulers._slurm_parsing import (
     expand_hostlist,
     expand_ranges,
@@ -286,11 +286,8 @@ class SlurmScheduler(Scheduler):
     @classmethod
     def job_priority(cls, job: str) -> int | None:
         """The priority of ``job`` from its ``Nice`` (``scontrol show job``): ``-Nice``."""
-        try:
-            found = re.search(r"\bNice=(-?\d+)", run_tool(["scontrol", "show", "job", job]))
-        except LaunchError:
-            return None
-        return -int(found.group(1)) if found else None
+        nice = job_nice(job)
+        return None if nice is None else -nice
 
     @classmethod
     def change_priority(cls, job: str, priority: int) -> bool:
